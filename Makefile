@@ -1,0 +1,47 @@
+# rubyperf. Two set-up commands on a fresh machine: `make demo` and `make test`.
+GO ?= go
+export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
+BIN := bin/rubyperf
+FUZZTIME ?= 10s
+
+.PHONY: build deps rubies lint test fuzz demo tables bench clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/rubyperf
+
+# Debian packages (apt-get; idempotent).
+deps:
+	@bash scripts/deps.sh
+
+# Test Rubies, built from Debian source packages into $(RUBYPERF_CACHE) once.
+rubies: deps
+	@bash scripts/test-rubies.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: rubies lint
+	$(GO) test -count=1 ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# Every byte parser is fuzzed briefly on each test run; longer with FUZZTIME=10m.
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzOpenBinary$$' -fuzztime=$(FUZZTIME) ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMaps$$' -fuzztime=$(FUZZTIME) ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzParseVersion$$' -fuzztime=$(FUZZTIME) ./rubystack
+
+demo: rubies build
+	@bash scripts/demo.sh
+
+# Regenerate the built-in layout tables from the DWARF of the source-built Rubies.
+tables: rubies build
+	$(BIN) offsets --format go $(RUBYPERF_CACHE)/ruby/3.1.2-shared/vm > rubystack/table_3_1_2_x86_64.go
+	$(BIN) offsets --format go $(RUBYPERF_CACHE)/ruby/3.3.8-static/vm > rubystack/table_3_3_8_x86_64.go
+
+bench: rubies
+	$(GO) test -run='^$$' -bench=. -benchmem ./rubystack
+
+clean:
+	rm -rf bin demo-out

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// usageError is a mistake on the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+type command struct {
+	name, args, summary string
+	run                 func(args []string, stdout io.Writer) error
+}
+
+var commands = []command{
+	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE]",
+		"struct layout and VM symbols of a Ruby build", runOffsets},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: rubyperf COMMAND [ARGS]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.args, c.summary)
+	}
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout)
+		var ue usageError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "rubyperf %s: %v\nusage: rubyperf %s %s\n", c.name, err, c.name, c.args)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "rubyperf: %v\n", err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "rubyperf: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// parseFlags parses interspersed flags and positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+func runOffsets(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("offsets", flag.ContinueOnError)
+	pid := fs.Int("p", 0, "pid of a running Ruby")
+	format := fs.String("format", "text", "text, json or go")
+	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the binary")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *pid != 0 && len(pos) > 0:
+		return usageError{"give a BINARY or -p PID, not both"}
+	case *pid == 0 && len(pos) != 1:
+		return usageError{"give one BINARY or -p PID"}
+	}
+	if *format != "text" && *format != "json" && *format != "go" {
+		return usageError{fmt.Sprintf("--format %q must be one of: text, json, go", *format)}
+	}
+	opts := rubystack.OpenOptions{DebugFile: *debugFile}
+
+	var (
+		bin  *rubystack.Binary
+		proc *rubystack.Process
+	)
+	if *pid != 0 {
+		proc, err = rubystack.OpenProcess(*pid, opts)
+		if err != nil {
+			return err
+		}
+		defer proc.Close()
+		bin = proc.Binary
+	} else {
+		bin, err = rubystack.OpenBinary(pos[0], opts)
+		if err != nil {
+			return err
+		}
+		defer bin.Close()
+	}
+	layout, err := bin.Layout()
+	if err != nil {
+		return err
+	}
+	if *format == "go" {
+		src, err := layout.GoTable(fmt.Sprintf("Ruby %s %s, DWARF of %s", layout.Version, layout.Arch, filepath.Base(bin.Path)))
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(src)
+		return err
+	}
+	rep := newOffsetsReport(bin, layout)
+	if proc != nil {
+		rep.addProcess(proc)
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.writeText(stdout)
+	return nil
+}
+
+// offsetsReport is the JSON document of `rubyperf offsets --format json`.
+type offsetsReport struct {
+	Version      string                  `json:"version"`
+	Arch         string                  `json:"arch"`
+	Source       string                  `json:"source"`
+	Binary       string                  `json:"binary"`
+	BuildID      string                  `json:"build_id,omitempty"`
+	DebugFile    string                  `json:"debug_file,omitempty"`
+	Structs      map[string]structReport `json:"structs"`
+	Constants    map[string]int64        `json:"constants"`
+	Capabilities rubystack.Capabilities  `json:"capabilities"`
+	Symbols      map[string]symbolReport `json:"symbols"`
+	Process      *processReport          `json:"process,omitempty"`
+}
+
+type structReport struct {
+	Size        int64            `json:"size"`
+	Members     map[string]int64 `json:"members"`
+	MemberSizes map[string]int64 `json:"member_sizes"`
+}
+
+type symbolReport struct {
+	Found     bool   `json:"found"`
+	Address   string `json:"address,omitempty"` // file virtual address, hex
+	TLSOffset *int64 `json:"tls_offset,omitempty"`
+	TPOffset  *int64 `json:"tp_offset,omitempty"`
+	How       string `json:"how,omitempty"`
+	Why       string `json:"why,omitempty"`
+}
+
+type processReport struct {
+	PID        int    `json:"pid"`
+	MappedPath string `json:"mapped_path"`
+	Bias       string `json:"bias"`
+	// ThreadPointer and CurrentEC are read live from the main thread.
+	ThreadPointer string `json:"thread_pointer,omitempty"`
+	CurrentEC     string `json:"current_ec,omitempty"`
+	Error         string `json:"error,omitempty"`
+}
+
+func newOffsetsReport(bin *rubystack.Binary, l *rubystack.Layout) *offsetsReport {
+	r := &offsetsReport{
+		Version: l.Version.String(), Arch: l.Arch, Source: l.Source, Binary: bin.Path, BuildID: bin.BuildID,
+		DebugFile: bin.DebugFile, Structs: map[string]structReport{}, Constants: l.Constants,
+		Capabilities: l.Capabilities, Symbols: map[string]symbolReport{},
+	}
+	for name, sl := range l.Structs {
+		sr := structReport{Size: sl.Size, Members: map[string]int64{}, MemberSizes: map[string]int64{}}
+		for m, mm := range sl.Members {
+			sr.Members[m] = mm.Offset
+			sr.MemberSizes[m] = mm.Size
+		}
+		r.Structs[name] = sr
+	}
+	anchors := bin.Anchors(l)
+	for _, a := range anchors.List() {
+		s := symbolReport{Found: a.Found, How: a.How, Why: a.Why}
+		if a.Address != 0 {
+			s.Address = "0x" + strconv.FormatUint(a.Address, 16)
+		}
+		if a.Found && a.Name == "ruby_current_ec" {
+			tls := a.TLSOffset
+			s.TLSOffset = &tls
+			if a.HasTPOffset {
+				tp := a.TPOffset
+				s.TPOffset = &tp
+			}
+		}
+		r.Symbols[a.Name] = s
+	}
+	return r
+}
+
+// addProcess reads the live TLS offset of ruby_current_ec in the process.
+func (r *offsetsReport) addProcess(p *rubystack.Process) {
+	pr := &processReport{PID: p.PID, MappedPath: p.MappedPath, Bias: "0x" + strconv.FormatUint(p.Bias, 16)}
+	r.Process = pr
+	l, err := p.Binary.Layout()
+	if err != nil {
+		pr.Error = err.Error()
+		return
+	}
+	anchors := p.Binary.Anchors(l)
+	mem := &rubystack.ProcessMemory{PID: p.PID}
+	defer mem.Close()
+	tp, err := rubystack.ThreadPointer(p.PID, p.PID)
+	if err != nil {
+		pr.Error = err.Error()
+		return
+	}
+	pr.ThreadPointer = "0x" + strconv.FormatUint(tp, 16)
+	off, err := p.CurrentECOffset(mem, anchors.CurrentEC, tp)
+	if err != nil {
+		pr.Error = err.Error()
+		return
+	}
+	s := r.Symbols["ruby_current_ec"]
+	s.TPOffset = &off
+	if !anchors.CurrentEC.HasTPOffset {
+		s.How += fmt.Sprintf(", tp_offset from the DTV of thread %d", p.PID)
+	}
+	r.Symbols["ruby_current_ec"] = s
+	if ec, err := rubystack.ReadWord(mem, uint64(int64(tp)+off)); err == nil {
+		pr.CurrentEC = "0x" + strconv.FormatUint(ec, 16)
+	} else {
+		pr.Error = err.Error()
+	}
+}
+
+func (r *offsetsReport) writeText(w io.Writer) {
+	fmt.Fprintf(w, "Ruby %s (%s)\nbinary   %s\n", r.Version, r.Arch, r.Binary)
+	if r.BuildID != "" {
+		fmt.Fprintf(w, "build-id %s\n", r.BuildID)
+	}
+	if r.DebugFile != "" {
+		fmt.Fprintf(w, "debug    %s\n", r.DebugFile)
+	}
+	fmt.Fprintf(w, "layout   %s\n", r.Source)
+	if p := r.Process; p != nil {
+		fmt.Fprintf(w, "process  pid %d, %s loaded at bias %s\n", p.PID, p.MappedPath, p.Bias)
+		if p.CurrentEC != "" {
+			fmt.Fprintf(w, "         main thread: TP %s, current EC %s\n", p.ThreadPointer, p.CurrentEC)
+		}
+		if p.Error != "" {
+			fmt.Fprintf(w, "         error: %s\n", p.Error)
+		}
+	}
+	fmt.Fprintf(w, "\nsymbols\n")
+	for _, name := range sortedKeys(r.Symbols) {
+		s := r.Symbols[name]
+		switch {
+		case !s.Found:
+			fmt.Fprintf(w, "  %-24s not found: %s\n", name, s.Why)
+		case s.TLSOffset != nil:
+			tp := "unknown without a process"
+			if s.TPOffset != nil {
+				tp = fmt.Sprintf("%d", *s.TPOffset)
+			}
+			fmt.Fprintf(w, "  %-24s TLS offset %#x, from thread pointer %s (%s)\n", name, *s.TLSOffset, tp, s.How)
+		default:
+			fmt.Fprintf(w, "  %-24s %s (%s)\n", name, s.Address, s.How)
+		}
+	}
+	fmt.Fprintf(w, "\nstructs\n")
+	for _, name := range sortedKeys(r.Structs) {
+		sr := r.Structs[name]
+		fmt.Fprintf(w, "  %s (size %d)\n", name, sr.Size)
+		members := sortedKeys(sr.Members)
+		sort.SliceStable(members, func(i, j int) bool { return sr.Members[members[i]] < sr.Members[members[j]] })
+		for _, m := range members {
+			fmt.Fprintf(w, "    %5d %3d  %s\n", sr.Members[m], sr.MemberSizes[m], m)
+		}
+	}
+	fmt.Fprintf(w, "\nconstants\n")
+	for _, name := range sortedKeys(r.Constants) {
+		fmt.Fprintf(w, "  %-28s %#x\n", name, r.Constants[name])
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

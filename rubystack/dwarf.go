@@ -1,0 +1,288 @@
+package rubystack
+
+import (
+	"bytes"
+	"compress/zlib"
+	"debug/dwarf"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// maxDWARFBytes caps the decompressed size of all DWARF sections loaded from
+// one file. A -ggdb3 static Ruby 3.3 has ~60 MiB of the sections we read.
+const maxDWARFBytes = 1 << 30
+
+// dwarfSections are the only .debug_* sections needed to read types and
+// enumerators. .debug_line, .debug_loc*, .debug_macro (huge with -ggdb3) and
+// .debug_frame are never read here.
+var dwarfSections = []string{"abbrev", "info", "str", "str_offsets", "line_str", "addr", "types"}
+
+// errNoDWARF says the file carries no type information.
+var errNoDWARF = errors.New("no DWARF type information")
+
+// loadDWARF reads the DWARF sections rubyperf needs from e, decompressing
+// SHF_COMPRESSED (zlib, zstd) and legacy .zdebug sections, never more than
+// maxDWARFBytes in all.
+func (e *elfFile) loadDWARF() (*dwarf.Data, error) {
+	data := map[string][]byte{}
+	var total uint64
+	for _, name := range dwarfSections {
+		s := e.f.Section(".debug_" + name)
+		legacy := false
+		if s == nil {
+			if s = e.f.Section(".zdebug_" + name); s == nil {
+				continue
+			}
+			legacy = true
+		}
+		if s.Type == elf.SHT_NOBITS {
+			continue // a stripped file keeps the header of some sections
+		}
+		b, err := e.readDebugSection(s, legacy, maxDWARFBytes-total)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.path, err)
+		}
+		total += uint64(len(b))
+		data[name] = b
+	}
+	if data["info"] == nil || data["abbrev"] == nil {
+		return nil, errNoDWARF
+	}
+	var d *dwarf.Data
+	err := guard(func() error {
+		var err error
+		d, err = dwarf.New(data["abbrev"], nil, nil, data["info"], nil, nil, nil, data["str"])
+		if err != nil {
+			return err
+		}
+		for _, name := range []string{"str_offsets", "line_str", "addr"} {
+			if b := data[name]; b != nil {
+				if err := d.AddSection(".debug_"+name, b); err != nil {
+					return err
+				}
+			}
+		}
+		if b := data["types"]; b != nil {
+			return d.AddTypes("types", b)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: DWARF: %w", e.path, err)
+	}
+	return d, nil
+}
+
+// readDebugSection returns the section's bytes, decompressed, refusing to
+// produce more than budget bytes.
+func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) ([]byte, error) {
+	// debug/elf reports the decompressed size of SHF_COMPRESSED sections in Size.
+	if s.Size > budget {
+		return nil, fmt.Errorf("section %s: %d bytes decompressed is over the %d-byte DWARF limit", s.Name, s.Size, maxDWARFBytes)
+	}
+	if s.FileSize > uint64(e.size) {
+		return nil, fmt.Errorf("section %s: %d bytes is larger than the file", s.Name, s.FileSize)
+	}
+	var b []byte
+	err := guard(func() error {
+		var err error
+		b, err = io.ReadAll(io.LimitReader(s.Open(), int64(s.Size)+1))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", s.Name, err)
+	}
+	if uint64(len(b)) > s.Size {
+		return nil, fmt.Errorf("section %s: decompresses past its declared %d bytes", s.Name, s.Size)
+	}
+	if !legacy {
+		return b, nil
+	}
+	// .zdebug_*: "ZLIB", 8-byte big-endian size, zlib stream.
+	if len(b) < 12 || string(b[:4]) != "ZLIB" {
+		return nil, fmt.Errorf("section %s: bad ZLIB header", s.Name)
+	}
+	n := binary.BigEndian.Uint64(b[4:12])
+	if n > budget {
+		return nil, fmt.Errorf("section %s: %d bytes decompressed is over the %d-byte DWARF limit", s.Name, n, maxDWARFBytes)
+	}
+	zr, err := zlib.NewReader(bytes.NewReader(b[12:]))
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", s.Name, err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, int64(n)+1))
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", s.Name, err)
+	}
+	if uint64(len(out)) != n {
+		return nil, fmt.Errorf("section %s: decompressed to %d bytes, header says %d", s.Name, len(out), n)
+	}
+	return out, nil
+}
+
+// maxMemberDepth bounds how deep nested struct and union members are
+// flattened into dotted names (rb_method_definition_struct.body.iseq.iseqptr is 3).
+const maxMemberDepth = 4
+
+// structsFromDWARF finds the first complete definition of every struct in
+// wantStructs and every enumerator in wantConstants. It stops reading as soon
+// as everything is found.
+func structsFromDWARF(d *dwarf.Data, wantStructs map[string]bool, wantConstants map[string]bool) (Structs, map[string]int64, error) {
+	structs := Structs{}
+	consts := map[string]int64{}
+	done := func() bool { return len(structs) == len(wantStructs) && len(consts) == len(wantConstants) }
+	err := guard(func() error {
+		r := d.Reader()
+		for !done() {
+			ent, err := r.Next()
+			if err != nil {
+				return err
+			}
+			if ent == nil {
+				return nil
+			}
+			switch ent.Tag {
+			case dwarf.TagCompileUnit, dwarf.TagPartialUnit, dwarf.TagTypeUnit, dwarf.TagNamespace:
+				continue // descend into the unit's top-level entries
+			case dwarf.TagStructType, dwarf.TagUnionType, dwarf.TagTypedef:
+				name, _ := ent.Val(dwarf.AttrName).(string)
+				if decl, _ := ent.Val(dwarf.AttrDeclaration).(bool); !decl && wantStructs[name] {
+					if _, seen := structs[name]; !seen {
+						if sl, ok := structFromType(d, ent.Offset); ok {
+							structs[name] = sl
+						}
+					}
+				}
+			case dwarf.TagEnumerationType:
+				if ent.Children {
+					if err := readEnumerators(r, wantConstants, consts); err != nil {
+						return err
+					}
+					continue // readEnumerators consumed the children
+				}
+			}
+			if ent.Children {
+				r.SkipChildren()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("DWARF: %w", err)
+	}
+	return structs, consts, nil
+}
+
+func readEnumerators(r *dwarf.Reader, want map[string]bool, out map[string]int64) error {
+	for i := 0; ; i++ {
+		ent, err := r.Next()
+		if err != nil {
+			return err
+		}
+		if ent == nil || ent.Tag == 0 {
+			return nil
+		}
+		if ent.Tag == dwarf.TagEnumerator {
+			name, _ := ent.Val(dwarf.AttrName).(string)
+			if want[name] {
+				if _, seen := out[name]; !seen {
+					switch v := ent.Val(dwarf.AttrConstValue).(type) {
+					case int64:
+						out[name] = v
+					case uint64:
+						out[name] = int64(v)
+					}
+				}
+			}
+		}
+		if ent.Children {
+			r.SkipChildren()
+		}
+	}
+}
+
+// structFromType resolves the type at off (a struct, union, or typedef of one)
+// into a flattened StructLayout.
+func structFromType(d *dwarf.Data, off dwarf.Offset) (StructLayout, bool) {
+	t, err := d.Type(off)
+	if err != nil {
+		return StructLayout{}, false
+	}
+	st, ok := underlyingStruct(t)
+	if !ok || st.Incomplete || st.ByteSize <= 0 {
+		return StructLayout{}, false
+	}
+	sl := StructLayout{Size: st.ByteSize, Members: map[string]Member{}}
+	flattenMembers(st, "", 0, 0, sl.Members)
+	return sl, true
+}
+
+func underlyingStruct(t dwarf.Type) (*dwarf.StructType, bool) {
+	for i := 0; i < 8; i++ { // typedef chains are short; bound them anyway
+		switch v := t.(type) {
+		case *dwarf.StructType:
+			return v, true
+		case *dwarf.TypedefType:
+			t = v.Type
+		case *dwarf.QualType:
+			t = v.Type
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// flattenMembers records every member of st at base, naming nested members of
+// embedded structs and unions with dots; anonymous members lend their fields
+// to the parent, as in C.
+func flattenMembers(st *dwarf.StructType, prefix string, base int64, depth int, out map[string]Member) {
+	for _, f := range st.Field {
+		off := base + f.ByteOffset
+		name := prefix + f.Name
+		if f.Name != "" {
+			m := Member{Offset: off, Size: f.Type.Size()}
+			if f.BitSize > 0 {
+				m.BitSize = f.BitSize
+				unit := f.ByteSize // the storage unit, as C declares it
+				if unit <= 0 {
+					unit = f.Type.Size()
+				}
+				if f.DataBitOffset != 0 || f.BitOffset == 0 {
+					// DWARF 4+: DW_AT_data_bit_offset counts bits from the
+					// struct start; the member lives in the unit holding them.
+					bits := f.DataBitOffset
+					if unit > 0 {
+						off = base + (bits/(8*unit))*unit
+					}
+					m.Offset = off
+					m.BitOffset = bits - 8*(off-base)
+				} else {
+					// DWARF 2-3: DW_AT_bit_offset counts from the unit's most
+					// significant bit.
+					m.BitOffset = 8*unit - f.BitOffset - f.BitSize
+				}
+			}
+			if _, dup := out[name]; !dup {
+				out[name] = m
+			}
+		}
+		if depth >= maxMemberDepth {
+			continue
+		}
+		if inner, ok := underlyingStruct(f.Type); ok && !inner.Incomplete {
+			p := prefix
+			if f.Name != "" {
+				p = name + "."
+			}
+			flattenMembers(inner, p, off, depth+1, out)
+		}
+	}
+}
+
+// cName is a struct's name as Ruby's source spells it in `struct X` or a typedef.
+func cName(s string) string { return strings.TrimPrefix(s, "struct ") }

@@ -1,0 +1,276 @@
+package rubystack
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Limits on what is read from an ELF file. Files come from target processes and
+// from users, so every read is bounded.
+const (
+	maxSymbols      = 4 << 20   // symbols per table; libruby has ~20k
+	maxSectionBytes = 256 << 20 // one non-DWARF section read into memory
+	maxNoteBytes    = 64 << 10  // .note.gnu.build-id and .gnu_debuglink
+)
+
+// elfFile is an opened ELF object with its symbol tables. It never panics on a
+// malformed file: debug/elf can, so every call into it is guarded.
+type elfFile struct {
+	path string
+	osf  *os.File
+	f    *elf.File
+	size int64
+}
+
+func openELF(path string) (ef *elfFile, err error) {
+	osf, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := osf.Stat()
+	if err != nil {
+		osf.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		osf.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	defer func() {
+		if err != nil {
+			osf.Close()
+		}
+	}()
+	var f *elf.File
+	if err := guard(func() error {
+		var err error
+		f, err = elf.NewFile(osf)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("%s: not an ELF file: %w", path, err)
+	}
+	return &elfFile{path: path, osf: osf, f: f, size: st.Size()}, nil
+}
+
+func (e *elfFile) Close() error { return e.osf.Close() }
+
+// guard runs fn and turns a panic inside it (debug/elf and debug/dwarf panic on
+// some malformed inputs) into an error.
+func guard(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed input: %v", r)
+		}
+	}()
+	return fn()
+}
+
+// arch names the machine in the words users know.
+func (e *elfFile) arch() string {
+	switch e.f.Machine {
+	case elf.EM_X86_64:
+		return "x86_64"
+	case elf.EM_AARCH64:
+		return "aarch64"
+	}
+	return e.f.Machine.String()
+}
+
+// sectionData reads a whole section, refusing absurd sizes.
+func (e *elfFile) sectionData(s *elf.Section) ([]byte, error) {
+	if s.Type == elf.SHT_NOBITS {
+		return nil, fmt.Errorf("section %s has no data in the file", s.Name)
+	}
+	if s.Size > maxSectionBytes {
+		return nil, fmt.Errorf("section %s: %d bytes is over the %d limit", s.Name, s.Size, maxSectionBytes)
+	}
+	var b []byte
+	err := guard(func() error {
+		r := io.LimitReader(s.Open(), int64(s.Size))
+		var err error
+		b, err = io.ReadAll(r)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", s.Name, err)
+	}
+	return b, nil
+}
+
+// buildID returns the GNU build-id as hex, or "".
+func (e *elfFile) buildID() string {
+	s := e.f.Section(".note.gnu.build-id")
+	if s == nil || s.Size > maxNoteBytes {
+		return ""
+	}
+	b, err := e.sectionData(s)
+	if err != nil {
+		return ""
+	}
+	// Elf64_Nhdr: namesz, descsz, type (4 bytes each), then "GNU\0", then desc.
+	for len(b) >= 12 {
+		namesz := uint64(e.f.ByteOrder.Uint32(b[0:]))
+		descsz := uint64(e.f.ByteOrder.Uint32(b[4:]))
+		typ := e.f.ByteOrder.Uint32(b[8:])
+		name := align4(namesz)
+		if 12+name+align4(descsz) > uint64(len(b)) {
+			return ""
+		}
+		if typ == 3 /* NT_GNU_BUILD_ID */ && namesz == 4 && string(b[12:15]) == "GNU" {
+			return hex.EncodeToString(b[12+name : 12+name+descsz])
+		}
+		b = b[12+name+align4(descsz):]
+	}
+	return ""
+}
+
+func align4(n uint64) uint64 { return (n + 3) &^ 3 }
+
+// debugLink returns the file name in .gnu_debuglink, or "".
+func (e *elfFile) debugLink() string {
+	s := e.f.Section(".gnu_debuglink")
+	if s == nil || s.Size > maxNoteBytes {
+		return ""
+	}
+	b, err := e.sectionData(s)
+	if err != nil {
+		return ""
+	}
+	if i := bytes.IndexByte(b, 0); i > 0 {
+		return string(b[:i])
+	}
+	return ""
+}
+
+// symbolTable names where a symbol was found.
+type symbolTable string
+
+const (
+	fromDynsym    symbolTable = "dynsym"
+	fromSymtab    symbolTable = "symtab"
+	fromDebugFile symbolTable = "debug-file symtab"
+)
+
+// symbol is one ELF symbol of interest.
+type symbol struct {
+	Name  string
+	Value uint64 // st_value: a virtual address, or for STT_TLS an offset in the module's TLS block
+	Size  uint64
+	Type  elf.SymType
+	From  symbolTable
+}
+
+// symbols reads the symbols whose names are in want from .dynsym and .symtab.
+// .symtab wins where both have a name (it has the local ones too).
+func (e *elfFile) symbols(want map[string]bool, from symbolTable) (map[string]symbol, error) {
+	out := map[string]symbol{}
+	add := func(syms []elf.Symbol, t symbolTable) {
+		for _, s := range syms {
+			if !want[s.Name] || s.Section == elf.SHN_UNDEF {
+				continue
+			}
+			if _, dup := out[s.Name]; dup && t == fromDynsym {
+				continue
+			}
+			out[s.Name] = symbol{Name: s.Name, Value: s.Value, Size: s.Size, Type: elf.ST_TYPE(s.Info), From: t}
+		}
+	}
+	for _, tab := range []struct {
+		typ  elf.SectionType
+		from symbolTable
+	}{{elf.SHT_DYNSYM, fromDynsym}, {elf.SHT_SYMTAB, from}} {
+		s := e.f.SectionByType(tab.typ)
+		if s == nil {
+			continue
+		}
+		if s.Size/uint64(elf.Sym64Size) > maxSymbols {
+			return nil, fmt.Errorf("%s: %s has more than %d symbols", e.path, s.Name, maxSymbols)
+		}
+		var syms []elf.Symbol
+		err := guard(func() error {
+			var err error
+			if tab.typ == elf.SHT_DYNSYM {
+				syms, err = e.f.DynamicSymbols()
+			} else {
+				syms, err = e.f.Symbols()
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+			return nil, fmt.Errorf("%s: %s: %w", e.path, s.Name, err)
+		}
+		add(syms, tab.from)
+	}
+	return out, nil
+}
+
+// hasSymtab says whether the file has a full symbol table.
+func (e *elfFile) hasSymtab() bool { return e.f.SectionByType(elf.SHT_SYMTAB) != nil }
+
+// readVaddr reads n bytes at virtual address addr from the file's loaded
+// segments (what the process would see there before relocation).
+func (e *elfFile) readVaddr(addr uint64, n int) ([]byte, error) {
+	if n < 0 || n > maxSectionBytes {
+		return nil, fmt.Errorf("read of %d bytes refused", n)
+	}
+	for _, p := range e.f.Progs {
+		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		off := addr - p.Vaddr
+		if off+uint64(n) > p.Filesz {
+			return nil, fmt.Errorf("%s: %d bytes at %#x run past the segment", e.path, n, addr)
+		}
+		b := make([]byte, n)
+		if _, err := e.osf.ReadAt(b, int64(p.Off+off)); err != nil {
+			return nil, fmt.Errorf("%s: read %#x: %w", e.path, addr, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("%s: address %#x is not in a loaded segment", e.path, addr)
+}
+
+// readCString reads a NUL-terminated string of at most max bytes at addr.
+func (e *elfFile) readCString(addr uint64, max int) (string, error) {
+	for n := max; n > 0; n /= 2 {
+		b, err := e.readVaddr(addr, n)
+		if err != nil {
+			continue // near the end of a segment: try a shorter read
+		}
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			return string(b[:i]), nil
+		}
+		return "", fmt.Errorf("%s: no string end within %d bytes at %#x", e.path, max, addr)
+	}
+	return "", fmt.Errorf("%s: no string at %#x", e.path, addr)
+}
+
+// tlsSegment returns the PT_TLS program header, or nil.
+func (e *elfFile) tlsSegment() *elf.Prog {
+	for _, p := range e.f.Progs {
+		if p.Type == elf.PT_TLS {
+			return p
+		}
+	}
+	return nil
+}
+
+// firstLoadVaddr is the page-aligned address of the first PT_LOAD segment, the
+// base against which a mapping's load bias is computed.
+func (e *elfFile) firstLoadVaddr() uint64 {
+	for _, p := range e.f.Progs {
+		if p.Type == elf.PT_LOAD {
+			a := p.Align
+			if a == 0 {
+				a = 1
+			}
+			return p.Vaddr &^ (a - 1)
+		}
+	}
+	return 0
+}

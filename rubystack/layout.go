@@ -1,0 +1,330 @@
+package rubystack
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Layout is everything the stack walker and symbolizer know about one Ruby
+// build: field offsets, struct sizes, flag values, and capability flags that
+// name behaviours instead of versions. One walker reads every Ruby through it.
+//
+// An offset of -1 means the field does not exist in this build; the
+// capability flags say which alternative applies.
+type Layout struct {
+	Version Version
+	Arch    string
+	Source  string // where it came from: "dwarf:PATH" or "table:VERSION/ARCH"
+
+	ExecutionContext struct {
+		VMStack, VMStackSize, CFP, ThreadPtr, FiberPtr int64
+	}
+	ControlFrame struct {
+		Size                             int64
+		PC, SP, Iseq, Self, EP, JITReturn int64
+	}
+	Iseq struct {
+		Body int64
+	}
+	IseqBody struct {
+		Type, IseqSize, IseqEncoded                    int64
+		Path, BaseLabel, Label, FirstLineno            int64 // location.*
+		FirstLinenoSize                                int64 // 8: a Fixnum VALUE (≤3.1); 4: an int
+		InsnsInfoBody, InsnsInfoSize, SuccIndexTable   int64
+		ParentIseq, LocalIseq                          int64
+	}
+	InsnInfoEntry struct {
+		Size, LineNo int64
+	}
+	MethodEntry struct {
+		Flags, DefinedClass, Def, CalledID, Owner int64
+	}
+	MethodDefinition struct {
+		Type                 Member // a 4-bit field at the start
+		IseqPtr, CFunc       int64  // body.iseq.iseqptr, body.cfunc.func
+		OriginalID           int64
+	}
+	SVar struct {
+		CrefOrMe int64
+	}
+	Basic struct {
+		Flags, Klass int64
+	}
+	String struct {
+		Len                  int64 // RString.len (3.3+), -1 before
+		HeapLen, HeapPtr     int64 // as.heap.len (≤3.2), as.heap.ptr
+		EmbedLen, EmbedBytes int64 // as.embed.len (3.2 only), as.embed.ary
+	}
+	Array struct {
+		HeapLen, HeapPtr, EmbedBytes int64 // as.heap.len, as.heap.ptr, as.ary
+	}
+	Class struct {
+		Size             int64 // sizeof(struct RClass): the classext follows it (3.3+)
+		Ptr              int64 // RClass.ptr to a separate classext (≤3.2), -1 when embedded
+		ClassextIvTbl    int64 // rb_classext_struct.iv_tbl (≤3.1)
+		ClassPath        int64 // rb_classext_struct.classpath (3.3+)
+		AttachedObject   int64 // rb_classext_struct.as.singleton_class.attached_object (3.3+)
+	}
+	StTable struct {
+		EntriesStart, EntriesBound, Entries int64
+		EntrySize, EntryKey, EntryRecord    int64
+	}
+	Symbols struct {
+		LastID, NextID, IDs int64 // rb_symbols_t: last_id (≤3.4) or next_id (4.0+), ids
+	}
+	VM struct {
+		MainRactor, MainThread int64 // ractor.main_ractor, ractor.main_thread
+	}
+	Ractor struct {
+		ThreadsSet, RunningEC, MainThread int64
+	}
+	Thread struct {
+		Self, VM, EC, ThreadID, NativeThread, LtNode int64
+	}
+	NativeThread struct {
+		ThreadID, TID int64
+	}
+
+	// Constants are the enumerator values read with the layout (flag bits,
+	// type tags, frame magics), by their C names.
+	Constants map[string]int64
+
+	Capabilities Capabilities
+
+	// Structs is the raw layout this was resolved from.
+	Structs Structs
+}
+
+// Capabilities name what differs between Ruby builds, so the walker branches on
+// behaviour rather than on version numbers.
+type Capabilities struct {
+	// FirstLinenoFixnum: location.first_lineno is a Fixnum VALUE (≤3.1), not an int.
+	FirstLinenoFixnum bool
+	// StringLenField: RString.len holds the length of embedded and heap strings (3.3+).
+	StringLenField bool
+	// StringEmbedLenInFlags: an embedded string's length is in its flags (≤3.1).
+	StringEmbedLenInFlags bool
+	// ClassextEmbedded: the classext follows struct RClass in the same slot (3.3+).
+	ClassextEmbedded bool
+	// ClassPathField: a class's path is rb_classext_struct.classpath (3.3+);
+	// otherwise it is the __classpath__ instance variable.
+	ClassPathField bool
+	// NativeThreadStruct: thread ids live in rb_thread_struct.nt (3.2+).
+	NativeThreadStruct bool
+	// SymbolsNextID: rb_symbols_t counts with next_id (exclusive) rather than last_id.
+	SymbolsNextID bool
+	// CFuncFrames: rb_profile_frames reports C-method frames (3.0+).
+	CFuncFrames bool
+	// SkipDummyBottomFrame: the walk ends one frame above the end of the VM
+	// stack and drops Ruby frames with a NULL pc (3.2+).
+	SkipDummyBottomFrame bool
+}
+
+// field says where one Layout field comes from.
+type field struct {
+	dst      *int64
+	strct    string
+	member   string // "" for the struct's size
+	optional bool
+}
+
+// fields lists every Layout offset and its source. It is the only place that
+// maps Ruby's names to the Layout, for DWARF and tables alike.
+func (l *Layout) fields() []field {
+	ec, cf, body := &l.ExecutionContext, &l.ControlFrame, &l.IseqBody
+	const (
+		opt = true
+		req = false
+	)
+	f := func(dst *int64, s, m string, optional bool) field { return field{dst, s, m, optional} }
+	return []field{
+		f(&ec.VMStack, "rb_execution_context_struct", "vm_stack", req),
+		f(&ec.VMStackSize, "rb_execution_context_struct", "vm_stack_size", req),
+		f(&ec.CFP, "rb_execution_context_struct", "cfp", req),
+		f(&ec.ThreadPtr, "rb_execution_context_struct", "thread_ptr", req),
+		f(&ec.FiberPtr, "rb_execution_context_struct", "fiber_ptr", req),
+
+		f(&cf.Size, "rb_control_frame_struct", "", req),
+		f(&cf.PC, "rb_control_frame_struct", "pc", req),
+		f(&cf.SP, "rb_control_frame_struct", "sp", req),
+		f(&cf.Iseq, "rb_control_frame_struct", "iseq", req),
+		f(&cf.Self, "rb_control_frame_struct", "self", req),
+		f(&cf.EP, "rb_control_frame_struct", "ep", req),
+		f(&cf.JITReturn, "rb_control_frame_struct", "jit_return", opt),
+
+		f(&l.Iseq.Body, "rb_iseq_struct", "body", req),
+
+		f(&body.Type, "rb_iseq_constant_body", "type", req),
+		f(&body.IseqSize, "rb_iseq_constant_body", "iseq_size", req),
+		f(&body.IseqEncoded, "rb_iseq_constant_body", "iseq_encoded", req),
+		f(&body.Path, "rb_iseq_constant_body", "location.pathobj", req),
+		f(&body.BaseLabel, "rb_iseq_constant_body", "location.base_label", req),
+		f(&body.Label, "rb_iseq_constant_body", "location.label", req),
+		f(&body.FirstLineno, "rb_iseq_constant_body", "location.first_lineno", req),
+		f(&body.InsnsInfoBody, "rb_iseq_constant_body", "insns_info.body", req),
+		f(&body.InsnsInfoSize, "rb_iseq_constant_body", "insns_info.size", req),
+		f(&body.SuccIndexTable, "rb_iseq_constant_body", "insns_info.succ_index_table", req),
+		f(&body.ParentIseq, "rb_iseq_constant_body", "parent_iseq", req),
+		f(&body.LocalIseq, "rb_iseq_constant_body", "local_iseq", req),
+
+		f(&l.InsnInfoEntry.Size, "iseq_insn_info_entry", "", req),
+		f(&l.InsnInfoEntry.LineNo, "iseq_insn_info_entry", "line_no", req),
+
+		f(&l.MethodEntry.Flags, "rb_callable_method_entry_struct", "flags", req),
+		f(&l.MethodEntry.DefinedClass, "rb_callable_method_entry_struct", "defined_class", req),
+		f(&l.MethodEntry.Def, "rb_callable_method_entry_struct", "def", req),
+		f(&l.MethodEntry.CalledID, "rb_callable_method_entry_struct", "called_id", req),
+		f(&l.MethodEntry.Owner, "rb_callable_method_entry_struct", "owner", req),
+
+		f(&l.MethodDefinition.IseqPtr, "rb_method_definition_struct", "body.iseq.iseqptr", req),
+		f(&l.MethodDefinition.CFunc, "rb_method_definition_struct", "body.cfunc.func", req),
+		f(&l.MethodDefinition.OriginalID, "rb_method_definition_struct", "original_id", req),
+
+		f(&l.SVar.CrefOrMe, "vm_svar", "cref_or_me", req),
+
+		f(&l.Basic.Flags, "RBasic", "flags", req),
+		f(&l.Basic.Klass, "RBasic", "klass", req),
+
+		f(&l.String.Len, "RString", "len", opt),
+		f(&l.String.HeapLen, "RString", "as.heap.len", opt),
+		f(&l.String.HeapPtr, "RString", "as.heap.ptr", req),
+		f(&l.String.EmbedLen, "RString", "as.embed.len", opt),
+		f(&l.String.EmbedBytes, "RString", "as.embed.ary", req),
+
+		f(&l.Array.HeapLen, "RArray", "as.heap.len", req),
+		f(&l.Array.HeapPtr, "RArray", "as.heap.ptr", req),
+		f(&l.Array.EmbedBytes, "RArray", "as.ary", req),
+
+		f(&l.Class.Size, "RClass", "", req),
+		f(&l.Class.Ptr, "RClass", "ptr", opt),
+		f(&l.Class.ClassextIvTbl, "rb_classext_struct", "iv_tbl", opt),
+		f(&l.Class.ClassPath, "rb_classext_struct", "classpath", opt),
+		f(&l.Class.AttachedObject, "rb_classext_struct", "as.singleton_class.attached_object", opt),
+
+		f(&l.StTable.EntriesStart, "st_table", "entries_start", req),
+		f(&l.StTable.EntriesBound, "st_table", "entries_bound", req),
+		f(&l.StTable.Entries, "st_table", "entries", req),
+		f(&l.StTable.EntrySize, "st_table_entry", "", req),
+		f(&l.StTable.EntryKey, "st_table_entry", "key", req),
+		f(&l.StTable.EntryRecord, "st_table_entry", "record", req),
+
+		f(&l.Symbols.LastID, "rb_symbols_t", "last_id", opt),
+		f(&l.Symbols.NextID, "rb_symbols_t", "next_id", opt),
+		f(&l.Symbols.IDs, "rb_symbols_t", "ids", req),
+
+		f(&l.VM.MainRactor, "rb_vm_struct", "ractor.main_ractor", req),
+		f(&l.VM.MainThread, "rb_vm_struct", "ractor.main_thread", req),
+
+		f(&l.Ractor.ThreadsSet, "rb_ractor_struct", "threads.set", req),
+		f(&l.Ractor.RunningEC, "rb_ractor_struct", "threads.running_ec", req),
+		f(&l.Ractor.MainThread, "rb_ractor_struct", "threads.main", req),
+
+		f(&l.Thread.Self, "rb_thread_struct", "self", req),
+		f(&l.Thread.VM, "rb_thread_struct", "vm", req),
+		f(&l.Thread.EC, "rb_thread_struct", "ec", req),
+		f(&l.Thread.ThreadID, "rb_thread_struct", "thread_id", opt),
+		f(&l.Thread.NativeThread, "rb_thread_struct", "nt", opt),
+		f(&l.Thread.LtNode, "rb_thread_struct", "lt_node", req),
+
+		f(&l.NativeThread.ThreadID, "rb_native_thread", "thread_id", opt),
+		f(&l.NativeThread.TID, "rb_native_thread", "tid", opt),
+	}
+}
+
+// usedMembers is the set of "struct.member" (and "struct." for sizes) that
+// fields reads; built-in tables keep exactly these.
+func usedMembers() map[string]bool {
+	var l Layout
+	out := map[string]bool{"rb_method_definition_struct.type": true}
+	for _, f := range l.fields() {
+		out[f.strct+"."+f.member] = true
+	}
+	return out
+}
+
+// requiredConstants must be present for a Layout to be usable.
+var requiredConstants = []string{
+	"ISEQ_TYPE_TOP", "ISEQ_TYPE_METHOD", "ISEQ_TYPE_BLOCK",
+	"VM_FRAME_MAGIC_CFUNC", "VM_FRAME_MAGIC_MASK", "VM_FRAME_FLAG_FINISH", "VM_FRAME_FLAG_CFRAME",
+	"VM_ENV_FLAG_LOCAL",
+	"RUBY_T_MASK", "RUBY_T_STRING", "RUBY_T_ARRAY", "RUBY_T_CLASS", "RUBY_T_MODULE", "RUBY_T_ICLASS",
+	"RUBY_T_IMEMO", "RUBY_FL_USHIFT", "RUBY_FL_SINGLETON", "RSTRING_NOEMBED", "RARRAY_EMBED_FLAG",
+	"imemo_ment", "imemo_svar", "imemo_cref",
+	"VM_METHOD_TYPE_ISEQ", "VM_METHOD_TYPE_CFUNC",
+	"tLAST_OP_ID",
+}
+
+// resolveLayout turns raw structs and constants into a Layout. It fails, naming
+// every missing piece, when a required field or constant is absent.
+func resolveLayout(v Version, arch, source string, structs Structs, consts map[string]int64) (*Layout, error) {
+	l := &Layout{Version: v, Arch: arch, Source: source, Structs: structs, Constants: consts}
+	var missing []string
+	for _, f := range l.fields() {
+		*f.dst = -1
+		sl, ok := structs[f.strct]
+		if !ok {
+			if !f.optional {
+				missing = append(missing, "struct "+f.strct)
+			}
+			continue
+		}
+		if f.member == "" {
+			*f.dst = sl.Size
+			continue
+		}
+		m, ok := sl.Members[f.member]
+		if !ok {
+			if !f.optional {
+				missing = append(missing, f.strct+"."+f.member)
+			}
+			continue
+		}
+		*f.dst = m.Offset
+	}
+	if sl, ok := structs["rb_method_definition_struct"]; ok {
+		if m, ok := sl.Members["type"]; ok {
+			l.MethodDefinition.Type = m
+		} else {
+			missing = append(missing, "rb_method_definition_struct.type")
+		}
+	}
+	if sl, ok := structs["rb_iseq_constant_body"]; ok {
+		l.IseqBody.FirstLinenoSize = sl.Members["location.first_lineno"].Size
+	}
+	for _, c := range requiredConstants {
+		if _, ok := consts[c]; !ok {
+			missing = append(missing, "constant "+c)
+		}
+	}
+	// Alternatives: one of each pair must exist.
+	if l.String.Len < 0 && l.String.HeapLen < 0 {
+		missing = append(missing, "RString.len or RString.as.heap.len")
+	}
+	if l.Symbols.LastID < 0 && l.Symbols.NextID < 0 {
+		missing = append(missing, "rb_symbols_t.last_id or next_id")
+	}
+	if l.Thread.ThreadID < 0 && l.Thread.NativeThread < 0 {
+		missing = append(missing, "rb_thread_struct.thread_id or nt")
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return nil, fmt.Errorf("layout from %s lacks %s", source, strings.Join(missing, ", "))
+	}
+	_, hasEmbedMask := consts["RSTRING_EMBED_LEN_MASK"]
+	l.Capabilities = Capabilities{
+		FirstLinenoFixnum:     l.IseqBody.FirstLinenoSize == 8,
+		StringLenField:        l.String.Len >= 0,
+		StringEmbedLenInFlags: l.String.Len < 0 && l.String.EmbedLen < 0 && hasEmbedMask,
+		ClassextEmbedded:      l.Class.Ptr < 0,
+		ClassPathField:        l.Class.ClassPath >= 0,
+		NativeThreadStruct:    l.Thread.NativeThread >= 0,
+		SymbolsNextID:         l.Symbols.NextID >= 0,
+		// Behaviours of rb_profile_frames that no struct shows: see
+		// vm_backtrace.c (cfunc frames since 3.0; the dummy bottom frame and
+		// NULL-pc frames skipped since 3.2).
+		CFuncFrames:          !v.Less(Version{3, 0, 0}),
+		SkipDummyBottomFrame: !v.Less(Version{3, 2, 0}),
+	}
+	return l, nil
+}

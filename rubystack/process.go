@@ -1,0 +1,188 @@
+package rubystack
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Limits on /proc/PID/maps: a process with a million mappings is not Ruby's shape.
+const (
+	maxMapsLines = 1 << 20
+	maxMapsLine  = 8 << 10
+)
+
+// Mapping is one line of /proc/PID/maps.
+type Mapping struct {
+	Start, End, Offset uint64
+	Perms              string
+	Path               string // as the process sees it; " (deleted)" removed
+	Deleted            bool
+}
+
+// ReadMaps parses /proc/PID/maps.
+func ReadMaps(pid int) ([]Mapping, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, procError(pid, err)
+	}
+	defer f.Close()
+	return parseMaps(f)
+}
+
+func parseMaps(r io.Reader) ([]Mapping, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), maxMapsLine)
+	var out []Mapping
+	for sc.Scan() {
+		if len(out) >= maxMapsLines {
+			return nil, fmt.Errorf("maps: more than %d mappings", maxMapsLines)
+		}
+		m, ok := parseMapsLine(sc.Text())
+		if ok {
+			out = append(out, m)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("maps: %w", err)
+	}
+	return out, nil
+}
+
+// parseMapsLine reads "start-end perms offset dev inode   path".
+func parseMapsLine(line string) (Mapping, bool) {
+	f := strings.Fields(line)
+	if len(f) < 5 {
+		return Mapping{}, false
+	}
+	lo, hi, ok := strings.Cut(f[0], "-")
+	if !ok {
+		return Mapping{}, false
+	}
+	var m Mapping
+	var err1, err2, err3 error
+	m.Start, err1 = strconv.ParseUint(lo, 16, 64)
+	m.End, err2 = strconv.ParseUint(hi, 16, 64)
+	m.Offset, err3 = strconv.ParseUint(f[2], 16, 64)
+	if err1 != nil || err2 != nil || err3 != nil || m.End < m.Start {
+		return Mapping{}, false
+	}
+	m.Perms = f[1]
+	if len(f) >= 6 {
+		// The path is everything after the inode, and may contain spaces.
+		idx := 0
+		for i := 0; i < 5; i++ {
+			idx += strings.Index(line[idx:], f[i]) + len(f[i])
+		}
+		m.Path = strings.TrimLeft(line[idx:], " ")
+		if strings.HasSuffix(m.Path, " (deleted)") {
+			m.Path, m.Deleted = strings.TrimSuffix(m.Path, " (deleted)"), true
+		}
+	}
+	return m, true
+}
+
+// Process is a running Ruby: the binary holding its VM and where it is loaded.
+type Process struct {
+	PID    int
+	Binary *Binary
+	// Bias is added to a file virtual address to get the address in the process.
+	Bias uint64
+	// MappedPath is the binary's path as the process sees it.
+	MappedPath string
+	Maps       []Mapping
+}
+
+// OpenProcess finds the Ruby VM in process pid: a mapped libruby, or the
+// executable itself for a static ruby. Files are opened through
+// /proc/PID/map_files (deleted files) or /proc/PID/root (containers).
+func OpenProcess(pid int, opts OpenOptions) (*Process, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("pid %d: not a process id", pid)
+	}
+	maps, err := ReadMaps(pid)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Root == "" {
+		opts.Root = fmt.Sprintf("/proc/%d/root", pid)
+	}
+	var cands []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p != "" && !seen[p] && strings.HasPrefix(p, "/") {
+			seen[p] = true
+			cands = append(cands, p)
+		}
+	}
+	for _, m := range maps {
+		if strings.HasPrefix(filepath.Base(m.Path), "libruby") {
+			add(m.Path)
+		}
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+		add(strings.TrimSuffix(exe, " (deleted)"))
+	}
+	var tried []string
+	for _, path := range cands {
+		first, ok := firstMapping(maps, path)
+		if !ok {
+			continue
+		}
+		o := opts
+		o.mappedAs = path
+		b, err := OpenBinary(openablePath(pid, opts.Root, first), o)
+		if err != nil {
+			if errors.Is(err, errNotRuby) {
+				continue
+			}
+			tried = append(tried, err.Error())
+			continue
+		}
+		return &Process{PID: pid, Binary: b, MappedPath: path, Maps: maps,
+			Bias: first.Start - first.Offset - b.elf.firstLoadVaddr()}, nil
+	}
+	if len(tried) > 0 {
+		return nil, fmt.Errorf("pid %d: %s", pid, strings.Join(tried, "; "))
+	}
+	return nil, fmt.Errorf("pid %d: not a Ruby process (no libruby or Ruby executable is mapped); check the pid", pid)
+}
+
+// Close releases the binary.
+func (p *Process) Close() error { return p.Binary.Close() }
+
+// firstMapping is the lowest mapping of path (its ELF header, offset 0).
+func firstMapping(maps []Mapping, path string) (Mapping, bool) {
+	for _, m := range maps {
+		if m.Path == path && m.Offset == 0 {
+			return m, true
+		}
+	}
+	return Mapping{}, false
+}
+
+// openablePath names a file the way this process can open it.
+func openablePath(pid int, root string, m Mapping) string {
+	mf := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End)
+	if _, err := os.Stat(mf); err == nil {
+		return mf
+	}
+	return filepath.Join(root, m.Path)
+}
+
+// procError words an error reading /proc/PID for a person.
+func procError(pid int, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("pid %d: no such process", pid)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("pid %d: permission denied; run as root or as the process's user with CAP_SYS_PTRACE", pid)
+	}
+	return fmt.Errorf("pid %d: %w", pid, err)
+}

@@ -1,0 +1,105 @@
+package rubystack
+
+import "sort"
+
+// Structs maps a C struct name, as Ruby's source spells it, to its layout.
+// It is the raw material a Layout is resolved from, whether it came from DWARF
+// or from a built-in table.
+type Structs map[string]StructLayout
+
+// StructLayout is one struct's size and members. Members of embedded structs
+// and unions have dotted names ("location.pathobj", "body.iseq.iseqptr").
+type StructLayout struct {
+	Size    int64
+	Members map[string]Member
+}
+
+// Member is where a field lives inside its struct.
+type Member struct {
+	Offset    int64 // bytes from the start of the outermost struct
+	Size      int64 // bytes; for a bit-field, the size of its storage unit
+	BitOffset int64 // for a bit-field: bits from Offset (little-endian numbering)
+	BitSize   int64 // for a bit-field: its width; 0 otherwise
+}
+
+// Names returns the struct names in order.
+func (s Structs) Names() []string {
+	out := make([]string, 0, len(s))
+	for n := range s {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// MemberNames returns the member names of one struct in order of offset, then name.
+func (sl StructLayout) MemberNames() []string {
+	out := make([]string, 0, len(sl.Members))
+	for n := range sl.Members {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := sl.Members[out[i]], sl.Members[out[j]]
+		if a.Offset != b.Offset {
+			return a.Offset < b.Offset
+		}
+		return out[i] < out[j]
+	})
+	return out
+}
+
+// wantedStructs are the CRuby structs whose layout rubyperf reads: the
+// execution context and its frames, iseqs and their line tables, method
+// entries, strings, arrays, classes, the symbol table, and the VM, ractor and
+// thread structs that lead to every thread's execution context. Each entry is a
+// struct tag, or the typedef of an anonymous struct (rb_symbols_t).
+var wantedStructs = map[string]bool{
+	"rb_execution_context_struct":     true,
+	"rb_control_frame_struct":         true,
+	"rb_iseq_struct":                  true,
+	"rb_iseq_constant_body":           true,
+	"rb_iseq_location_struct":         true,
+	"iseq_insn_info_entry":            true,
+	"rb_callable_method_entry_struct": true,
+	"rb_method_definition_struct":     true,
+	"vm_svar":                         true,
+	"RBasic":                          true,
+	"RString":                         true,
+	"RArray":                          true,
+	"RClass":                          true,
+	"rb_classext_struct":              true,
+	"st_table":                        true,
+	"st_table_entry":                  true,
+	"rb_symbols_t":                    true,
+	"rb_vm_struct":                    true,
+	"rb_ractor_struct":                true,
+	"rb_thread_struct":                true,
+	"rb_native_thread":                true, // 3.2+
+}
+
+// wantedConstants are enumerators of Ruby's C enums that the walker and
+// symbolizer need: type tags, flag bits, frame magics, iseq and method types.
+// They come from DWARF like offsets do, so no flag value is typed by hand.
+var wantedConstants = map[string]bool{
+	"tLAST_OP_ID": true, "RUBY_ID_SCOPE_SHIFT": true,
+	"ISEQ_TYPE_TOP": true, "ISEQ_TYPE_METHOD": true, "ISEQ_TYPE_BLOCK": true, "ISEQ_TYPE_CLASS": true,
+	"ISEQ_TYPE_RESCUE": true, "ISEQ_TYPE_ENSURE": true, "ISEQ_TYPE_EVAL": true, "ISEQ_TYPE_MAIN": true,
+	"ISEQ_TYPE_PLAIN": true,
+	"VM_FRAME_MAGIC_METHOD": true, "VM_FRAME_MAGIC_BLOCK": true, "VM_FRAME_MAGIC_CLASS": true,
+	"VM_FRAME_MAGIC_TOP": true, "VM_FRAME_MAGIC_CFUNC": true, "VM_FRAME_MAGIC_IFUNC": true,
+	"VM_FRAME_MAGIC_EVAL": true, "VM_FRAME_MAGIC_RESCUE": true, "VM_FRAME_MAGIC_DUMMY": true,
+	"VM_FRAME_MAGIC_MASK": true, "VM_FRAME_FLAG_FINISH": true, "VM_FRAME_FLAG_BMETHOD": true,
+	"VM_FRAME_FLAG_CFRAME": true, "VM_FRAME_FLAG_LAMBDA": true, "VM_ENV_FLAG_LOCAL": true,
+	"VM_ENV_FLAG_ESCAPED": true,
+	"RUBY_T_MASK": true, "RUBY_T_OBJECT": true, "RUBY_T_CLASS": true, "RUBY_T_MODULE": true,
+	"RUBY_T_STRING": true, "RUBY_T_ARRAY": true, "RUBY_T_DATA": true, "RUBY_T_ICLASS": true,
+	"RUBY_T_IMEMO": true, "RUBY_T_MOVED": true,
+	"RUBY_FL_USHIFT": true, "RUBY_FL_SINGLETON": true, "RUBY_FL_USER0": true, "RUBY_FL_USER1": true,
+	"RSTRING_NOEMBED": true, "RSTRING_EMBED_LEN_MASK": true, "RSTRING_EMBED_LEN_SHIFT": true,
+	"RARRAY_EMBED_FLAG": true, "RARRAY_EMBED_LEN_MASK": true, "RARRAY_EMBED_LEN_SHIFT": true,
+	"RMODULE_IS_REFINEMENT": true,
+	"imemo_env": true, "imemo_cref": true, "imemo_svar": true, "imemo_ment": true, "imemo_iseq": true,
+	"VM_METHOD_TYPE_ISEQ": true, "VM_METHOD_TYPE_CFUNC": true, "VM_METHOD_TYPE_BMETHOD": true,
+	"VM_METHOD_TYPE_ALIAS": true, "VM_METHOD_TYPE_REFINED": true,
+	"ID_ENTRY_STR": true, "ID_ENTRY_SIZE": true,
+}

@@ -1,0 +1,49 @@
+package rubystack
+
+import (
+	"errors"
+	"fmt"
+)
+
+// CurrentECOffset returns the offset from a thread's thread pointer to its
+// ruby_current_ec slot in this process: TP + offset holds the thread's EC.
+//
+// For an executable (static ruby) the offset is fixed at link time. For a
+// libruby it depends on where the dynamic linker put the module's TLS block:
+// that is read once through the DTV of one thread (x86_64, TLS variant II:
+// dtv = *(TP+8); block = dtv[modid].val, 16-byte entries) and holds for every
+// thread, because a library loaded at start-up gets static TLS at one offset.
+func (p *Process) CurrentECOffset(mem Memory, ec Anchor, tp uint64) (int64, error) {
+	if !ec.Found {
+		return 0, fmt.Errorf("pid %d: ruby_current_ec not found: %s", p.PID, ec.Why)
+	}
+	if ec.HasTPOffset {
+		return ec.TPOffset, nil
+	}
+	if ec.TLSModuleGOT == 0 {
+		return 0, errors.New("ruby_current_ec: no TLS module id relocation to read the module's TLS block")
+	}
+	if p.Binary.Arch != "x86_64" {
+		return 0, fmt.Errorf("pid %d: TLS of %s libruby is not implemented", p.PID, p.Binary.Arch)
+	}
+	modid, err := ReadWord(mem, p.Bias+ec.TLSModuleGOT)
+	if err != nil {
+		return 0, fmt.Errorf("TLS module id: %w", err)
+	}
+	const maxModules = 1 << 16 // dlopen'ed modules in one process
+	if modid == 0 || modid > maxModules {
+		return 0, fmt.Errorf("pid %d: TLS module id %d is not plausible", p.PID, modid)
+	}
+	dtv, err := ReadWord(mem, tp+8)
+	if err != nil {
+		return 0, fmt.Errorf("DTV: %w", err)
+	}
+	block, err := ReadWord(mem, dtv+16*modid)
+	if err != nil {
+		return 0, fmt.Errorf("TLS block: %w", err)
+	}
+	if block == 0 || block == ^uint64(0) {
+		return 0, fmt.Errorf("pid %d: libruby's TLS block is not allocated in this thread (dlopen'ed Ruby?)", p.PID)
+	}
+	return int64(block-tp) + ec.TLSOffset, nil
+}

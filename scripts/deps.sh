@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages rubyperf's build, tests and demo need. Idempotent:
+# it runs apt-get only when something is missing, so a warm machine pays nothing.
+set -euo pipefail
+
+pkgs=(
+  ruby3.1            # Debian's Ruby: a stripped libruby, the distro shape we must support
+  dwarves            # pahole: an independent oracle for struct offsets
+  dpkg-dev           # dpkg-source, to unpack Debian source packages of Ruby
+  autoconf bison pkg-config libffi-dev libssl-dev libyaml-dev zlib1g-dev libgmp-dev  # Ruby build deps (Fiddle needs libffi)
+  binutils xz-utils
+  linux-perf         # stock perf: the oracle for perf.data and native unwinding
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "rubyperf: missing Debian packages: ${missing[*]}; run 'sudo $0' or install them" >&2
+  exit 1
+fi
+echo "deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
