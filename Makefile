@@ -28,9 +28,9 @@ test: rubies lint
 
 # Every byte parser is fuzzed briefly on each test run; longer with FUZZTIME=10m.
 fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzOpenBinary$$' -fuzztime=$(FUZZTIME) ./rubystack
-	$(GO) test -run='^$$' -fuzz='^FuzzParseMaps$$' -fuzztime=$(FUZZTIME) ./rubystack
-	$(GO) test -run='^$$' -fuzz='^FuzzParseVersion$$' -fuzztime=$(FUZZTIME) ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzOpenBinary$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMaps$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzParseVersion$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
 
 demo: rubies build
 	@bash scripts/demo.sh

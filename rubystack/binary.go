@@ -140,12 +140,12 @@ func (b *Binary) dwarfStructs() (Structs, map[string]int64, string, error) {
 		if e == nil {
 			continue
 		}
-		d, err := e.loadDWARF()
+		d, infoBytes, err := e.loadDWARF()
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
-		structs, consts, err := structsFromDWARF(d, wantedStructs, wantedConstants)
+		structs, consts, err := structsFromDWARF(d, wantedStructs, wantedConstants, infoBytes)
 		if err != nil {
 			errs = append(errs, e.path+": "+err.Error())
 			continue

@@ -31,7 +31,9 @@ func findDebugFile(e *elfFile, path, root string) string {
 		}
 	}
 	link, crc, ok := e.debugLinkCRC()
-	if !ok {
+	// The link comes from the file: it must be a plain name, never a path
+	// that leaves the debug directories.
+	if !ok || link != filepath.Base(link) || link == "." || link == ".." {
 		return ""
 	}
 	dir := filepath.Dir(path) // the file's own directory, inside root
@@ -86,6 +88,9 @@ func fileCRC32(path string) uint32 {
 		return 0
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return 0
+	}
 	h := crc32.NewIEEE()
 	if _, err := io.Copy(h, io.LimitReader(f, maxDebugFileBytes)); err != nil {
 		return 0

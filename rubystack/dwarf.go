@@ -27,7 +27,7 @@ var errNoDWARF = errors.New("no DWARF type information")
 // loadDWARF reads the DWARF sections rubyperf needs from e, decompressing
 // SHF_COMPRESSED (zlib, zstd) and legacy .zdebug sections, never more than
 // maxDWARFBytes in all.
-func (e *elfFile) loadDWARF() (*dwarf.Data, error) {
+func (e *elfFile) loadDWARF() (*dwarf.Data, int, error) {
 	data := map[string][]byte{}
 	var total uint64
 	for _, name := range dwarfSections {
@@ -44,13 +44,13 @@ func (e *elfFile) loadDWARF() (*dwarf.Data, error) {
 		}
 		b, err := e.readDebugSection(s, legacy, maxDWARFBytes-total)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", e.path, err)
+			return nil, 0, fmt.Errorf("%s: %w", e.path, err)
 		}
 		total += uint64(len(b))
 		data[name] = b
 	}
 	if data["info"] == nil || data["abbrev"] == nil {
-		return nil, errNoDWARF
+		return nil, 0, errNoDWARF
 	}
 	var d *dwarf.Data
 	err := guard(func() error {
@@ -72,9 +72,9 @@ func (e *elfFile) loadDWARF() (*dwarf.Data, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: DWARF: %w", e.path, err)
+		return nil, 0, fmt.Errorf("%s: DWARF: %w", e.path, err)
 	}
-	return d, nil
+	return d, len(data["info"]) + len(data["types"]), nil
 }
 
 // readDebugSection returns the section's bytes, decompressed, refusing to
@@ -131,13 +131,20 @@ const maxMemberDepth = 4
 // structsFromDWARF finds the first complete definition of every struct in
 // wantStructs and every enumerator in wantConstants. It stops reading as soon
 // as everything is found.
-func structsFromDWARF(d *dwarf.Data, wantStructs map[string]bool, wantConstants map[string]bool) (Structs, map[string]int64, error) {
+//
+// budget bounds the entries read: every entry takes at least one byte of
+// .debug_info, so its size is an upper bound for well-formed input, and a
+// malformed entry that does not advance the reader cannot loop forever.
+func structsFromDWARF(d *dwarf.Data, wantStructs map[string]bool, wantConstants map[string]bool, budget int) (Structs, map[string]int64, error) {
 	structs := Structs{}
 	consts := map[string]int64{}
 	done := func() bool { return len(structs) == len(wantStructs) && len(consts) == len(wantConstants) }
 	err := guard(func() error {
 		r := d.Reader()
 		for !done() {
+			if budget--; budget < 0 {
+				return errors.New("more entries than .debug_info has bytes")
+			}
 			ent, err := r.Next()
 			if err != nil {
 				return err
@@ -159,7 +166,7 @@ func structsFromDWARF(d *dwarf.Data, wantStructs map[string]bool, wantConstants 
 				}
 			case dwarf.TagEnumerationType:
 				if ent.Children {
-					if err := readEnumerators(r, wantConstants, consts); err != nil {
+					if err := readEnumerators(r, wantConstants, consts, &budget); err != nil {
 						return err
 					}
 					continue // readEnumerators consumed the children
@@ -177,8 +184,11 @@ func structsFromDWARF(d *dwarf.Data, wantStructs map[string]bool, wantConstants 
 	return structs, consts, nil
 }
 
-func readEnumerators(r *dwarf.Reader, want map[string]bool, out map[string]int64) error {
-	for i := 0; ; i++ {
+func readEnumerators(r *dwarf.Reader, want map[string]bool, out map[string]int64, budget *int) error {
+	for {
+		if *budget--; *budget < 0 {
+			return errors.New("more entries than .debug_info has bytes")
+		}
 		ent, err := r.Next()
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // Limits on what is read from an ELF file. Files come from target processes and
@@ -28,7 +29,9 @@ type elfFile struct {
 }
 
 func openELF(path string) (ef *elfFile, err error) {
-	osf, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO or device named by untrusted input must not
+	// hang; anything but a regular file is refused below.
+	osf, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}

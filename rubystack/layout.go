@@ -21,18 +21,18 @@ type Layout struct {
 		VMStack, VMStackSize, CFP, ThreadPtr, FiberPtr int64
 	}
 	ControlFrame struct {
-		Size                             int64
+		Size                              int64
 		PC, SP, Iseq, Self, EP, JITReturn int64
 	}
 	Iseq struct {
 		Body int64
 	}
 	IseqBody struct {
-		Type, IseqSize, IseqEncoded                    int64
-		Path, BaseLabel, Label, FirstLineno            int64 // location.*
-		FirstLinenoSize                                int64 // 8: a Fixnum VALUE (≤3.1); 4: an int
-		InsnsInfoBody, InsnsInfoSize, SuccIndexTable   int64
-		ParentIseq, LocalIseq                          int64
+		Type, IseqSize, IseqEncoded                  int64
+		Path, BaseLabel, Label, FirstLineno          int64 // location.*
+		FirstLinenoSize                              int64 // 8: a Fixnum VALUE (≤3.1); 4: an int
+		InsnsInfoBody, InsnsInfoSize, SuccIndexTable int64
+		ParentIseq, LocalIseq                        int64
 	}
 	InsnInfoEntry struct {
 		Size, LineNo int64
@@ -41,9 +41,9 @@ type Layout struct {
 		Flags, DefinedClass, Def, CalledID, Owner int64
 	}
 	MethodDefinition struct {
-		Type                 Member // a 4-bit field at the start
-		IseqPtr, CFunc       int64  // body.iseq.iseqptr, body.cfunc.func
-		OriginalID           int64
+		Type           Member // a 4-bit field at the start
+		IseqPtr, CFunc int64  // body.iseq.iseqptr, body.cfunc.func
+		OriginalID     int64
 	}
 	SVar struct {
 		CrefOrMe int64
@@ -60,11 +60,11 @@ type Layout struct {
 		HeapLen, HeapPtr, EmbedBytes int64 // as.heap.len, as.heap.ptr, as.ary
 	}
 	Class struct {
-		Size             int64 // sizeof(struct RClass): the classext follows it (3.3+)
-		Ptr              int64 // RClass.ptr to a separate classext (≤3.2), -1 when embedded
-		ClassextIvTbl    int64 // rb_classext_struct.iv_tbl (≤3.1)
-		ClassPath        int64 // rb_classext_struct.classpath (3.3+)
-		AttachedObject   int64 // rb_classext_struct.as.singleton_class.attached_object (3.3+)
+		Size           int64 // sizeof(struct RClass): the classext follows it (3.3+)
+		Ptr            int64 // RClass.ptr to a separate classext (≤3.2), -1 when embedded
+		ClassextIvTbl  int64 // rb_classext_struct.iv_tbl (≤3.1)
+		ClassPath      int64 // rb_classext_struct.classpath (3.3+)
+		AttachedObject int64 // rb_classext_struct.as.singleton_class.attached_object (3.3+)
 	}
 	StTable struct {
 		EntriesStart, EntriesBound, Entries int64

@@ -6,7 +6,7 @@ func init() {
 	builtinLayouts = append(builtinLayouts, tableLayout{
 		Version: "3.3.8",
 		Arch:    "x86_64",
-		Source:  "Ruby 3.3.8 x86_64, DWARF of vm",
+		Source:  "Ruby 3.3.8 x86_64, DWARF of ruby",
 		Structs: Structs{
 			"RArray": {Size: 40, Members: map[string]Member{
 				"as.ary":      {Offset: 16, Size: 8},

@@ -44,7 +44,11 @@ func runOffsets(args []string, stdout io.Writer) error {
 		defer proc.Close()
 		bin = proc.Binary
 	} else {
-		bin, err = rubystack.OpenBinary(pos[0], opts)
+		path := pos[0]
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real // name the file itself, not a link to it
+		}
+		bin, err = rubystack.OpenBinary(path, opts)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,92 @@
+package archtest
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/rubyperf/rubyperf/"
+
+// allowed lists, for each package, the project packages it may import.
+// Test files may also import internal/testruby.
+var allowed = map[string][]string{
+	"rubystack":         {},
+	"bpf":               {"rubystack"},
+	"perfdata":          {},
+	"perfmap":           {},
+	"merge":             {"rubystack"},
+	"cmd/rubyperf":      {"*"},
+	"internal/testruby": {},
+	"internal/archtest": {},
+}
+
+// stdlibOnly packages may import nothing outside the standard library
+// (golang.org/x is allowed to rubystack for sys and arch).
+var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true}
+
+func TestImportsPointOneWay(t *testing.T) {
+	root := filepath.Join("..", "..")
+	fset := token.NewFileSet()
+	seen := 0
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		rules, ok := allowed[rel]
+		if !ok {
+			t.Errorf("%s: package %s has no entry in the import rules; add it to allowed", path, rel)
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		seen++
+		isTest := strings.HasSuffix(path, "_test.go")
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(p, module) {
+				dep := strings.TrimPrefix(p, module)
+				if dep == "cmd/rubyperf" {
+					t.Errorf("%s imports cmd/rubyperf: nothing imports cmd", path)
+				}
+				if !permits(rules, dep) && !(isTest && dep == "internal/testruby") {
+					t.Errorf("%s (package %s) imports %s, which it may not", path, rel, dep)
+				}
+				continue
+			}
+			if stdlibOnly[rel] && !isTest && strings.Contains(strings.Split(p, "/")[0], ".") {
+				t.Errorf("%s (package %s) imports %s: it may use only the standard library", path, rel, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 10 {
+		t.Fatalf("read only %d Go files; is the walk rooted right?", seen)
+	}
+}
+
+func permits(rules []string, dep string) bool {
+	for _, r := range rules {
+		if r == "*" || r == dep {
+			return true
+		}
+	}
+	return false
+}
