@@ -46,6 +46,8 @@ var anchorSymbols = map[string]bool{
 	"ruby_version": true, "ruby_current_ec": true, "ruby_current_vm_ptr": true,
 	"ruby_single_main_ractor": true, "ruby_global_symbols": true, "rb_vm_exec": true,
 	"vm_exec_core": true, "rb_thread_current": true, "rb_id2str": true, "rb_current_ec_noinline": true,
+	// exported functions the disassembly fallbacks read
+	"rb_iseq_eval": true, "rb_iseq_eval_main": true, "rb_during_gc": true,
 }
 
 // findAnchors locates each anchor: from symbols first (dynsym, symtab, a debug
@@ -80,6 +82,16 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 	if !a.GlobalSymbols.Found && l != nil {
 		if err := b.globalSymbolsByDisassembly(&a.GlobalSymbols, l); err != nil {
 			a.GlobalSymbols.Why = err.Error()
+		}
+	}
+	if !a.VMPtr.Found && l != nil {
+		if err := b.vmPtrByDisassembly(&a.VMPtr, l); err != nil {
+			a.VMPtr.Why = err.Error()
+		}
+	}
+	if !a.VMExec.Found {
+		if err := b.vmExecByDisassembly(&a.VMExec); err != nil {
+			a.VMExec.Why = err.Error()
 		}
 	}
 	for _, x := range a.List() {

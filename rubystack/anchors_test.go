@@ -37,7 +37,7 @@ func TestStrippedAnchorsEqualSymtab(t *testing.T) {
 	if want.CurrentEC.How != "symtab" || want.GlobalSymbols.How != "symtab" {
 		t.Fatalf("unstripped build: anchors not from symtab: %+v", want)
 	}
-	for _, a := range []*Anchor{&got.CurrentEC, &got.GlobalSymbols} {
+	for _, a := range []*Anchor{&got.CurrentEC, &got.GlobalSymbols, &got.VMPtr, &got.VMExec} {
 		if !a.Found || !strings.HasPrefix(a.How, "disassembly") {
 			t.Errorf("stripped %s: found=%v how=%q why=%q, want found by disassembly", a.Name, a.Found, a.How, a.Why)
 		}
@@ -49,6 +49,14 @@ func TestStrippedAnchorsEqualSymtab(t *testing.T) {
 	}
 	if got.GlobalSymbols.Address != want.GlobalSymbols.Address {
 		t.Errorf("ruby_global_symbols: stripped %#x, symtab %#x", got.GlobalSymbols.Address, want.GlobalSymbols.Address)
+	}
+	if got.VMPtr.Address != want.VMPtr.Address {
+		t.Errorf("ruby_current_vm_ptr: stripped %#x, symtab %#x", got.VMPtr.Address, want.VMPtr.Address)
+	}
+	// rb_vm_exec's size comes from the next FDE: at least the symbol's size,
+	// at most alignment padding more.
+	if got.VMExec.Address != want.VMExec.Address || got.VMExec.Size < want.VMExec.Size || got.VMExec.Size > want.VMExec.Size+64 {
+		t.Errorf("rb_vm_exec: stripped %#x+%d, symtab %#x+%d", got.VMExec.Address, got.VMExec.Size, want.VMExec.Address, want.VMExec.Size)
 	}
 }
 
@@ -70,6 +78,29 @@ func TestDisassemblyOnSharedLibruby(t *testing.T) {
 	}
 	if gs.Address != syms.GlobalSymbols.Address {
 		t.Errorf("ruby_global_symbols: disassembly %#x, symtab %#x", gs.Address, syms.GlobalSymbols.Address)
+	}
+	var vm, exec Anchor
+	if err := b.vmPtrByDisassembly(&vm, l); err != nil {
+		t.Fatal(err)
+	}
+	if vm.Address != syms.VMPtr.Address || !strings.Contains(vm.How, "GOT") {
+		t.Errorf("ruby_current_vm_ptr: disassembly %#x (%s), symtab %#x", vm.Address, vm.How, syms.VMPtr.Address)
+	}
+	if err := b.vmExecByDisassembly(&exec); err == nil || !strings.Contains(err.Error(), "PLT") {
+		t.Errorf("rb_vm_exec through the PLT: %v %+v", err, exec)
+	}
+}
+
+// TestVMPtrByDisassemblyDebian: Debian's stripped libruby exports
+// ruby_current_vm_ptr, so the fallback can be checked against .dynsym.
+func TestVMPtrByDisassemblyDebian(t *testing.T) {
+	b, l := openLayout(t, testruby.Get(t, "3.1.2-debian").VM)
+	var vm Anchor
+	if err := b.vmPtrByDisassembly(&vm, l); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.syms["ruby_current_vm_ptr"]; vm.Address != s.Value {
+		t.Errorf("disassembly %#x, dynsym %#x", vm.Address, s.Value)
 	}
 }
 

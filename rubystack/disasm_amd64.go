@@ -228,3 +228,110 @@ func (b *Binary) globalSymbolsByDisassembly(dst *Anchor, l *Layout) error {
 	}
 	return fmt.Errorf("no symbol, and %s has no access pattern this decoder knows", fn)
 }
+
+// vmExecByDisassembly finds rb_vm_exec through rb_iseq_eval and
+// rb_iseq_eval_main, exported functions that both end in a tail call to it
+// (vm_exec). Both must agree.
+func (b *Binary) vmExecByDisassembly(dst *Anchor) error {
+	if b.elf.f.Machine != elf.EM_X86_64 {
+		return errors.New("no symbol, and the disassembly fallback supports x86_64 only")
+	}
+	var target uint64
+	for _, fn := range []string{"rb_iseq_eval", "rb_iseq_eval_main"} {
+		pc, code, err := b.funcBytes(fn, 2048)
+		if err != nil {
+			return fmt.Errorf("no symbol; disassembly: %w", err)
+		}
+		end := pc + uint64(len(code))
+		var found []uint64
+		for off := 0; off < len(code); {
+			in, err := x86asm.Decode(code[off:], 64)
+			if err != nil || in.Len == 0 {
+				off++
+				continue
+			}
+			i := insn{pc + uint64(off), in}
+			if t, ok := i.branchTarget(); ok && in.Op == x86asm.JMP && (t < pc || t >= end) {
+				found = append(found, t)
+			}
+			off += in.Len
+		}
+		if len(found) == 0 {
+			return fmt.Errorf("no symbol, and %s has no tail call", fn)
+		}
+		t := found[len(found)-1]
+		for _, f := range found {
+			if f != t {
+				return fmt.Errorf("no symbol, and %s tail-calls more than one function", fn)
+			}
+		}
+		if sec := b.elf.sectionAt(t); sec == ".plt" || sec == ".plt.sec" {
+			return fmt.Errorf("no symbol; %s tail-calls through the PLT (an exported rb_vm_exec would have a symbol)", fn)
+		}
+		if target != 0 && t != target {
+			return fmt.Errorf("no symbol; rb_iseq_eval and rb_iseq_eval_main tail-call %#x and %#x", target, t)
+		}
+		target = t
+	}
+	*dst = Anchor{Name: dst.Name, Found: true, Address: target,
+		How: "disassembly of rb_iseq_eval and rb_iseq_eval_main (tail calls)"}
+	if end, ok := b.elf.functionEnd(target); ok {
+		dst.Size = end - target
+		dst.How += ", size from .eh_frame_hdr"
+	}
+	return nil
+}
+
+// vmPtrByDisassembly finds ruby_current_vm_ptr through rb_during_gc, which
+// loads it (directly, or through a GOT slot) and then the VM's objspace; the
+// objspace offset must be the Layout's.
+func (b *Binary) vmPtrByDisassembly(dst *Anchor, l *Layout) error {
+	if b.elf.f.Machine != elf.EM_X86_64 {
+		return errors.New("no symbol, and the disassembly fallback supports x86_64 only")
+	}
+	const fn = "rb_during_gc"
+	pc, code, err := b.funcBytes(fn, 64)
+	if err != nil {
+		return fmt.Errorf("no symbol; disassembly: %w", err)
+	}
+	insns := decode(pc, code)
+	if len(insns) < 3 || insns[0].inst.Op != x86asm.MOV {
+		return fmt.Errorf("no symbol, and %s does not start with a load", fn)
+	}
+	reg, _ := insns[0].inst.Args[0].(x86asm.Reg)
+	t, ok := insns[0].ripTarget(insns[0].inst.Args[1])
+	if !ok || reg == 0 {
+		return fmt.Errorf("no symbol, and %s does not start with a RIP-relative load", fn)
+	}
+	rest := insns[1:]
+	how := "disassembly of " + fn
+	if m, ok := rest[0].inst.Args[1].(x86asm.Mem); ok && rest[0].inst.Op == x86asm.MOV && m.Base == reg && m.Disp == 0 && m.Index == 0 {
+		// t is a GOT slot holding &ruby_current_vm_ptr.
+		r, ok := b.relocationAt(t)
+		switch {
+		case ok && r.typ == uint32(elf.R_X86_64_RELATIVE):
+			t = uint64(r.addend)
+		case ok && r.typ == uint32(elf.R_X86_64_GLOB_DAT):
+			v, ok := b.dynsymValue(r.sym)
+			if !ok {
+				return fmt.Errorf("no symbol; %s: bad GOT relocation", fn)
+			}
+			t = v
+		default:
+			return fmt.Errorf("no symbol; %s: GOT slot %#x has no usable relocation", fn, t)
+		}
+		rest = rest[1:]
+		how += " (through the GOT)"
+	}
+	// Within the next instructions, the VM pointer is followed to objspace.
+	for _, i := range rest {
+		for _, a := range i.inst.Args {
+			if m, ok := a.(x86asm.Mem); ok && m.Base == reg && m.Disp == l.VM.ObjSpace && l.VM.ObjSpace > 0 {
+				*dst = Anchor{Name: dst.Name, Found: true, Address: t, Size: 8,
+					How: fmt.Sprintf("%s (then vm->objspace at %d)", how, l.VM.ObjSpace)}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no symbol, and %s does not read vm->objspace at %d", fn, l.VM.ObjSpace)
+}

@@ -277,3 +277,13 @@ func (e *elfFile) firstLoadVaddr() uint64 {
 	}
 	return 0
 }
+
+// sectionAt names the section holding virtual address addr, or "".
+func (e *elfFile) sectionAt(addr uint64) string {
+	for _, s := range e.f.Sections {
+		if s.Flags&elf.SHF_ALLOC != 0 && addr >= s.Addr && addr-s.Addr < s.Size {
+			return s.Name
+		}
+	}
+	return ""
+}

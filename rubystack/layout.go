@@ -75,6 +75,7 @@ type Layout struct {
 	}
 	VM struct {
 		MainRactor, MainThread int64 // ractor.main_ractor, ractor.main_thread
+		ObjSpace               int64 // objspace (≤3.3) or gc.objspace (3.4+)
 	}
 	Ractor struct {
 		ThreadsSet, RunningEC, MainThread int64
@@ -125,7 +126,7 @@ type Capabilities struct {
 type field struct {
 	dst      *int64
 	strct    string
-	member   string // "" for the struct's size
+	member   string // "" for the struct's size; "a|b" where versions name it differently
 	optional bool
 }
 
@@ -215,6 +216,7 @@ func (l *Layout) fields() []field {
 
 		f(&l.VM.MainRactor, "rb_vm_struct", "ractor.main_ractor", req),
 		f(&l.VM.MainThread, "rb_vm_struct", "ractor.main_thread", req),
+		f(&l.VM.ObjSpace, "rb_vm_struct", "objspace|gc.objspace", req),
 
 		f(&l.Ractor.ThreadsSet, "rb_ractor_struct", "threads.set", req),
 		f(&l.Ractor.RunningEC, "rb_ractor_struct", "threads.running_ec", req),
@@ -238,7 +240,9 @@ func usedMembers() map[string]bool {
 	var l Layout
 	out := map[string]bool{"rb_method_definition_struct.type": true}
 	for _, f := range l.fields() {
-		out[f.strct+"."+f.member] = true
+		for _, m := range strings.Split(f.member, "|") {
+			out[f.strct+"."+m] = true
+		}
 	}
 	return out
 }
@@ -273,7 +277,13 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 			*f.dst = sl.Size
 			continue
 		}
-		m, ok := sl.Members[f.member]
+		var m Member
+		ok = false
+		for _, name := range strings.Split(f.member, "|") {
+			if m, ok = sl.Members[name]; ok {
+				break
+			}
+		}
 		if !ok {
 			if !f.optional {
 				missing = append(missing, f.strct+"."+f.member)

@@ -95,6 +95,7 @@ func init() {
 			"rb_vm_struct": {Size: 9440, Members: map[string]Member{
 				"ractor.main_ractor": {Offset: 32, Size: 8},
 				"ractor.main_thread": {Offset: 40, Size: 8},
+				"objspace":           {Offset: 1104, Size: 8},
 			}},
 			"st_table": {Size: 56, Members: map[string]Member{
 				"entries_start": {Offset: 32, Size: 8},
