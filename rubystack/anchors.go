@@ -34,11 +34,12 @@ type Anchors struct {
 	GlobalSymbols    Anchor // ruby_global_symbols: id2str for cfunc names
 	VMExec           Anchor // rb_vm_exec: one native frame per VM entry
 	VMExecCore       Anchor // vm_exec_core, where not inlined
+	ShapeTree        Anchor // rb_shape_tree_ptr: object shapes (3.3+), for class ivars
 }
 
 // List returns the anchors in a stable order.
 func (a *Anchors) List() []*Anchor {
-	return []*Anchor{&a.CurrentEC, &a.VMPtr, &a.SingleMainRactor, &a.GlobalSymbols, &a.VMExec, &a.VMExecCore}
+	return []*Anchor{&a.CurrentEC, &a.VMPtr, &a.SingleMainRactor, &a.GlobalSymbols, &a.VMExec, &a.VMExecCore, &a.ShapeTree}
 }
 
 // anchorSymbols are the symbols the binary is searched for.
@@ -48,6 +49,7 @@ var anchorSymbols = map[string]bool{
 	"vm_exec_core": true, "rb_thread_current": true, "rb_id2str": true, "rb_current_ec_noinline": true,
 	// exported functions the disassembly fallbacks read
 	"rb_iseq_eval": true, "rb_iseq_eval_main": true, "rb_during_gc": true,
+	"rb_shape_tree_ptr": true, "rb_shape_get_shape_by_id": true,
 }
 
 // findAnchors locates each anchor: from symbols first (dynsym, symtab, a debug
@@ -66,6 +68,7 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 	plain(&a.GlobalSymbols, "ruby_global_symbols")
 	plain(&a.VMExec, "rb_vm_exec")
 	plain(&a.VMExecCore, "vm_exec_core")
+	plain(&a.ShapeTree, "rb_shape_tree_ptr")
 
 	a.CurrentEC.Name = "ruby_current_ec"
 	if s, ok := b.syms["ruby_current_ec"]; ok && s.Type == elf.STT_TLS {
@@ -88,6 +91,14 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 		if err := b.vmPtrByDisassembly(&a.VMPtr, l); err != nil {
 			a.VMPtr.Why = err.Error()
 		}
+	}
+	if !a.ShapeTree.Found && l != nil && l.Capabilities.ClassIvarsInShapes {
+		if err := b.shapeTreeByDisassembly(&a.ShapeTree, l); err != nil {
+			a.ShapeTree.Why = err.Error()
+		}
+	}
+	if l != nil && !l.Capabilities.ClassIvarsInShapes && !a.ShapeTree.Found {
+		a.ShapeTree.Why = "not used by this Ruby (no object shapes for class ivars)"
 	}
 	if !a.VMExec.Found {
 		if err := b.vmExecByDisassembly(&a.VMExec); err != nil {

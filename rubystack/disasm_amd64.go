@@ -335,3 +335,30 @@ func (b *Binary) vmPtrByDisassembly(dst *Anchor, l *Layout) error {
 	}
 	return fmt.Errorf("no symbol, and %s does not read vm->objspace at %d", fn, l.VM.ObjSpace)
 }
+
+// shapeTreeByDisassembly finds rb_shape_tree_ptr through the exported
+// rb_shape_get_shape_by_id, which loads it and, a few instructions on,
+// follows it to shape_list (at the Layout's offset).
+func (b *Binary) shapeTreeByDisassembly(dst *Anchor, l *Layout) error {
+	const fn = "rb_shape_get_shape_by_id"
+	pc, code, err := b.funcBytes(fn, 64)
+	if err != nil {
+		return fmt.Errorf("no symbol; disassembly: %w", err)
+	}
+	insns := decode(pc, code)
+	for k, i := range insns {
+		t, ok := i.ripTarget(i.inst.Args[1])
+		reg, _ := i.inst.Args[0].(x86asm.Reg)
+		if i.inst.Op != x86asm.MOV || !ok || reg == 0 {
+			continue
+		}
+		for _, n := range insns[k+1 : min(k+5, len(insns))] {
+			if m, ok := n.inst.Args[1].(x86asm.Mem); ok && n.inst.Op == x86asm.MOV && m.Base == reg && m.Disp == l.Shape.TreeShapeList {
+				*dst = Anchor{Name: dst.Name, Found: true, Address: t, Size: 8,
+					How: fmt.Sprintf("disassembly of %s (then shape_list at %d)", fn, l.Shape.TreeShapeList)}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no symbol, and %s has no load this decoder knows", fn)
+}

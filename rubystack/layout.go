@@ -32,10 +32,18 @@ type Layout struct {
 		Path, BaseLabel, Label, FirstLineno          int64 // location.*
 		FirstLinenoSize                              int64 // 8: a Fixnum VALUE (≤3.1); 4: an int
 		InsnsInfoBody, InsnsInfoSize, SuccIndexTable int64
+		InsnsInfoPositions                           int64
 		ParentIseq, LocalIseq                        int64
 	}
 	InsnInfoEntry struct {
 		Size, LineNo int64
+	}
+	// SuccIndexTable is iseq.c's succinct bit vector from instruction
+	// positions to line-table entries.
+	SuccIndexTable struct {
+		ImmPart, SuccPart                     int64
+		BlockSize, BlockRank, BlockSmallRanks int64 // struct succ_dict_block
+		BlockBits                             int64
 	}
 	MethodEntry struct {
 		Flags, DefinedClass, Def, CalledID, Owner int64
@@ -61,10 +69,19 @@ type Layout struct {
 	}
 	Class struct {
 		Size           int64 // sizeof(struct RClass): the classext follows it (3.3+)
+		Super          int64 // RClass.super
 		Ptr            int64 // RClass.ptr to a separate classext (≤3.2), -1 when embedded
 		ClassextIvTbl  int64 // rb_classext_struct.iv_tbl (≤3.1)
 		ClassPath      int64 // rb_classext_struct.classpath (3.3+)
 		AttachedObject int64 // rb_classext_struct.as.singleton_class.attached_object (3.3+)
+	}
+	// Shape is an object shape (3.2+): classes and modules keep their
+	// instance variables in classext.iv_ptr, indexed through the shape tree.
+	Shape struct {
+		Size, EdgeName, NextIvIndex, Type, ParentID int64
+		ParentIDSize                                int64 // sizeof(shape_id_t)
+		TreeShapeList                               int64 // rb_shape_tree_t.shape_list
+		ClassextIvPtr                               int64 // rb_classext_struct.iv_ptr
 	}
 	StTable struct {
 		EntriesStart, EntriesBound, Entries int64
@@ -81,7 +98,8 @@ type Layout struct {
 		ThreadsSet, RunningEC, MainThread int64
 	}
 	Thread struct {
-		Self, VM, EC, ThreadID, NativeThread, LtNode int64
+		Self, VM, EC, ThreadID, NativeThread, LtNode, LtNodeNext int64
+		TID, Name                                                int64 // tid (≤3.1; nt->tid after), name
 	}
 	NativeThread struct {
 		ThreadID, TID int64
@@ -120,6 +138,12 @@ type Capabilities struct {
 	// SkipDummyBottomFrame: the walk ends one frame above the end of the VM
 	// stack and drops Ruby frames with a NULL pc (3.2+).
 	SkipDummyBottomFrame bool
+	// TopJITFrameLineZero: the top frame's line is 0 when it runs JIT code
+	// (cfp->jit_return set), its pc being stale (3.3+).
+	TopJITFrameLineZero bool
+	// ClassIvarsInShapes: class and module instance variables live in
+	// classext.iv_ptr, indexed by the object's shape (3.3+), not in an st_table.
+	ClassIvarsInShapes bool
 }
 
 // field says where one Layout field comes from.
@@ -166,11 +190,19 @@ func (l *Layout) fields() []field {
 		f(&body.InsnsInfoBody, "rb_iseq_constant_body", "insns_info.body", req),
 		f(&body.InsnsInfoSize, "rb_iseq_constant_body", "insns_info.size", req),
 		f(&body.SuccIndexTable, "rb_iseq_constant_body", "insns_info.succ_index_table", req),
+		f(&body.InsnsInfoPositions, "rb_iseq_constant_body", "insns_info.positions", opt),
 		f(&body.ParentIseq, "rb_iseq_constant_body", "parent_iseq", req),
 		f(&body.LocalIseq, "rb_iseq_constant_body", "local_iseq", req),
 
 		f(&l.InsnInfoEntry.Size, "iseq_insn_info_entry", "", req),
 		f(&l.InsnInfoEntry.LineNo, "iseq_insn_info_entry", "line_no", req),
+
+		f(&l.SuccIndexTable.ImmPart, "succ_index_table", "imm_part", req),
+		f(&l.SuccIndexTable.SuccPart, "succ_index_table", "succ_part", req),
+		f(&l.SuccIndexTable.BlockSize, "succ_dict_block", "", req),
+		f(&l.SuccIndexTable.BlockRank, "succ_dict_block", "rank", req),
+		f(&l.SuccIndexTable.BlockSmallRanks, "succ_dict_block", "small_block_ranks", req),
+		f(&l.SuccIndexTable.BlockBits, "succ_dict_block", "bits", req),
 
 		f(&l.MethodEntry.Flags, "rb_callable_method_entry_struct", "flags", req),
 		f(&l.MethodEntry.DefinedClass, "rb_callable_method_entry_struct", "defined_class", req),
@@ -198,10 +230,19 @@ func (l *Layout) fields() []field {
 		f(&l.Array.EmbedBytes, "RArray", "as.ary", req),
 
 		f(&l.Class.Size, "RClass", "", req),
+		f(&l.Class.Super, "RClass", "super", req),
 		f(&l.Class.Ptr, "RClass", "ptr", opt),
 		f(&l.Class.ClassextIvTbl, "rb_classext_struct", "iv_tbl", opt),
 		f(&l.Class.ClassPath, "rb_classext_struct", "classpath", opt),
 		f(&l.Class.AttachedObject, "rb_classext_struct", "as.singleton_class.attached_object", opt),
+
+		f(&l.Shape.Size, "rb_shape", "", opt),
+		f(&l.Shape.EdgeName, "rb_shape", "edge_name", opt),
+		f(&l.Shape.NextIvIndex, "rb_shape", "next_iv_index", opt),
+		f(&l.Shape.Type, "rb_shape", "type", opt),
+		f(&l.Shape.ParentID, "rb_shape", "parent_id", opt),
+		f(&l.Shape.TreeShapeList, "rb_shape_tree_t", "shape_list", opt),
+		f(&l.Shape.ClassextIvPtr, "rb_classext_struct", "iv_ptr", opt),
 
 		f(&l.StTable.EntriesStart, "st_table", "entries_start", req),
 		f(&l.StTable.EntriesBound, "st_table", "entries_bound", req),
@@ -228,6 +269,9 @@ func (l *Layout) fields() []field {
 		f(&l.Thread.ThreadID, "rb_thread_struct", "thread_id", opt),
 		f(&l.Thread.NativeThread, "rb_thread_struct", "nt", opt),
 		f(&l.Thread.LtNode, "rb_thread_struct", "lt_node", req),
+		f(&l.Thread.LtNodeNext, "rb_thread_struct", "lt_node.next", req),
+		f(&l.Thread.TID, "rb_thread_struct", "tid", opt),
+		f(&l.Thread.Name, "rb_thread_struct", "name", req),
 
 		f(&l.NativeThread.ThreadID, "rb_native_thread", "thread_id", opt),
 		f(&l.NativeThread.TID, "rb_native_thread", "tid", opt),
@@ -256,7 +300,8 @@ var requiredConstants = []string{
 	"RUBY_T_IMEMO", "RUBY_FL_USHIFT", "RUBY_FL_SINGLETON", "RSTRING_NOEMBED", "RARRAY_EMBED_FLAG",
 	"imemo_ment", "imemo_svar", "imemo_cref",
 	"VM_METHOD_TYPE_ISEQ", "VM_METHOD_TYPE_CFUNC",
-	"tLAST_OP_ID",
+	"tLAST_OP_ID", "RUBY_ID_SCOPE_SHIFT", "ID_ENTRY_STR", "ID_ENTRY_SIZE",
+	"RUBY_Qfalse", "RUBY_Qnil", "RUBY_IMMEDIATE_MASK",
 }
 
 // resolveLayout turns raw structs and constants into a Layout. It fails, naming
@@ -299,6 +344,9 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 			missing = append(missing, "rb_method_definition_struct.type")
 		}
 	}
+	if sl, ok := structs["rb_shape"]; ok {
+		l.Shape.ParentIDSize = sl.Members["parent_id"].Size
+	}
 	if sl, ok := structs["rb_iseq_constant_body"]; ok {
 		l.IseqBody.FirstLinenoSize = sl.Members["location.first_lineno"].Size
 	}
@@ -316,6 +364,9 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	}
 	if l.Thread.ThreadID < 0 && l.Thread.NativeThread < 0 {
 		missing = append(missing, "rb_thread_struct.thread_id or nt")
+	}
+	if l.Thread.TID < 0 && l.NativeThread.TID < 0 {
+		missing = append(missing, "rb_thread_struct.tid or rb_native_thread.tid")
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
@@ -335,6 +386,9 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 		// NULL-pc frames skipped since 3.2).
 		CFuncFrames:          !v.Less(Version{3, 0, 0}),
 		SkipDummyBottomFrame: !v.Less(Version{3, 2, 0}),
+		TopJITFrameLineZero:  !v.Less(Version{3, 3, 0}) && l.ControlFrame.JITReturn >= 0,
+		ClassIvarsInShapes: l.Class.ClassextIvTbl < 0 && l.Shape.ClassextIvPtr >= 0 && l.Shape.ParentID >= 0 &&
+			l.Shape.TreeShapeList >= 0,
 	}
 	return l, nil
 }

@@ -75,6 +75,10 @@ var wantedStructs = map[string]bool{
 	"rb_ractor_struct":                true,
 	"rb_thread_struct":                true,
 	"rb_native_thread":                true, // 3.2+
+	"succ_index_table":                true, // iseq.c: positions to line-table entries
+	"succ_dict_block":                 true,
+	"rb_shape":                        true, // 3.2+: object shapes
+	"rb_shape_tree_t":                 true,
 }
 
 // wantedConstants are enumerators of Ruby's C enums that the walker and
@@ -102,4 +106,7 @@ var wantedConstants = map[string]bool{
 	"VM_METHOD_TYPE_ISEQ": true, "VM_METHOD_TYPE_CFUNC": true, "VM_METHOD_TYPE_BMETHOD": true,
 	"VM_METHOD_TYPE_ALIAS": true, "VM_METHOD_TYPE_REFINED": true,
 	"ID_ENTRY_STR": true, "ID_ENTRY_SIZE": true,
+	"RUBY_Qfalse": true, "RUBY_Qtrue": true, "RUBY_Qnil": true, "RUBY_Qundef": true,
+	"RUBY_IMMEDIATE_MASK": true, "RUBY_FIXNUM_FLAG": true,
+	"SHAPE_ROOT": true, "SHAPE_IVAR": true, "SHAPE_OBJ_TOO_COMPLEX": true,
 }

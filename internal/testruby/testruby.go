@@ -7,6 +7,7 @@ package testruby
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,6 +87,13 @@ func missing(t testing.TB, format string, args ...any) {
 // stdout. The process is killed when the test ends.
 func Start(t testing.TB, r Ruby, args ...string) *exec.Cmd {
 	t.Helper()
+	cmd, _ := StartOutput(t, r, args...)
+	return cmd
+}
+
+// StartOutput is Start, also returning the lines printed before "ready".
+func StartOutput(t testing.TB, r Ruby, args ...string) (*exec.Cmd, []string) {
+	t.Helper()
 	cmd := exec.Command(r.Exe, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -97,15 +105,18 @@ func Start(t testing.TB, r Ruby, args ...string) *exec.Cmd {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	ready := make(chan error, 1)
+	var lines []string
 	go func() {
 		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
 		for sc.Scan() {
 			if strings.TrimSpace(sc.Text()) == "ready" {
 				ready <- nil
 				return
 			}
+			lines = append(lines, sc.Text())
 		}
-		ready <- sc.Err()
+		ready <- fmt.Errorf("exited before printing ready: %v", sc.Err())
 	}()
 	select {
 	case err := <-ready:
@@ -115,5 +126,5 @@ func Start(t testing.TB, r Ruby, args ...string) *exec.Cmd {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s: no \"ready\" line within 30s", r.Name)
 	}
-	return cmd
+	return cmd, lines
 }

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+func runSnapshot(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
+	pid := fs.Int("p", 0, "pid of a running Ruby")
+	format := fs.String("format", "text", "text or json")
+	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+	case *pid == 0:
+		return usageError{"give -p PID"}
+	case *format != "text" && *format != "json":
+		return usageError{fmt.Sprintf("--format %q must be one of: text, json", *format)}
+	}
+	proc, err := rubystack.OpenProcess(*pid, rubystack.OpenOptions{DebugFile: *debugFile})
+	if err != nil {
+		return err
+	}
+	defer proc.Close()
+	mem := &rubystack.ProcessMemory{PID: *pid}
+	defer mem.Close()
+	r, err := rubystack.NewReader(proc, mem)
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", *pid, err)
+	}
+	stacks, err := r.Snapshot()
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeSnapshotJSON(stdout, *pid, r.Layout.Version.String(), stacks)
+	}
+	writeSnapshotText(stdout, *pid, r.Layout.Version.String(), stacks)
+	return nil
+}
+
+// snapshotJSON is the document of `rubyperf snapshot --format json`.
+type snapshotJSON struct {
+	PID     int          `json:"pid"`
+	Version string       `json:"version"`
+	Threads []threadJSON `json:"threads"`
+}
+
+type threadJSON struct {
+	TID    int         `json:"tid"`
+	Name   string      `json:"name"`
+	Frames []frameJSON `json:"frames"`
+}
+
+type frameJSON struct {
+	Label string  `json:"label"`
+	Path  *string `json:"path"` // null for C methods, as rb_profile_frame_path
+	Line  int64   `json:"line"`
+}
+
+func writeSnapshotJSON(w io.Writer, pid int, version string, stacks []rubystack.ThreadStack) error {
+	doc := snapshotJSON{PID: pid, Version: version, Threads: []threadJSON{}}
+	for _, s := range stacks {
+		t := threadJSON{TID: s.TID, Name: s.Name, Frames: []frameJSON{}}
+		for _, f := range s.Frames {
+			fj := frameJSON{Label: f.Label, Line: f.Line}
+			if f.HasPath {
+				p := f.Path
+				fj.Path = &p
+			}
+			t.Frames = append(t.Frames, fj)
+		}
+		doc.Threads = append(doc.Threads, t)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// writeSnapshotText prints each thread like a Ruby backtrace: a C method
+// shows the location of the Ruby code that called it.
+func writeSnapshotText(w io.Writer, pid int, version string, stacks []rubystack.ThreadStack) {
+	fmt.Fprintf(w, "pid %d, Ruby %s, %d threads\n", pid, version, len(stacks))
+	for _, s := range stacks {
+		fmt.Fprintf(w, "\nthread %d %q\n", s.TID, s.Name)
+		for i, f := range s.Frames {
+			loc := "<cfunc>"
+			if f.HasPath {
+				loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
+			} else {
+				for _, caller := range s.Frames[i+1:] {
+					if caller.HasPath {
+						loc = fmt.Sprintf("%s:%d", caller.Path, caller.Line)
+						break
+					}
+				}
+			}
+			fmt.Fprintf(w, "\t%s:in '%s'\n", loc, f.Label)
+		}
+	}
+}

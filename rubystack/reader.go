@@ -1,0 +1,195 @@
+package rubystack
+
+import (
+	"errors"
+	"fmt"
+)
+
+// maxCacheEntries bounds each symbolization cache; a full cache is dropped
+// and refilled rather than grown.
+const maxCacheEntries = 1 << 16
+
+// Reader reads the Ruby VM of one process from outside: threads, their
+// stacks, and the names of frames. It caches what it symbolizes, keyed by
+// address and validated on every use, because GC compaction moves objects.
+type Reader struct {
+	PID    int
+	Layout *Layout
+
+	mem     *countingMemory
+	o       *objects
+	syms    *idTable
+	vmPtr   uint64 // runtime address of ruby_current_vm_ptr, or 0
+	shapes  uint64 // runtime address of rb_shape_tree_ptr, or 0
+	iseqs   map[uint64]*iseq
+	cmes    map[uint64]*methodEntry
+	classes map[uint64]classEntry
+
+	// Stats counts work and trouble since the Reader was made.
+	Stats ReaderStats
+}
+
+// ReaderStats are counters a profiler reports.
+type ReaderStats struct {
+	Reads         int // reads of target memory
+	UnknownFrames int // frames that could not be read consistently
+	Truncated     int // stacks cut at MaxFrames
+}
+
+// NewReader prepares to read process p's VM through mem.
+func NewReader(p *Process, mem Memory) (*Reader, error) {
+	l, err := p.Binary.Layout()
+	if err != nil {
+		return nil, err
+	}
+	a := p.Binary.Anchors(l)
+	at := func(x Anchor) uint64 {
+		if x.Found {
+			return p.Bias + x.Address
+		}
+		return 0
+	}
+	return newReader(p.PID, mem, l, at(a.GlobalSymbols), at(a.VMPtr), at(a.ShapeTree)), nil
+}
+
+func newReader(pid int, mem Memory, l *Layout, globalSymbols, vmPtr, shapeTree uint64) *Reader {
+	cm := &countingMemory{inner: mem}
+	r := &Reader{PID: pid, Layout: l, mem: cm, vmPtr: vmPtr, shapes: shapeTree,
+		iseqs: map[uint64]*iseq{}, cmes: map[uint64]*methodEntry{}, classes: map[uint64]classEntry{}}
+	r.o = newObjects(cm, l)
+	r.syms = &idTable{o: r.o, addr: globalSymbols, cache: map[uint64]string{}}
+	r.mem.reads = &r.Stats.Reads
+	return r
+}
+
+// remember stores v in a bounded cache.
+func (r *Reader) remember(cache any, key uint64, v any) {
+	switch c := cache.(type) {
+	case map[uint64]*iseq:
+		if len(c) >= maxCacheEntries {
+			clear(c)
+		}
+		c[key] = v.(*iseq)
+	case map[uint64]*methodEntry:
+		if len(c) >= maxCacheEntries {
+			clear(c)
+		}
+		c[key] = v.(*methodEntry)
+	case map[uint64]classEntry:
+		if len(c) >= maxCacheEntries {
+			clear(c)
+		}
+		c[key] = v.(classEntry)
+	}
+}
+
+// countingMemory counts reads.
+type countingMemory struct {
+	inner Memory
+	reads *int
+}
+
+func (m *countingMemory) ReadAt(p []byte, addr uint64) error {
+	*m.reads++
+	return m.inner.ReadAt(p, addr)
+}
+
+// methodEntry is a callable method entry and its definition.
+type methodEntry struct {
+	def          uint64
+	defType      int64
+	iseqPtr      uint64 // def->body.iseq.iseqptr, for ISEQ methods
+	originalID   uint64
+	definedClass uint64
+}
+
+func (r *Reader) methodEntry(cme uint64) (*methodEntry, error) {
+	typ, err := r.o.imemoType(cme)
+	if err != nil {
+		return nil, err
+	}
+	if typ != r.Layout.Constants["imemo_ment"] {
+		return nil, fmt.Errorf("%w: %#x is imemo type %d, not a method entry", errTorn, cme, typ)
+	}
+	me := &r.Layout.MethodEntry
+	def, err := r.o.word(cme + uint64(me.Def))
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := r.cmes[cme]; ok && c.def == def {
+		return c, nil
+	}
+	e := &methodEntry{def: def}
+	if e.definedClass, err = r.o.word(cme + uint64(me.DefinedClass)); err != nil {
+		return nil, err
+	}
+	md := &r.Layout.MethodDefinition
+	word, err := r.o.u32(def + uint64(md.Type.Offset))
+	if err != nil {
+		return nil, err
+	}
+	e.defType = int64(word>>md.Type.BitOffset) & (1<<md.Type.BitSize - 1)
+	if e.originalID, err = r.o.word(def + uint64(md.OriginalID)); err != nil {
+		return nil, err
+	}
+	if e.defType == r.Layout.Constants["VM_METHOD_TYPE_ISEQ"] {
+		if e.iseqPtr, err = r.o.word(def + uint64(md.IseqPtr)); err != nil {
+			return nil, err
+		}
+	}
+	r.remember(r.cmes, cme, e)
+	return e, nil
+}
+
+// maxEPChain bounds the walk up a block's environments to its method's
+// (otel measured 6 on a production Rails app and uses 10).
+const maxEPChain = 16
+
+// frameMethodEntry is rb_vm_frame_method_entry: the method entry of a frame,
+// found in ep[-2] of the frame's env or of an env it was created in.
+func (r *Reader) frameMethodEntry(ep uint64) (uint64, error) {
+	local := uint64(r.Layout.Constants["VM_ENV_FLAG_LOCAL"])
+	for i := 0; i < maxEPChain; i++ {
+		var env [24]byte // ep[-2] me_cref, ep[-1] specval, ep[0] flags
+		if err := r.mem.ReadAt(env[:], ep-16); err != nil {
+			return 0, err
+		}
+		meCref, specval, flags := le64(env[0:]), le64(env[8:]), le64(env[16:])
+		if flags&local != 0 {
+			return r.checkMethodEntry(meCref, true)
+		}
+		if m, err := r.checkMethodEntry(meCref, false); err != nil || m != 0 {
+			return m, err
+		}
+		ep = specval &^ 3 // VM_ENV_PREV_EP: GC_GUARDED_PTR_REF
+		if ep == 0 {
+			return 0, fmt.Errorf("%w: env chain ends without a local env", errTorn)
+		}
+	}
+	return 0, fmt.Errorf("%w: env chain longer than %d", errTorn, maxEPChain)
+}
+
+// checkMethodEntry is vm_insnhelper.c's check_method_entry.
+func (r *Reader) checkMethodEntry(v uint64, canBeSvar bool) (uint64, error) {
+	if v == 0 || r.o.special(v) {
+		return 0, nil
+	}
+	typ, err := r.o.imemoType(v)
+	if err != nil {
+		return 0, err
+	}
+	c := r.Layout.Constants
+	switch {
+	case typ == c["imemo_ment"]:
+		return v, nil
+	case typ == c["imemo_svar"] && canBeSvar:
+		inner, err := r.o.word(v + uint64(r.Layout.SVar.CrefOrMe))
+		if err != nil {
+			return 0, err
+		}
+		return r.checkMethodEntry(inner, false)
+	}
+	return 0, nil // cref and others: no method entry
+}
+
+var errNoVM = errors.New("ruby_current_vm_ptr was not found")

@@ -1,0 +1,135 @@
+package rubystack
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+)
+
+// oracleAnswer is one thread's answer from testdata/ruby/oracle.rb.
+type oracleAnswer struct {
+	TID    int `json:"tid"`
+	Frames []struct {
+		Label string  `json:"label"`
+		Path  *string `json:"path"`
+		Line  int64   `json:"line"`
+	} `json:"frames"`
+}
+
+var scenarios = []struct {
+	name    string
+	threads int
+}{
+	{"methods", 1}, {"dynamic", 1}, {"deep", 1}, {"threads", 4}, {"fiber", 1},
+}
+
+// startScenario runs testdata/ruby/NAME.rb until it parks, returning the
+// process and Ruby's own answer for each thread, by tid.
+func startScenario(t *testing.T, r testruby.Ruby, name string) (*exec.Cmd, map[int]oracleAnswer) {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "testdata", "ruby", name+".rb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, lines := testruby.StartOutput(t, r, script)
+	answers := map[int]oracleAnswer{}
+	for _, l := range lines {
+		var a oracleAnswer
+		if err := json.Unmarshal([]byte(l), &a); err != nil {
+			t.Fatalf("oracle line %q: %v", l, err)
+		}
+		answers[a.TID] = a
+	}
+	return cmd, answers
+}
+
+// TestSnapshotMatchesRuby: for every scenario on every test Ruby, the
+// snapshot of each thread equals Ruby's own answer frame by frame.
+func TestSnapshotMatchesRuby(t *testing.T) {
+	for _, r := range testruby.All(t) {
+		for _, sc := range scenarios {
+			t.Run(r.Name+"/"+sc.name, func(t *testing.T) {
+				cmd, answers := startScenario(t, r, sc.name)
+				if len(answers) != sc.threads {
+					t.Fatalf("oracle answered for %d threads, want %d", len(answers), sc.threads)
+				}
+				stacks := snapshot(t, cmd.Process.Pid)
+				if len(stacks) != sc.threads {
+					t.Errorf("snapshot has %d threads, want %d", len(stacks), sc.threads)
+				}
+				for _, s := range stacks {
+					want, ok := answers[s.TID]
+					if !ok {
+						t.Errorf("thread %d %q: no oracle answer", s.TID, s.Name)
+						continue
+					}
+					compareFrames(t, fmt.Sprintf("thread %d %q", s.TID, s.Name), s.Frames, want)
+				}
+			})
+		}
+	}
+}
+
+func snapshot(t *testing.T, pid int) []ThreadStack {
+	t.Helper()
+	p, err := OpenProcess(pid, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	mem := &ProcessMemory{PID: pid}
+	defer mem.Close()
+	r, err := NewReader(p, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks, err := r.Snapshot()
+	testruby.Privileged(t, permissionOnly(err))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stats.UnknownFrames != 0 {
+		t.Errorf("%d unknown frames in a parked process", r.Stats.UnknownFrames)
+	}
+	return stacks
+}
+
+// permissionOnly passes on an error only if it is about permissions.
+func permissionOnly(err error) error {
+	if err != nil && (strings.Contains(err.Error(), "permission") || strings.Contains(err.Error(), "operation not permitted")) {
+		return err
+	}
+	return nil
+}
+
+func compareFrames(t *testing.T, who string, got []Frame, want oracleAnswer) {
+	t.Helper()
+	n := max(len(got), len(want.Frames))
+	bad := 0
+	for i := 0; i < n && bad < 10; i++ {
+		var g, w string
+		if i < len(got) {
+			p := "null"
+			if got[i].HasPath {
+				p = got[i].Path
+			}
+			g = fmt.Sprintf("%s %s:%d", got[i].Label, p, got[i].Line)
+		}
+		if i < len(want.Frames) {
+			p := "null"
+			if want.Frames[i].Path != nil {
+				p = *want.Frames[i].Path
+			}
+			w = fmt.Sprintf("%s %s:%d", want.Frames[i].Label, p, want.Frames[i].Line)
+		}
+		if g != w {
+			t.Errorf("%s frame %d: got %q, Ruby says %q", who, i, g, w)
+			bad++
+		}
+	}
+}

@@ -1,0 +1,72 @@
+# Ruby's own answer for the frames of the calling thread: rb_profile_frames
+# with rb_profile_frame_full_label, rb_profile_frame_path and the lines it
+# returns, called through Fiddle. Scenario scripts call Oracle.park, which
+# prints that answer as one JSON line and sleeps on the same line, so the
+# parked stack is the answer with Kernel#sleep on top.
+require 'fiddle'
+require 'json'
+
+module Oracle
+  MAX = 8192
+  VP = Fiddle::TYPE_VOIDP
+  H = Fiddle::Handle::DEFAULT
+  PROFILE_FRAMES = Fiddle::Function.new(H['rb_profile_frames'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT, VP, VP], Fiddle::TYPE_INT)
+  FULL_LABEL = Fiddle::Function.new(H['rb_profile_frame_full_label'], [VP], VP)
+  PATH = Fiddle::Function.new(H['rb_profile_frame_path'], [VP], VP)
+  OUT = Mutex.new
+
+  # Where Ruby prints an address, rubyperf prints a stable name. The object
+  # at that address says which, through Ruby's own reflection.
+  def self.stable(obj)
+    case obj
+    when Class
+      return obj.name if obj.name
+      obj.superclass ? "#<anonymous subclass of #{stable(obj.superclass)}>" : '#<anonymous class>'
+    when Module
+      return obj.name if obj.name
+      if obj.inspect =~ /\A#<refinement:(.+)@(.+)>\z/
+        "#<refinement #{$1} of #{$2}>"
+      else
+        '#<anonymous module>'
+      end
+    else
+      "#<instance of #{stable(obj.class)}>"
+    end
+  end
+
+  def self.normalize(label)
+    label.gsub(/#<[A-Za-z0-9_:]+:0x(\h+)>/) { stable(Fiddle.dlunwrap(Regexp.last_match(1).to_i(16))) }
+  end
+
+  def self.frames
+    buf = Fiddle::Pointer.malloc(8 * MAX)
+    lines = Fiddle::Pointer.malloc(4 * MAX)
+    n = PROFILE_FRAMES.call(0, MAX, buf, lines)
+    values = buf[0, 8 * n].unpack('Q*')
+    lns = lines[0, 4 * n].unpack('l*')
+    all = values.zip(lns).map do |v, line|
+      label = Fiddle.dlunwrap(FULL_LABEL.call(v).to_i)
+      path = Fiddle.dlunwrap(PATH.call(v).to_i)
+      { label: label && normalize(label), path: path, line: line }
+    end
+    # Drop the frames above Oracle.park (Fiddle's call, Oracle.frames): when
+    # parked, Kernel#sleep is there instead.
+    park = all.index { |f| f[:label] == 'Oracle.park' } or raise 'Oracle.park not on the stack'
+    [{ label: 'Kernel#sleep', path: nil, line: 0 }] + all[park..]
+  end
+
+  def self.emit(frames, ready, notify)
+    OUT.synchronize do
+      STDOUT.puts JSON.generate(tid: Thread.current.native_thread_id, frames: frames)
+      STDOUT.puts 'ready' if ready
+      STDOUT.flush
+    end
+    notify&.push(true)
+  end
+
+  # Keep `frames`, `emit` and `sleep` on one line: the answer's line for
+  # this frame must be the parked line.
+  def self.park(ready: false, notify: nil)
+    f = frames; emit(f, ready, notify); sleep
+  end
+end
