@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
 )
@@ -58,7 +59,7 @@ func TestSnapshotMatchesRuby(t *testing.T) {
 				if len(answers) != sc.threads {
 					t.Fatalf("oracle answered for %d threads, want %d", len(answers), sc.threads)
 				}
-				stacks := snapshot(t, cmd.Process.Pid)
+				stacks := parkedSnapshot(t, cmd.Process.Pid)
 				if len(stacks) != sc.threads {
 					t.Errorf("snapshot has %d threads, want %d", len(stacks), sc.threads)
 				}
@@ -72,6 +73,26 @@ func TestSnapshotMatchesRuby(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// parkedSnapshot waits until every thread sits in Kernel#sleep: a script
+// prints "ready" just before it calls sleep.
+func parkedSnapshot(t *testing.T, pid int) []ThreadStack {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stacks := snapshot(t, pid)
+		parked := true
+		for _, s := range stacks {
+			if len(s.Frames) == 0 || s.Frames[0].Label != "Kernel#sleep" {
+				parked = false
+			}
+		}
+		if parked || time.Now().After(deadline) {
+			return stacks
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
