@@ -31,6 +31,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzOpenBinary$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
 	$(GO) test -run='^$$' -fuzz='^FuzzParseMaps$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
 	$(GO) test -run='^$$' -fuzz='^FuzzParseVersion$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzReplay$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
 
 demo: rubies build
 	@bash scripts/demo.sh

@@ -1,6 +1,7 @@
 package rubystack
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
@@ -42,5 +43,47 @@ func BenchmarkLayoutFromTable(b *testing.B) {
 			b.Fatal(err)
 		}
 		bin.Close()
+	}
+}
+
+// BenchmarkSnapshotDeep snapshots a parked 300-deep recursion with warm
+// caches: the steady-state cost of one snapshot, and its reads of target
+// memory.
+func BenchmarkSnapshotDeep(b *testing.B) {
+	for _, flavor := range []string{"3.1.2-debian", "3.3.8-static"} {
+		b.Run(flavor, func(b *testing.B) {
+			r := testruby.Get(b, flavor)
+			script, _ := filepath.Abs("../testdata/ruby/deep.rb")
+			cmd := testruby.Start(b, r, script)
+			p, err := OpenProcess(cmd.Process.Pid, OpenOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			mem := &ProcessMemory{PID: p.PID}
+			defer mem.Close()
+			rd, err := NewReader(p, mem)
+			if err != nil {
+				b.Fatal(err)
+			}
+			stacks, err := rd.Snapshot() // warm the caches
+			if err != nil {
+				b.Fatal(err)
+			}
+			frames := len(stacks[0].Frames)
+			if frames < 300 {
+				b.Fatalf("only %d frames", frames)
+			}
+			b.ReportAllocs()
+			before := rd.Stats.Reads
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := rd.Snapshot(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(rd.Stats.Reads-before)/float64(b.N), "reads/op")
+			b.ReportMetric(float64(frames), "frames")
+		})
 	}
 }

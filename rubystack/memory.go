@@ -38,11 +38,14 @@ func (m *ProcessMemory) ReadAt(p []byte, addr uint64) error {
 	if err == unix.ENOSYS || err == unix.EPERM {
 		return m.readProcMem(p, addr)
 	}
-	if err != nil {
+	switch {
+	case err == unix.ESRCH:
+		return fmt.Errorf("pid %d: the process exited", m.PID)
+	case err == unix.EFAULT || err == nil && n != len(p):
+		// A pointer that led nowhere: in a running process, a torn read.
+		return fmt.Errorf("%w: pid %d: %d bytes at %#x are not mapped", errTorn, m.PID, len(p), addr)
+	case err != nil:
 		return fmt.Errorf("pid %d: read %#x: %w", m.PID, addr, err)
-	}
-	if n != len(p) {
-		return fmt.Errorf("pid %d: short read at %#x: %d of %d bytes", m.PID, addr, n, len(p))
 	}
 	return nil
 }

@@ -16,7 +16,8 @@ type Reader struct {
 	PID    int
 	Layout *Layout
 
-	mem     *countingMemory
+	mem     *pageCache // reads during a snapshot, page-cached
+	direct  *objects   // uncached reads, for checks that must see the present
 	o       *objects
 	syms    *idTable
 	vmPtr   uint64 // runtime address of ruby_current_vm_ptr, or 0
@@ -34,6 +35,7 @@ type ReaderStats struct {
 	Reads         int // reads of target memory
 	UnknownFrames int // frames that could not be read consistently
 	Truncated     int // stacks cut at MaxFrames
+	Moved         int // walks whose thread kept moving through every retry
 }
 
 // NewReader prepares to read process p's VM through mem.
@@ -53,12 +55,13 @@ func NewReader(p *Process, mem Memory) (*Reader, error) {
 }
 
 func newReader(pid int, mem Memory, l *Layout, globalSymbols, vmPtr, shapeTree uint64) *Reader {
-	cm := &countingMemory{inner: mem}
-	r := &Reader{PID: pid, Layout: l, mem: cm, vmPtr: vmPtr, shapes: shapeTree,
+	r := &Reader{PID: pid, Layout: l, vmPtr: vmPtr, shapes: shapeTree,
 		iseqs: map[uint64]*iseq{}, cmes: map[uint64]*methodEntry{}, classes: map[uint64]classEntry{}}
-	r.o = newObjects(cm, l)
+	cm := &countingMemory{inner: mem, reads: &r.Stats.Reads}
+	r.mem = &pageCache{inner: cm}
+	r.o = newObjects(r.mem, l)
+	r.direct = newObjects(cm, l)
 	r.syms = &idTable{o: r.o, addr: globalSymbols, cache: map[uint64]string{}}
-	r.mem.reads = &r.Stats.Reads
 	return r
 }
 
@@ -81,6 +84,47 @@ func (r *Reader) remember(cache any, key uint64, v any) {
 		}
 		c[key] = v.(classEntry)
 	}
+}
+
+// pageCache serves reads from whole pages of target memory read once per
+// snapshot: a walk touches thousands of words on a few dozen pages (the VM
+// stack, the heap pages of iseqs and method entries). It is emptied at the
+// start and end of every snapshot, so nothing stale outlives one.
+type pageCache struct {
+	inner Memory
+	pages map[uint64][]byte // page address to contents; nil when off
+}
+
+const (
+	pageSize      = 4096
+	maxCachePages = 4096 // 16 MiB per snapshot at most
+)
+
+func (c *pageCache) start() { c.pages = map[uint64][]byte{} }
+func (c *pageCache) stop()  { c.pages = nil }
+
+func (c *pageCache) ReadAt(p []byte, addr uint64) error {
+	if c.pages == nil || len(p) > pageSize {
+		return c.inner.ReadAt(p, addr)
+	}
+	for done := 0; done < len(p); {
+		a := addr + uint64(done)
+		page := a &^ (pageSize - 1)
+		b, ok := c.pages[page]
+		if !ok {
+			if len(c.pages) >= maxCachePages {
+				return c.inner.ReadAt(p, addr)
+			}
+			b = make([]byte, pageSize)
+			if err := c.inner.ReadAt(b, page); err != nil {
+				// Part of the page is not mapped: read just what was asked.
+				return c.inner.ReadAt(p, addr)
+			}
+			c.pages[page] = b
+		}
+		done += copy(p[done:], b[a-page:])
+	}
+	return nil
 }
 
 // countingMemory counts reads.

@@ -111,6 +111,8 @@ type ThreadStack struct {
 
 // Snapshot walks and symbolizes every thread's stack.
 func (r *Reader) Snapshot() ([]ThreadStack, error) {
+	r.mem.start()
+	defer r.mem.stop()
 	threads, err := r.Threads()
 	if err != nil {
 		return nil, err

@@ -24,10 +24,53 @@ type RawFrame struct {
 	Unknown bool
 }
 
+// maxWalkTries bounds the retries of a walk whose thread moved under it.
+const maxWalkTries = 3
+
 // Walk returns the frames of the execution context at ec, leaf first, as
 // rb_profile_frames selects them: Ruby frames, and C-method frames; dummy
 // and other C frames are skipped.
+//
+// A running thread can push and pop frames while they are read. The walk
+// reads every control frame in one read, then checks that ec->cfp did not
+// move while it followed their pointers, and tries again if it did. What is
+// still inconsistent comes back as frames marked Unknown, and is counted.
 func (r *Reader) Walk(ec uint64) ([]RawFrame, error) {
+	var frames []RawFrame
+	for try := 0; ; try++ {
+		if try > 0 {
+			r.mem.start() // a fresh look at the moving thread
+		}
+		cfp, err := r.direct.word(ec + uint64(r.Layout.ExecutionContext.CFP))
+		if err != nil {
+			return nil, err
+		}
+		frames, err = r.walk(ec)
+		if errors.Is(err, errTorn) {
+			frames, err = []RawFrame{r.unknown()}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		after, err := r.direct.word(ec + uint64(r.Layout.ExecutionContext.CFP))
+		if err != nil {
+			return nil, err
+		}
+		if after == cfp || try+1 == maxWalkTries {
+			if after != cfp {
+				r.Stats.Moved++
+			}
+			for _, f := range frames {
+				if f.Unknown {
+					r.Stats.UnknownFrames++ // only what is returned counts
+				}
+			}
+			return frames, nil
+		}
+	}
+}
+
+func (r *Reader) walk(ec uint64) ([]RawFrame, error) {
 	L := r.Layout
 	w := func(off int64) (uint64, error) { return r.o.word(ec + uint64(off)) }
 	vmStack, err := w(L.ExecutionContext.VMStack)
@@ -71,7 +114,14 @@ func (r *Reader) Walk(ec uint64) ([]RawFrame, error) {
 		f := buf[i*frameSize:]
 		rf := RawFrame{PC: le64(f[L.ControlFrame.PC:]), Iseq: le64(f[L.ControlFrame.Iseq:])}
 		ep := le64(f[L.ControlFrame.EP:])
-		if rf.Flags, err = r.o.word(ep); err != nil || ep == 0 {
+		if ep == 0 {
+			out = append(out, r.unknown())
+			continue
+		}
+		if rf.Flags, err = r.o.word(ep); err != nil {
+			if !errors.Is(err, errTorn) {
+				return nil, err
+			}
 			out = append(out, r.unknown())
 			continue
 		}
@@ -100,6 +150,9 @@ func (r *Reader) Walk(ec uint64) ([]RawFrame, error) {
 		}
 		me, err := r.methodEntry(cme)
 		if err != nil {
+			if !errors.Is(err, errTorn) {
+				return nil, err
+			}
 			out = append(out, r.unknown())
 			continue
 		}
@@ -110,10 +163,7 @@ func (r *Reader) Walk(ec uint64) ([]RawFrame, error) {
 	return out, nil
 }
 
-func (r *Reader) unknown() RawFrame {
-	r.Stats.UnknownFrames++
-	return RawFrame{Unknown: true}
-}
+func (r *Reader) unknown() RawFrame { return RawFrame{Unknown: true} }
 
 // Frame is a symbolized frame, as rb_profile_frame_full_label, _path and
 // the line of its pc give it.
@@ -133,7 +183,7 @@ const UnknownLabel = "[unknown]"
 // consistently comes back Unknown, and is counted.
 func (r *Reader) Symbolize(rf RawFrame) Frame {
 	if rf.Unknown {
-		return Frame{Label: UnknownLabel, Unknown: true}
+		return Frame{Label: UnknownLabel, Unknown: true} // counted by Walk
 	}
 	f, err := r.symbolize(rf)
 	if err != nil {

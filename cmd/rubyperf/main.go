@@ -19,7 +19,7 @@ type command struct {
 }
 
 var commands = []command{
-	{"snapshot", "-p PID [--format text|json] [--debug-file FILE]",
+	{"snapshot", "-p PID [--format text|json] [--nonblocking] [--debug-file FILE]",
 		"every thread's Ruby stack, read from outside", runSnapshot},
 	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE]",
 		"struct layout and VM symbols of a Ruby build", runOffsets},

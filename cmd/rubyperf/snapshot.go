@@ -14,6 +14,7 @@ func runSnapshot(args []string, stdout io.Writer) error {
 	pid := fs.Int("p", 0, "pid of a running Ruby")
 	format := fs.String("format", "text", "text or json")
 	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
+	nonblocking := fs.Bool("nonblocking", false, "do not stop the process while reading it (frames of running threads may come out [unknown])")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -37,7 +38,16 @@ func runSnapshot(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("pid %d: %w", *pid, err)
 	}
+	thaw := func() {}
+	if !*nonblocking {
+		// Stopped for the length of one walk (about a millisecond), the
+		// stacks are exactly what Ruby would say.
+		if thaw, err = rubystack.Freeze(*pid); err != nil {
+			return err
+		}
+	}
 	stacks, err := r.Snapshot()
+	thaw()
 	if err != nil {
 		return err
 	}
