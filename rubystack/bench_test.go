@@ -1,7 +1,10 @@
 package rubystack
 
 import (
+	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
@@ -84,6 +87,31 @@ func BenchmarkSnapshotDeep(b *testing.B) {
 			}
 			b.ReportMetric(float64(rd.Stats.Reads-before)/float64(b.N), "reads/op")
 			b.ReportMetric(float64(frames), "frames")
+		})
+	}
+}
+
+// BenchmarkPaholePeer is the peer of BenchmarkLayoutFromDWARF: pahole, the
+// DWARF reader the tests use as an oracle, printing the same structs from
+// the same binary (a process start included, as a user would run it).
+func BenchmarkPaholePeer(b *testing.B) {
+	pahole, err := exec.LookPath("pahole")
+	if err != nil {
+		b.Skip("pahole not installed")
+	}
+	var names []string
+	for n := range wantedStructs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, flavor := range []string{"3.1.2-shared", "3.3.8-static"} {
+		b.Run(flavor, func(b *testing.B) {
+			path := testruby.Get(b, flavor).VM
+			for b.Loop() {
+				if err := exec.Command(pahole, "-C", strings.Join(names, ","), path).Run(); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -17,13 +17,32 @@ for flavor in 3.1.2-debian 3.1.2-shared 3.3.8-static 3.3.8-static-stripped; do
 done
 
 echo
-echo "== rubyperf offsets -p: a live Debian ruby3.1 process =="
-"$cache/ruby/3.1.2-debian/ruby" -e 'STDOUT.sync = true; puts :ready; sleep' > "$out/.ready" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-for _ in $(seq 50); do grep -q ready "$out/.ready" 2>/dev/null && break; sleep 0.1; done
-"$bin" offsets -p "$pid" | sed -n '1,/^structs/p' | grep -v '^structs' | grep -v '^$'
-rm -f "$out/.ready"
+# start_ruby FLAVOR ARGS..: runs a test Ruby in the background until it prints "ready".
+start_ruby() {
+  local flavor=$1; shift
+  local ready; ready=$(mktemp)
+  "$cache/ruby/$flavor/ruby" "$@" > "$ready" &
+  pid=$!
+  pids="${pids:-} $pid"
+  for _ in $(seq 100); do grep -q ready "$ready" 2>/dev/null && break; sleep 0.1; done
+  rm -f "$ready"
+}
+trap 'kill ${pids:-} 2>/dev/null || true' EXIT
 
 echo
-echo "Full layouts (every struct member and constant) are in $out/offsets-*.json"
+echo "== rubyperf offsets -p: a live Debian ruby3.1 process =="
+start_ruby 3.1.2-debian -e 'STDOUT.sync = true; puts :ready; sleep'
+"$bin" offsets -p "$pid" | sed -n '1,/^structs/p' | grep -v '^structs' | grep -v '^$'
+
+for flavor in 3.1.2-debian 3.3.8-static-stripped; do
+  echo
+  echo "== rubyperf snapshot: the bundled workload (testdata/ruby/workload.rb) on $flavor =="
+  start_ruby "$flavor" testdata/ruby/workload.rb
+  sleep 0.5
+  "$bin" snapshot -p "$pid"
+  "$bin" snapshot -p "$pid" --format json > "$out/snapshot-$flavor.json"
+done
+
+echo
+echo "Full layouts (every struct member and constant): $out/offsets-*.json"
+echo "Snapshots as JSON: $out/snapshot-*.json"
