@@ -58,17 +58,7 @@ func BenchmarkSnapshotDeep(b *testing.B) {
 			r := testruby.Get(b, flavor)
 			script, _ := filepath.Abs("../testdata/ruby/deep.rb")
 			cmd := testruby.Start(b, r, script)
-			p, err := OpenProcess(cmd.Process.Pid, OpenOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			mem := &ProcessMemory{PID: p.PID}
-			defer mem.Close()
-			rd, err := NewReader(p, mem)
-			if err != nil {
-				b.Fatal(err)
-			}
+			rd := liveReader(b, cmd.Process.Pid)
 			stacks, err := rd.Snapshot() // warm the caches
 			if err != nil {
 				b.Fatal(err)

@@ -20,17 +20,7 @@ func TestSnapshotRunningProcess(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			script, _ := filepath.Abs("../testdata/ruby/workload.rb")
 			cmd := testruby.Start(t, testruby.Get(t, c.ruby), script)
-			p, err := OpenProcess(cmd.Process.Pid, OpenOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			mem := &ProcessMemory{PID: p.PID}
-			defer mem.Close()
-			r, err := NewReader(p, mem)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := liveReader(t, cmd.Process.Pid)
 			const n = 300
 			frames, unknown, seenFib := 0, 0, false
 			start := time.Now()
@@ -38,7 +28,7 @@ func TestSnapshotRunningProcess(t *testing.T) {
 				var thaw = func() {}
 				if c.freeze {
 					var err error
-					thaw, err = Freeze(p.PID)
+					thaw, err = Freeze(r.PID)
 					testruby.Privileged(t, err)
 				}
 				stacks, err := r.Snapshot()

@@ -96,19 +96,25 @@ func parkedSnapshot(t *testing.T, pid int) []ThreadStack {
 	}
 }
 
-func snapshot(t *testing.T, pid int) []ThreadStack {
-	t.Helper()
+// liveReader opens a Reader on a live process for the rest of the test.
+func liveReader(tb testing.TB, pid int) *Reader {
+	tb.Helper()
 	p, err := OpenProcess(pid, OpenOptions{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer p.Close()
 	mem := &ProcessMemory{PID: pid}
-	defer mem.Close()
+	tb.Cleanup(func() { mem.Close(); p.Close() })
 	r, err := NewReader(p, mem)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return r
+}
+
+func snapshot(t *testing.T, pid int) []ThreadStack {
+	t.Helper()
+	r := liveReader(t, pid)
 	stacks, err := r.Snapshot()
 	testruby.Privileged(t, permissionOnly(err))
 	if err != nil {
