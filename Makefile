@@ -4,7 +4,7 @@ export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
 FUZZTIME ?= 10s
 
-.PHONY: build deps rubies lint test fuzz demo tables bench clean
+.PHONY: build deps rubies lint test fuzz demo tables bench clean generate check-generated
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rubyperf
@@ -22,9 +22,17 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: rubies lint
+test: rubies lint check-generated
 	$(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz
+
+# The BPF program's generated Go and object files (committed; clang only here).
+generate: deps
+	cd bpf && $(GO) generate ./...
+
+check-generated: generate
+	@git diff --quiet --exit-code -- bpf/ || { git --no-pager diff --stat -- bpf/; \
+	  echo "bpf/ generated files are stale: run 'make generate' and commit them"; exit 1; }
 
 # Every byte parser is fuzzed briefly on each test run; longer with FUZZTIME=10m.
 fuzz:

@@ -237,3 +237,10 @@ func (r *Reader) checkMethodEntry(v uint64, canBeSvar bool) (uint64, error) {
 }
 
 var errNoVM = errors.New("ruby_current_vm_ptr was not found")
+
+// IsCFunc says whether cme is the method entry of a C method (a frame
+// rb_profile_frames reports), reading it if need be.
+func (r *Reader) IsCFunc(cme uint64) bool {
+	me, err := r.methodEntry(cme)
+	return err == nil && me.defType == r.Layout.Constants["VM_METHOD_TYPE_CFUNC"]
+}

@@ -10,6 +10,7 @@ pkgs=(
   autoconf bison pkg-config libffi-dev libssl-dev libyaml-dev zlib1g-dev libgmp-dev  # Ruby build deps (Fiddle needs libffi)
   binutils xz-utils
   linux-perf         # stock perf: the oracle for perf.data and native unwinding
+  clang-14 llvm libbpf-dev  # compile bpf/ruby.bpf.c (make generate; make test checks it is fresh)
 )
 
 missing=()

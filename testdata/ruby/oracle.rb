@@ -64,9 +64,13 @@ module Oracle
     notify&.push(true)
   end
 
+  # With RUBYPERF_SPIN=1 a parked thread spins in place instead of sleeping,
+  # so CPU sampling sees it on the same stack (its top frame is Oracle.park).
+  SPIN = ENV['RUBYPERF_SPIN'] == '1'
+
   # Keep `frames`, `emit` and `sleep` on one line: the answer's line for
   # this frame must be the parked line.
   def self.park(ready: false, notify: nil)
-    f = frames; emit(f, ready, notify); sleep
+    f = frames; emit(f, ready, notify); (nil while SPIN); sleep
   end
 end

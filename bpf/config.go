@@ -1,0 +1,60 @@
+package bpf
+
+import (
+	"fmt"
+
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// ProcessConfig is what the BPF walker needs to know about one Ruby process,
+// converted from its rubystack.Layout: the C struct proc_config.
+type ProcessConfig = rubyProcConfig
+
+// ConfigFor converts a Layout and the thread-pointer offset of
+// ruby_current_ec into the program's per-process configuration.
+func ConfigFor(l *rubystack.Layout, ecTPOffset int64) (ProcessConfig, error) {
+	c := l.Constants
+	cfg := ProcessConfig{
+		EcTpOffset:    ecTPOffset,
+		EcVmStack:     u32(l.ExecutionContext.VMStack),
+		EcVmStackSize: u32(l.ExecutionContext.VMStackSize),
+		EcCfp:         u32(l.ExecutionContext.CFP),
+		CfpSize:       u32(l.ControlFrame.Size),
+		CfpPc:         u32(l.ControlFrame.PC),
+		CfpIseq:       u32(l.ControlFrame.Iseq),
+		CfpEp:         u32(l.ControlFrame.EP),
+		FrameCframe:   uint64(c["VM_FRAME_FLAG_CFRAME"]),
+		FrameFinish:   uint64(c["VM_FRAME_FLAG_FINISH"]),
+		EnvLocal:      uint64(c["VM_ENV_FLAG_LOCAL"]),
+		T_mask:        uint64(c["RUBY_T_MASK"]),
+		T_imemo:       uint64(c["RUBY_T_IMEMO"]),
+		FlUshift:      uint64(c["RUBY_FL_USHIFT"]),
+		Qnil:          uint64(c["RUBY_Qnil"]),
+		ImmMask:       uint64(c["RUBY_IMMEDIATE_MASK"]),
+		ImemoMent:     uint64(c["imemo_ment"]),
+		ImemoSvar:     uint64(c["imemo_svar"]),
+		SvarCrefOrMe:  u32(l.SVar.CrefOrMe),
+	}
+	if l.Capabilities.SkipDummyBottomFrame {
+		cfg.SkipDummyFrame = 1
+	}
+	// The program reads a control frame in one CFP_READ-byte read and picks
+	// its fields by offset.
+	const cfpRead = 64
+	for _, off := range []int64{l.ControlFrame.PC, l.ControlFrame.Iseq, l.ControlFrame.EP} {
+		if off < 0 || off+8 > cfpRead || off%8 != 0 {
+			return cfg, fmt.Errorf("control frame field at %d does not fit the BPF walker's %d-byte read", off, cfpRead)
+		}
+	}
+	if l.ControlFrame.Size <= 0 || l.ControlFrame.Size > cfpRead {
+		return cfg, fmt.Errorf("control frames of %d bytes do not fit the BPF walker", l.ControlFrame.Size)
+	}
+	return cfg, nil
+}
+
+func u32(v int64) uint32 {
+	if v < 0 {
+		return 0
+	}
+	return uint32(v)
+}

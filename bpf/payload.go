@@ -1,0 +1,126 @@
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// The payload the program writes as a sample's RAW data: a header, then
+// frames, leaf first. RAW is padded past Length by the kernel.
+const (
+	PayloadMagic   = 0x46504252 // "RBPF"
+	PayloadVersion = 1
+
+	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
+	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
+	MaxFrames = 2048
+)
+
+// Payload flags (payload_header.flags).
+const (
+	PayloadTruncated = 1 << 0
+	PayloadNoEC      = 1 << 1
+	PayloadReadError = 1 << 2
+	PayloadBadCFP    = 1 << 3
+)
+
+// Frame bits in the low bits of frame.cme_flags.
+const (
+	frameCFrame = 1 << 0
+	frameFinish = 1 << 1
+	frameError  = 1 << 2
+	frameBits   = 7
+)
+
+// Payload is one decoded sample payload.
+type Payload struct {
+	Flags    uint32
+	PID, TID uint32
+	EC, CFP  uint64
+	Frames   []Frame
+}
+
+// Frame is one control frame as the program saw it.
+type Frame struct {
+	Iseq, PC, CME uint64
+	CFrame        bool // a C frame (VM_FRAME_FLAG_CFRAME)
+	Finish        bool // the first frame of a VM entry (VM_FRAME_FLAG_FINISH)
+	Error         bool // its environment could not be read
+}
+
+var (
+	headerSize = int(unsafe.Sizeof(rubyPayloadHeader{}))
+	frameSize  = int(unsafe.Sizeof(rubyFrame{}))
+)
+
+// DecodePayload reads a sample's RAW bytes. It trusts nothing in them.
+func DecodePayload(raw []byte) (*Payload, error) {
+	if len(raw) < headerSize {
+		return nil, fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
+	}
+	var h rubyPayloadHeader
+	if _, err := binary.Decode(raw[:headerSize], binary.LittleEndian, &h); err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	switch {
+	case h.Magic != PayloadMagic:
+		return nil, fmt.Errorf("payload: bad magic %#x", h.Magic)
+	case h.Version != PayloadVersion:
+		return nil, fmt.Errorf("payload: version %d, this rubyperf reads %d", h.Version, PayloadVersion)
+	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
+		return nil, fmt.Errorf("payload: header size %d", h.HeaderSize)
+	case int64(h.Length) > int64(len(raw)) || h.Length < uint32(h.HeaderSize):
+		return nil, fmt.Errorf("payload: length %d of %d bytes", h.Length, len(raw))
+	case h.Nframes > MaxFrames || int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize) > int64(h.Length):
+		return nil, fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
+	}
+	p := &Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Frames: make([]Frame, h.Nframes)}
+	b := raw[h.HeaderSize:]
+	for i := range p.Frames {
+		f := b[i*frameSize:]
+		cf := binary.LittleEndian.Uint64(f[16:])
+		p.Frames[i] = Frame{
+			Iseq: binary.LittleEndian.Uint64(f[0:]), PC: binary.LittleEndian.Uint64(f[8:]),
+			CME: cf &^ frameBits, CFrame: cf&frameCFrame != 0, Finish: cf&frameFinish != 0, Error: cf&frameError != 0,
+		}
+	}
+	return p, nil
+}
+
+var errNotRubyFrame = errors.New("not a frame rb_profile_frames reports")
+
+// RawFrames turns the payload's control frames into the frames
+// rb_profile_frames reports, by the same rules as rubystack's walker: Ruby
+// frames (with a non-NULL pc where the Layout says so) and C-method frames.
+// Deciding that a C frame is a C method needs its method definition, read
+// through r from the live process or a recorded symbol table.
+func (p *Payload) RawFrames(r *rubystack.Reader) []rubystack.RawFrame {
+	out := make([]rubystack.RawFrame, 0, len(p.Frames))
+	for _, f := range p.Frames {
+		rf, err := toRawFrame(r, f)
+		if err == nil {
+			out = append(out, rf)
+		}
+	}
+	return out
+}
+
+func toRawFrame(r *rubystack.Reader, f Frame) (rubystack.RawFrame, error) {
+	if f.Error {
+		return rubystack.RawFrame{Unknown: true}, nil
+	}
+	if !f.CFrame {
+		if r.Layout.Capabilities.SkipDummyBottomFrame && f.PC == 0 {
+			return rubystack.RawFrame{}, errNotRubyFrame
+		}
+		return rubystack.RawFrame{Iseq: f.Iseq, PC: f.PC, CME: f.CME}, nil
+	}
+	if !r.Layout.Capabilities.CFuncFrames || f.CME == 0 || !r.IsCFunc(f.CME) {
+		return rubystack.RawFrame{}, errNotRubyFrame
+	}
+	return rubystack.RawFrame{CME: f.CME, CFunc: true}, nil
+}

@@ -1,0 +1,288 @@
+//go:build ignore
+
+// The Ruby stack sampler. A perf_event program attached to per-CPU cpu-clock
+// events: for a sample of a target process it reads the interrupted thread's
+// execution context through its thread pointer and the TLS offset of
+// ruby_current_ec, walks the VM's control frames like rubystack's Go walker,
+// and writes one bpf-output record: the kernel adds TID, time, CPU, period,
+// the native callchain, user registers and a copy of the user stack; RAW is
+// the payload below. Offsets come from user space per process (struct
+// proc_config), never from this file.
+//
+// Every loop and read is bounded; the bound's name says why.
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+// MAX_FRAMES bounds one walk. A perf record is at most 64 KiB (its header
+// size is a u16); 2048 frames of 24 bytes (48 KiB) leave room for the 8 KiB
+// user stack copy, 20 registers and a 127-entry callchain.
+#define MAX_FRAMES 2048
+// MAX_EP_CHECKS bounds the walk from a block's environment to its method's
+// (otel measured 6 on a production Rails app).
+#define MAX_EP_CHECKS 10
+// CFP_READ is one read of a control frame: the largest frame (64 bytes, 3.1).
+#define CFP_READ 64
+
+#define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
+#define PAYLOAD_VERSION 1
+
+// payload_header.flags
+#define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
+#define PAYLOAD_NO_EC (1 << 1)     // a thread without a Ruby EC: native stack only
+#define PAYLOAD_READ_ERROR (1 << 2) // the EC or its stack could not be read
+#define PAYLOAD_BAD_CFP (1 << 3)   // ec->cfp outside the VM stack
+
+// Low bits of frame.cme_flags (method entries are 8-byte aligned).
+#define FRAME_CFRAME (1 << 0)  // VM_FRAME_FLAG_CFRAME: a C frame
+#define FRAME_FINISH (1 << 1)  // VM_FRAME_FLAG_FINISH: the first frame of a VM entry
+#define FRAME_ERROR (1 << 2)   // the frame's env could not be read
+#define FRAME_BITS 7ULL
+
+// proc_config: one per target process, filled from rubystack.Layout.
+struct proc_config {
+	__s64 ec_tp_offset; // thread pointer + this = &ruby_current_ec
+	__u32 ec_vm_stack, ec_vm_stack_size, ec_cfp;
+	__u32 cfp_size, cfp_pc, cfp_iseq, cfp_ep;
+	__u32 skip_dummy_frame; // the walk ends one frame above the VM stack's end (3.2+)
+	__u64 frame_cframe, frame_finish, env_local; // VM_FRAME_FLAG_CFRAME, _FINISH, VM_ENV_FLAG_LOCAL
+	__u64 t_mask, t_imemo, fl_ushift, qnil, imm_mask;
+	__u64 imemo_ment, imemo_svar;
+	__u32 svar_cref_or_me, pad;
+};
+
+struct payload_header {
+	__u32 magic;
+	__u16 version;
+	__u16 header_size; // bytes before the first frame
+	__u32 length;      // bytes of header and frames: RAW is padded past it
+	__u32 nframes;
+	__u32 flags;
+	__u32 pid, tid;
+	__u32 pad;
+	__u64 ec;
+	__u64 cfp; // ec->cfp when sampled
+};
+
+struct frame {
+	__u64 iseq;      // cfp->iseq (0 for C frames)
+	__u64 pc;        // cfp->pc
+	__u64 cme_flags; // the frame's method entry | FRAME_* bits
+};
+
+struct sample_buf {
+	struct payload_header h;
+	struct frame frames[MAX_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); // tgid
+	__type(value, struct proc_config);
+} procs SEC(".maps");
+
+// One scratch buffer per CPU (too large for a per-CPU map value); user space
+// sets max_entries to the number of possible CPUs.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_buf);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} events SEC(".maps");
+
+// Counters for user space: index by the COUNT_* names.
+#define COUNT_SAMPLES 0
+#define COUNT_OUTPUT_ERRORS 1
+#define COUNT_TRUNCATED 2
+#define COUNT_MAX 4
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+static __always_inline void count(__u32 i)
+{
+	__u64 *v = bpf_map_lookup_elem(&counts, &i);
+	if (v)
+		*v += 1;
+}
+
+#if defined(__TARGET_ARCH_arm64)
+// vmlinux.h is generated on x86_64; arm64 keeps the thread pointer in
+// thread.uw.tp_value. CO-RE matches these by name without the ___ suffix.
+struct thread_struct___arm64 {
+	struct {
+		unsigned long tp_value;
+	} uw;
+} __attribute__((preserve_access_index));
+struct task_struct___arm64 {
+	struct thread_struct___arm64 thread;
+} __attribute__((preserve_access_index));
+#endif
+
+// walk_ctx is the state of one walk. It holds no counter: the verifier
+// follows bpf_loop callbacks iteration by iteration on recent kernels, and a
+// precise counter would keep their states from converging. Frame i is
+// written by iteration i; bpf_loop's return value counts them.
+struct walk_ctx {
+	struct proc_config *cfg;
+	struct sample_buf *buf;
+	__u64 cfp, end;
+	__u32 stopped; // the last iteration wrote no frame
+};
+
+// check_method_entry: v is a method entry (imemo_ment), or with can_svar an
+// svar holding one; anything else is no method entry.
+static __always_inline __u64 method_entry(struct proc_config *c, __u64 v, int can_svar)
+{
+	for (int level = 0; level < 2; level++) { // an svar holds at most one more level
+		__u64 flags;
+		if (v == 0 || v == c->qnil || (v & c->imm_mask))
+			return 0;
+		if (bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
+			return 0;
+		if ((flags & c->t_mask) != c->t_imemo)
+			return 0;
+		__u64 type = (flags >> c->fl_ushift) & 0xf; // imemo_mask
+		if (type == c->imemo_ment)
+			return v;
+		if (type != c->imemo_svar || !can_svar || level > 0)
+			return 0;
+		if (bpf_probe_read_user(&v, sizeof(v), (void *)(v + c->svar_cref_or_me)))
+			return 0;
+		can_svar = 0;
+	}
+	return 0;
+}
+
+static long walk_frame(__u32 i, void *data)
+{
+	struct walk_ctx *w = data;
+	struct proc_config *c = w->cfg;
+	__u64 cfp = w->cfp + (__u64)i * c->cfp_size;
+	__u64 raw[CFP_READ / 8];
+	__u64 env[3]; // ep[-2] me_cref, ep[-1] specval, ep[0] flags
+
+	if (i >= MAX_FRAMES || cfp >= w->end || bpf_probe_read_user(raw, sizeof(raw), (void *)cfp)) {
+		w->stopped = 1;
+		return 1;
+	}
+	struct frame *f = &w->buf->frames[i & (MAX_FRAMES - 1)];
+	f->pc = raw[(c->cfp_pc / 8) & (CFP_READ / 8 - 1)];
+	f->iseq = raw[(c->cfp_iseq / 8) & (CFP_READ / 8 - 1)];
+	__u64 ep = raw[(c->cfp_ep / 8) & (CFP_READ / 8 - 1)];
+	__u64 bits = 0, cme = 0;
+
+	for (int k = 0; k < MAX_EP_CHECKS; k++) {
+		if (ep < 16 || bpf_probe_read_user(env, sizeof(env), (void *)(ep - 16))) {
+			bits |= FRAME_ERROR;
+			break;
+		}
+		if (k == 0) {
+			if (env[2] & c->frame_cframe)
+				bits |= FRAME_CFRAME;
+			if (env[2] & c->frame_finish)
+				bits |= FRAME_FINISH;
+		}
+		if (env[2] & c->env_local) {
+			cme = method_entry(c, env[0], 1);
+			break;
+		}
+		cme = method_entry(c, env[0], 0);
+		if (cme)
+			break;
+		ep = env[1] & ~3ULL; // VM_ENV_PREV_EP
+	}
+	f->cme_flags = (cme & ~FRAME_BITS) | bits;
+	return 0;
+}
+
+SEC("perf_event")
+int sample_ruby(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
+	if (!c)
+		return 0; // not a target: the cpu-clock event records nothing either
+
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sample_buf *buf = bpf_map_lookup_elem(&scratch, &cpu);
+	if (!buf)
+		return 0;
+	count(COUNT_SAMPLES);
+	buf->h.magic = PAYLOAD_MAGIC;
+	buf->h.version = PAYLOAD_VERSION;
+	buf->h.header_size = sizeof(struct payload_header);
+	buf->h.nframes = 0;
+	buf->h.flags = 0;
+	buf->h.pid = tgid;
+	buf->h.tid = (__u32)pid_tgid;
+	buf->h.ec = 0;
+	buf->h.cfp = 0;
+
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 tp = 0;
+#if defined(__TARGET_ARCH_x86)
+	tp = BPF_CORE_READ(task, thread.fsbase);
+#elif defined(__TARGET_ARCH_arm64)
+	tp = BPF_CORE_READ((struct task_struct___arm64 *)task, thread.uw.tp_value);
+#endif
+	__u64 ec = 0;
+	if (!tp || bpf_probe_read_user(&ec, sizeof(ec), (void *)(tp + c->ec_tp_offset)))
+		buf->h.flags |= PAYLOAD_READ_ERROR;
+	else if (!ec)
+		buf->h.flags |= PAYLOAD_NO_EC;
+	buf->h.ec = ec;
+
+	if (ec) {
+		__u64 stack = 0, size = 0, cfp = 0;
+		if (bpf_probe_read_user(&stack, sizeof(stack), (void *)(ec + c->ec_vm_stack)) ||
+		    bpf_probe_read_user(&size, sizeof(size), (void *)(ec + c->ec_vm_stack_size)) ||
+		    bpf_probe_read_user(&cfp, sizeof(cfp), (void *)(ec + c->ec_cfp))) {
+			buf->h.flags |= PAYLOAD_READ_ERROR;
+		} else if (stack && cfp) {
+			__u64 end = stack + size * 8;
+			if (c->skip_dummy_frame)
+				end -= c->cfp_size;
+			buf->h.cfp = cfp;
+			if (cfp < stack || cfp > end || c->cfp_size == 0) {
+				buf->h.flags |= PAYLOAD_BAD_CFP;
+			} else {
+				struct walk_ctx w = {.cfg = c, .buf = buf, .cfp = cfp, .end = end};
+				long n = bpf_loop(MAX_FRAMES, walk_frame, &w, 0);
+				if (n > 0 && w.stopped)
+					n--; // the iteration that stopped wrote nothing
+				if (n < 0)
+					n = 0;
+				if (n > MAX_FRAMES)
+					n = MAX_FRAMES;
+				buf->h.nframes = n;
+				if (n >= MAX_FRAMES && cfp + (__u64)MAX_FRAMES * c->cfp_size < end) {
+					buf->h.flags |= PAYLOAD_TRUNCATED;
+					count(COUNT_TRUNCATED);
+				}
+			}
+		}
+	}
+
+	__u64 len = sizeof(struct payload_header) + (__u64)buf->h.nframes * sizeof(struct frame);
+	if (len > sizeof(*buf))
+		len = sizeof(*buf);
+	buf->h.length = len;
+	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, len))
+		count(COUNT_OUTPUT_ERRORS);
+	return 0;
+}

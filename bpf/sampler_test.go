@@ -1,0 +1,166 @@
+package bpf
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	perf "github.com/elastic/go-perf"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// target is a live Ruby process prepared for sampling.
+type target struct {
+	pid    int
+	reader *rubystack.Reader
+	config ProcessConfig
+}
+
+func prepare(t *testing.T, pid int) target {
+	t.Helper()
+	p, err := rubystack.OpenProcess(pid, rubystack.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := &rubystack.ProcessMemory{PID: pid}
+	t.Cleanup(func() { mem.Close(); p.Close() })
+	r, err := rubystack.NewReader(p, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := rubystack.ThreadPointer(pid, pid)
+	testruby.Privileged(t, err)
+	off, err := p.CurrentECOffset(mem, p.Binary.Anchors(r.Layout).CurrentEC, tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ConfigFor(r.Layout, off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return target{pid: pid, reader: r, config: cfg}
+}
+
+// sample records targets for d and returns each thread's symbolized Ruby
+// stacks, one per sample.
+func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map[int][][]rubystack.Frame, Counts) {
+	t.Helper()
+	testruby.Privileged(t, Supported())
+	s, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	byPID := map[int]target{}
+	for _, tg := range targets {
+		if err := s.AddProcess(tg.pid, tg.config); err != nil {
+			t.Fatal(err)
+		}
+		byPID[tg.pid] = tg
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	out := map[int][][]rubystack.Frame{}
+	err = s.Run(ctx, func(rec Record) error {
+		if rec.Header.Type != perf.RecordTypeSample {
+			return nil
+		}
+		smp, err := DecodeSample(rec.Data)
+		if err != nil {
+			return err
+		}
+		tid := int(smp.TID)
+		p, err := DecodePayload(smp.Raw)
+		if err != nil {
+			return err
+		}
+		tg, ok := byPID[int(p.PID)]
+		if !ok {
+			return fmt.Errorf("sample of pid %d, not a target", p.PID)
+		}
+		if int(p.TID) != tid {
+			return fmt.Errorf("payload tid %d, record tid %d", p.TID, tid)
+		}
+		var frames []rubystack.Frame
+		for _, rf := range p.RawFrames(tg.reader) {
+			frames = append(frames, tg.reader.Symbolize(rf))
+		}
+		out[tid] = append(out[tid], frames)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, c
+}
+
+// TestBPFStacksEqualSnapshot: for each scenario, spinning where the snapshot
+// test parks, every BPF sample's Ruby stack equals rubyperf snapshot's for
+// the same thread, on every test Ruby.
+func TestBPFStacksEqualSnapshot(t *testing.T) {
+	t.Setenv("RUBYPERF_SPIN", "1")
+	for _, r := range testruby.All(t) {
+		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber"} {
+			t.Run(r.Name+"/"+sc, func(t *testing.T) {
+				script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))
+				cmd := testruby.Start(t, r, script)
+				tg := prepare(t, cmd.Process.Pid)
+				samples, counts := sample(t, 1500*time.Millisecond, DefaultOptions, tg)
+				thaw, err := rubystack.Freeze(tg.pid)
+				testruby.Privileged(t, err)
+				stacks, err := tg.reader.Snapshot()
+				thaw()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(samples) == 0 {
+					t.Fatalf("no samples (program counted %d)", counts.Samples)
+				}
+				compared := 0
+				defer func() {
+					t.Logf("%d samples compared, %d threads sampled, program counted %d", compared, len(samples), counts.Samples)
+					if compared == 0 {
+						t.Error("no sample of any parked thread")
+					}
+				}()
+				for _, st := range stacks {
+					got := samples[st.TID]
+					if len(got) == 0 {
+						continue // a thread waiting for the GVL the whole time
+					}
+					compared += len(got)
+					want := labels(st.Frames)
+					bad := 0
+					for _, g := range got {
+						if labels(g) != want {
+							bad++
+							if bad == 1 {
+								t.Errorf("thread %d: a sample's stack\n%s\nsnapshot\n%s", st.TID, labels(g), want)
+							}
+						}
+					}
+					if bad > 0 {
+						t.Errorf("thread %d: %d of %d samples differ from the snapshot", st.TID, bad, len(got))
+					}
+				}
+			})
+		}
+	}
+}
+
+func labels(fs []rubystack.Frame) string {
+	var b strings.Builder
+	for _, f := range fs {
+		fmt.Fprintf(&b, "%s %s:%d\n", f.Label, f.Path, f.Line)
+	}
+	return b.String()
+}
