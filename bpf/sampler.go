@@ -38,8 +38,11 @@ type Sampler struct {
 	objs    rubyObjects
 	outputs []*perf.Event // per-CPU bpf-output events, read by the user
 	clocks  []*perf.Event // per-CPU cpu-clock events running the program
-	cpus    []int
-	attr    perf.Attr
+	// per-CPU dummy events reporting COMM, MMAP2, FORK and EXIT of every
+	// process, with the same sample_id trailer (TID|TIME|CPU) as samples
+	trackers []*perf.Event
+	cpus     []int
+	attr     perf.Attr
 }
 
 // Record is one raw record read from a CPU's ring: its header and data,
@@ -100,6 +103,12 @@ func Open(opts Options) (_ *Sampler, err error) {
 	}
 	s.attr.SetSamplePeriod(1)
 	s.attr.SetWakeupEvents(1)
+	track := perf.Attr{
+		Label: "tracking", Type: perf.SoftwareEvent, Config: uint64(perf.Dummy),
+		SampleFormat: perf.SampleFormat{Tid: true, Time: true, CPU: true},
+		Options:      perf.Options{SampleIDAll: true, Mmap: true, Mmap2: true, Comm: true, CommExec: true, Task: true},
+	}
+	track.SetWakeupEvents(1)
 	clock := perf.Attr{Type: perf.SoftwareEvent, Config: uint64(perf.CPUClock), Options: perf.Options{Disabled: true}}
 	clock.SetSampleFreq(uint64(opts.Frequency))
 	for _, cpu := range s.cpus {
@@ -117,6 +126,14 @@ func Open(opts Options) (_ *Sampler, err error) {
 		}
 		if err := s.objs.Events.Update(uint32(cpu), uint32(fd), ebpf.UpdateAny); err != nil {
 			return nil, fmt.Errorf("events map, CPU %d: %w", cpu, err)
+		}
+		tr, err := perf.Open(&track, perf.AllThreads, cpu, nil)
+		if err != nil {
+			return nil, fmt.Errorf("open tracking event on CPU %d: %w", cpu, err)
+		}
+		s.trackers = append(s.trackers, tr)
+		if err := tr.MapRingNumPages(16); err != nil {
+			return nil, fmt.Errorf("map tracking ring of CPU %d: %w", cpu, err)
 		}
 		ck, err := perf.Open(&clock, perf.AllThreads, cpu, nil)
 		if err != nil {
@@ -157,8 +174,9 @@ func (s *Sampler) Stop() {
 	}
 }
 
-// Run reads every CPU's ring until ctx ends and the rings are drained,
-// handing each record to fn. fn is never called concurrently.
+// Run reads every CPU's rings (samples, and COMM/MMAP2/FORK/EXIT of every
+// process) until ctx ends and the rings are drained, handing each record to
+// fn. fn is never called concurrently.
 func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	var (
 		mu      sync.Mutex
@@ -173,7 +191,8 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		}
 		firstMu.Unlock()
 	}
-	for i, ev := range s.outputs {
+	rings := append(append([]*perf.Event{}, s.outputs...), s.trackers...)
+	for i, ev := range rings {
 		wg.Add(1)
 		go func(cpu int, ev *perf.Event) {
 			defer wg.Done()
@@ -208,7 +227,7 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 					return
 				}
 			}
-		}(s.cpus[i], ev)
+		}(s.cpus[i%len(s.cpus)], ev)
 	}
 	wg.Wait()
 	return first
@@ -242,7 +261,7 @@ func (s *Sampler) Close() error {
 		c.Disable()
 		c.Close()
 	}
-	for _, o := range s.outputs {
+	for _, o := range append(s.outputs, s.trackers...) {
 		o.Close()
 	}
 	if s.objs.SampleRuby == nil {

@@ -21,7 +21,9 @@ type target struct {
 	config ProcessConfig
 }
 
-func prepare(t *testing.T, pid int) target {
+func prepare(t *testing.T, pid int) target { return prepareTB(t, pid) }
+
+func prepareTB(t testing.TB, pid int) target {
 	t.Helper()
 	p, err := rubystack.OpenProcess(pid, rubystack.OpenOptions{})
 	if err != nil {

@@ -1,0 +1,151 @@
+package recording
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// Target is one Ruby process being recorded.
+type Target struct {
+	PID     int
+	Process *rubystack.Process
+	Reader  *rubystack.Reader
+	Config  bpf.ProcessConfig
+	mem     *rubystack.ProcessMemory
+}
+
+// Attach prepares pid for sampling: its Ruby binary and Layout, and the
+// thread-pointer offset of ruby_current_ec, read once from the main thread
+// (it is the same in every thread of a process).
+func Attach(pid int, opts rubystack.OpenOptions) (*Target, error) {
+	p, err := rubystack.OpenProcess(pid, opts)
+	if err != nil {
+		return nil, err
+	}
+	t := &Target{PID: pid, Process: p, mem: &rubystack.ProcessMemory{PID: pid}}
+	ok := false
+	defer func() {
+		if !ok {
+			t.Close()
+		}
+	}()
+	if t.Reader, err = rubystack.NewReader(p, t.mem); err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	ec := p.Binary.Anchors(t.Reader.Layout).CurrentEC
+	var tp uint64
+	if !ec.HasTPOffset {
+		if tp, err = rubystack.ThreadPointer(pid, pid); err != nil {
+			return nil, err
+		}
+	}
+	off, err := p.CurrentECOffset(t.mem, ec, tp)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	if t.Config, err = bpf.ConfigFor(t.Reader.Layout, off); err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	ok = true
+	return t, nil
+}
+
+// Close releases the target's files.
+func (t *Target) Close() {
+	t.mem.Close()
+	t.Process.Close()
+}
+
+// AttachWhenReady attaches to a process that was just started, waiting
+// until it has mapped its Ruby (a shared libruby is loaded after exec).
+func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (*Target, error) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		t, err := Attach(pid, opts)
+		if err == nil {
+			return t, nil
+		}
+		if !strings.Contains(err.Error(), "not a Ruby process") || !alive(pid) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pid %d: no Ruby VM appeared: %w", pid, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised comm; Z is a zombie.
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+// RubyPIDs lists the processes that look like Ruby: a ruby executable or a
+// mapped libruby. Attach decides for sure.
+func RubyPIDs() ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if looksLikeRuby(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// maxMapsScan bounds the bytes of /proc/PID/maps read while looking for libruby.
+const maxMapsScan = 4 << 20
+
+func looksLikeRuby(pid int) bool {
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil &&
+		strings.HasPrefix(filepath.Base(strings.TrimSuffix(exe, " (deleted)")), "ruby") {
+		return true
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	var tail []byte
+	for read := 0; read < maxMapsScan; {
+		n, err := f.Read(buf)
+		chunk := append(tail, buf[:n]...)
+		if strings.Contains(string(chunk), "/libruby") {
+			return true
+		}
+		if len(chunk) > 16 {
+			tail = append([]byte(nil), chunk[len(chunk)-16:]...)
+		}
+		read += n
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	return false
+}
+
+var errNoTargets = errors.New("no Ruby process to record")
