@@ -41,6 +41,7 @@ type Payload struct {
 	Flags    uint32
 	PID, TID uint32
 	EC, CFP  uint64
+	Period   uint64 // the cpu-clock period this sample stands for, in ns
 	Frames   []Frame
 }
 
@@ -78,7 +79,8 @@ func DecodePayload(raw []byte) (*Payload, error) {
 	case h.Nframes > MaxFrames || int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize) > int64(h.Length):
 		return nil, fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
 	}
-	p := &Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Frames: make([]Frame, h.Nframes)}
+	p := &Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
+		Frames: make([]Frame, h.Nframes)}
 	b := raw[h.HeaderSize:]
 	for i := range p.Frames {
 		f := b[i*frameSize:]

@@ -64,7 +64,8 @@ struct payload_header {
 	__u32 pid, tid;
 	__u32 pad;
 	__u64 ec;
-	__u64 cfp; // ec->cfp when sampled
+	__u64 cfp;    // ec->cfp when sampled
+	__u64 period; // the cpu-clock sample's period (ns): the weight of this sample
 };
 
 struct frame {
@@ -232,6 +233,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	buf->h.tid = (__u32)pid_tgid;
 	buf->h.ec = 0;
 	buf->h.cfp = 0;
+	buf->h.period = ctx->sample_period;
 
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	__u64 tp = 0;

@@ -33,6 +33,7 @@ type rubyPayloadHeader struct {
 	Pad        uint32
 	Ec         uint64
 	Cfp        uint64
+	Period     uint64
 }
 
 type rubyProcConfig struct {

@@ -7,9 +7,10 @@ import (
 )
 
 // Sample is a PERF_RECORD_SAMPLE of the bpf-output event, decoded by the
-// sample_type the Sampler opens it with: TID|TIME|CPU|PERIOD|CALLCHAIN|RAW|
-// REGS_USER|STACK_USER, in the kernel's order (perf_output_sample).
+// sample_type the Sampler opens it with: IP|TID|TIME|CPU|PERIOD|CALLCHAIN|
+// RAW|REGS_USER|STACK_USER, in the kernel's order (perf_output_sample).
 type Sample struct {
+	IP        uint64
 	PID, TID  uint32
 	Time      uint64
 	CPU       uint32
@@ -25,10 +26,24 @@ type Sample struct {
 // the kernel's hard limit is far lower than this).
 const maxCallchain = 1 << 16
 
+// periodOffset is where PERF_SAMPLE_PERIOD sits in a sample's data: after
+// IP, TID (pid, tid), TIME and CPU (cpu, res).
+const periodOffset = 32
+
+// SetPeriod writes period into a sample record's data. The kernel gives a
+// bpf-output record no period; the cpu-clock period it stands for comes in
+// the payload, and perf tools (and flame graphs) weigh samples by it.
+func SetPeriod(data []byte, period uint64) {
+	if len(data) >= periodOffset+8 {
+		binary.LittleEndian.PutUint64(data[periodOffset:], period)
+	}
+}
+
 // DecodeSample decodes the data of a sample record (after its header).
 func DecodeSample(data []byte) (*Sample, error) {
 	d := decoder{b: data}
 	s := &Sample{}
+	s.IP = d.u64()                                                // PERF_SAMPLE_IP
 	s.PID, s.TID = d.u32(), d.u32()                               // PERF_SAMPLE_TID
 	s.Time = d.u64()                                              // PERF_SAMPLE_TIME
 	s.CPU, _ = d.u32(), d.u32()                                   // PERF_SAMPLE_CPU: cpu, res

@@ -94,10 +94,13 @@ func Open(opts Options) (_ *Sampler, err error) {
 		Type:   perf.SoftwareEvent,
 		Config: uint64(perf.BPFOutput),
 		SampleFormat: perf.SampleFormat{
-			Tid: true, Time: true, CPU: true, Period: true, Callchain: true, Raw: true,
+			IP: true, Tid: true, Time: true, CPU: true, Period: true, Callchain: true, Raw: true,
 			UserRegisters: true, UserStack: true,
 		},
-		Options:             perf.Options{SampleIDAll: true, Disabled: false},
+		// User frames come from unwinding the stack copy (as with perf's
+		// --call-graph dwarf): without frame pointers the kernel's user
+		// callchain is only the leaf, and perf would show it twice.
+		Options:             perf.Options{SampleIDAll: true, ExcludeUserCallchain: true},
 		SampleRegistersUser: UserRegisters,
 		SampleStackUser:     opts.StackSize,
 	}
@@ -106,9 +109,12 @@ func Open(opts Options) (_ *Sampler, err error) {
 	track := perf.Attr{
 		Label: "tracking", Type: perf.SoftwareEvent, Config: uint64(perf.Dummy),
 		SampleFormat: perf.SampleFormat{Tid: true, Time: true, CPU: true},
-		Options:      perf.Options{SampleIDAll: true, Mmap: true, Mmap2: true, Comm: true, CommExec: true, Task: true},
+		Options: perf.Options{SampleIDAll: true, Mmap: true, Mmap2: true, MmapData: true, Comm: true,
+			CommExec: true, Task: true},
 	}
-	track.SetWakeupEvents(1)
+	// wakeup_events counts samples only: side-band records (COMM, MMAP2,
+	// EXIT) would wait until the ring fills. Wake on any byte instead.
+	track.SetWakeupWatermark(1)
 	clock := perf.Attr{Type: perf.SoftwareEvent, Config: uint64(perf.CPUClock), Options: perf.Options{Disabled: true}}
 	clock.SetSampleFreq(uint64(opts.Frequency))
 	for _, cpu := range s.cpus {

@@ -287,3 +287,14 @@ func (e *elfFile) sectionAt(addr uint64) string {
 	}
 	return ""
 }
+
+// BuildID returns the GNU build-id of the ELF file at path, as hex, or ""
+// if it has none.
+func BuildID(path string) (string, error) {
+	e, err := openELF(path)
+	if err != nil {
+		return "", err
+	}
+	defer e.Close()
+	return e.buildID(), nil
+}

@@ -15,10 +15,12 @@ func (e usageError) Error() string { return e.msg }
 
 type command struct {
 	name, args, summary string
-	run                 func(args []string, stdout io.Writer) error
+	run                 func(args []string, stdout, stderr io.Writer) error
 }
 
 var commands = []command{
+	{"record", "[-p PID[,PID..] | -a | -- CMD ARGS..] [-F HZ] [-d DURATION] [-o FILE]",
+		"sample Ruby and native stacks into a perf.data", runRecord},
 	{"snapshot", "-p PID [--format text|json] [--nonblocking] [--debug-file FILE]",
 		"every thread's Ruby stack, read from outside", runSnapshot},
 	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE]",
@@ -46,7 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(args[1:], stdout)
+		err := c.run(args[1:], stdout, stderr)
 		var ue usageError
 		switch {
 		case err == nil:

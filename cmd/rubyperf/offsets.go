@@ -12,7 +12,7 @@ import (
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
-func runOffsets(args []string, stdout io.Writer) error {
+func runOffsets(args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("offsets", flag.ContinueOnError)
 	pid := fs.Int("p", 0, "pid of a running Ruby")
 	format := fs.String("format", "text", "text, json or go")

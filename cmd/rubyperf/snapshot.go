@@ -9,7 +9,7 @@ import (
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
-func runSnapshot(args []string, stdout io.Writer) error {
+func runSnapshot(args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	pid := fs.Int("p", 0, "pid of a running Ruby")
 	format := fs.String("format", "text", "text or json")

@@ -20,6 +20,7 @@ var allowed = map[string][]string{
 	"perfdata":          {},
 	"perfmap":           {},
 	"merge":             {"rubystack"},
+	"recording":         {"bpf", "rubystack", "perfdata"},
 	"cmd/rubyperf":      {"*"},
 	"internal/testruby": {},
 	"internal/archtest": {},

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rubyperf/rubyperf/recording"
+)
+
+func runRecord(args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("record", flag.ContinueOnError)
+	pids := fs.String("p", "", "pid[,pid..] of running Rubies")
+	all := fs.Bool("a", false, "every Ruby process, including ones that start while recording")
+	freq := fs.Int("F", 99, "samples per second")
+	var dur seconds
+	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
+	out := fs.String("o", "rubyperf.data", "output file")
+	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
+	cmdArgs, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	opts := recording.Options{All: *all, Frequency: *freq, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
+		Command: cmdArgs}
+	for _, p := range strings.Split(*pids, ",") {
+		if p == "" {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || pid <= 0 {
+			return usageError{fmt.Sprintf("-p %q: not a pid", p)}
+		}
+		opts.PIDs = append(opts.PIDs, pid)
+	}
+	modes := 0
+	for _, on := range []bool{len(opts.PIDs) > 0, *all, len(cmdArgs) > 0} {
+		if on {
+			modes++
+		}
+	}
+	switch {
+	case modes != 1:
+		return usageError{"give exactly one of -p PID, -a, or -- CMD ARGS"}
+	case *freq <= 0 || *freq > 100000:
+		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", *freq)}
+	case dur < 0:
+		return usageError{"-d must be positive"}
+	}
+	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
+		opts.Status = stderr
+	}
+	// Ctrl-C and SIGTERM end the recording; the file is finalized.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := recording.Record(ctx, opts)
+	if sum != nil {
+		fmt.Fprintf(stderr, "rubyperf: %d samples, %d lost, %d truncated stacks, %d unknown frames, %d targets, %s; wrote %s\n",
+			sum.Samples, sum.Lost, sum.Truncated, sum.UnknownFrames, sum.Targets, sum.Duration.Round(time.Millisecond), sum.Output)
+	}
+	return err
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// seconds is a duration flag that also takes a plain number of seconds, as
+// "-d 5" reads to a perf user.
+type seconds time.Duration
+
+func (d *seconds) String() string { return time.Duration(*d).String() }
+
+func (d *seconds) Set(s string) error {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		*d = seconds(f * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is neither seconds nor a duration like 1m30s", s)
+	}
+	*d = seconds(v)
+	return nil
+}

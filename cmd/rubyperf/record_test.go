@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/testruby"
+)
+
+// scriptSample is one sample as stock `perf script` prints it.
+type scriptSample struct {
+	comm     string
+	pid, tid int
+	frames   []string // symbol names, leaf first
+}
+
+var scriptHeader = regexp.MustCompile(`^(.+?)\s+(\d+)/(\d+)\s+ruby-cpu:\s*$`)
+
+// perfScript runs stock perf script on file and parses every sample.
+func perfScript(t *testing.T, file string) []scriptSample {
+	t.Helper()
+	perf := perfBinary(t)
+	out, err := exec.Command(perf, "script", "-F", "comm,pid,tid,event,ip,sym", "-i", file).Output()
+	if err != nil {
+		t.Fatalf("perf script -i %s: %v", file, err)
+	}
+	var samples []scriptSample
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := scriptHeader.FindStringSubmatch(line); m != nil {
+			pid, _ := strconv.Atoi(m[2])
+			tid, _ := strconv.Atoi(m[3])
+			samples = append(samples, scriptSample{comm: m[1], pid: pid, tid: tid})
+			continue
+		}
+		if f := strings.Fields(line); len(f) >= 2 && len(samples) > 0 {
+			samples[len(samples)-1].frames = append(samples[len(samples)-1].frames, f[1])
+		}
+	}
+	return samples
+}
+
+func perfBinary(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("perf")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("perf is not installed (Debian linux-perf); scripts/deps.sh installs it")
+		}
+		t.Skip("perf is not installed")
+	}
+	return p
+}
+
+var summaryLine = regexp.MustCompile(`rubyperf: (\d+) samples, (\d+) lost, (\d+) truncated stacks, (\d+) unknown frames, (\d+) targets`)
+
+type summary struct{ samples, lost, truncated, unknown, targets int }
+
+func parseSummary(t *testing.T, stderr string) summary {
+	t.Helper()
+	m := summaryLine.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no summary line in %q", stderr)
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	return summary{n(1), n(2), n(3), n(4), n(5)}
+}
+
+// record runs `rubyperf record ARGS` in-process and returns its summary.
+func record(t *testing.T, args ...string) summary {
+	t.Helper()
+	testruby.Privileged(t, bpf.Supported())
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"record"}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("rubyperf record %v: exit %d: %s", args, code, stderr.String())
+	}
+	return parseSummary(t, stderr.String())
+}
+
+func workload(t *testing.T) string {
+	p, err := filepath.Abs("../../testdata/ruby/workload.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRecordCommand: record the bundled workload under Debian's ruby3.1 for
+// 5 s; stock perf script shows exactly the samples rubyperf reported, with
+// the right pid, tids and comms; perf's own DWARF unwinding of the stack
+// copies reaches rb_vm_exec; perf report works.
+func TestRecordCommand(t *testing.T) {
+	r := testruby.Get(t, "3.1.2-debian")
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	sum := record(t, "-F", "99", "-d", "5", "-o", out, "--", r.Exe, workload(t), "30")
+	samples := perfScript(t, out)
+	if len(samples) != sum.samples || sum.samples < 300 {
+		t.Fatalf("perf script shows %d samples, rubyperf reported %d (want about 5 s x 99 Hz)", len(samples), sum.samples)
+	}
+	if sum.lost != 0 || sum.targets != 1 {
+		t.Errorf("summary %+v", sum)
+	}
+	pid := samples[0].pid
+	threads, throughVM := map[int]string{}, 0
+	for _, s := range samples {
+		if s.pid != pid {
+			t.Fatalf("a sample of pid %d, the target is %d", s.pid, pid)
+		}
+		if old, ok := threads[s.tid]; ok && old != s.comm {
+			t.Errorf("tid %d is both %q and %q", s.tid, old, s.comm)
+		}
+		threads[s.tid] = s.comm
+		for _, f := range s.frames {
+			if f == "rb_vm_exec" {
+				throughVM++
+				break
+			}
+		}
+	}
+	if threads[pid] != filepath.Base(r.Exe) && threads[pid] != "ruby3.1" {
+		t.Errorf("main thread comm %q", threads[pid])
+	}
+	named := false
+	for tid, comm := range threads {
+		named = named || (tid != pid && comm == "serializer")
+	}
+	if !named {
+		t.Errorf("no sample of the thread named serializer: %v", threads)
+	}
+	if frac := float64(throughVM) / float64(len(samples)); frac < 0.9 {
+		t.Errorf("perf unwound only %.0f%% of samples through rb_vm_exec", 100*frac)
+	}
+	if out, err := exec.Command(perfBinary(t), "report", "--stdio", "-i", out).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "of event 'ruby-cpu'") {
+		t.Errorf("perf report: %v\n%s", err, out)
+	}
+}
+
+// TestRecordNoLostSamples: one busy thread for 10 s at 99 Hz and at 999 Hz
+// loses nothing, and every period is there.
+func TestRecordNoLostSamples(t *testing.T) {
+	r := testruby.Get(t, "3.3.8-static")
+	depth, _ := filepath.Abs("../../testdata/ruby/depth.rb")
+	for _, hz := range []int{99, 999} {
+		t.Run(fmt.Sprint(hz), func(t *testing.T) {
+			cmd := testruby.Start(t, r, depth, "50")
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			sum := record(t, "-F", fmt.Sprint(hz), "-d", "10", "-o", out, "-p", strconv.Itoa(cmd.Process.Pid))
+			if sum.lost != 0 {
+				t.Errorf("%d samples lost", sum.lost)
+			}
+			want := 10 * hz
+			if sum.samples < want*8/10 || sum.samples > want*11/10 {
+				t.Errorf("%d samples in 10 s at %d Hz", sum.samples, hz)
+			}
+			if n := len(perfScript(t, out)); n != sum.samples {
+				t.Errorf("perf script shows %d samples, rubyperf reported %d", n, sum.samples)
+			}
+		})
+	}
+}
+
+// rubyperfBinary builds the command for tests that run it as a process.
+func rubyperfBinary(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rubyperf-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "rubyperf")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestRecordInterrupted: a recording stopped by SIGINT after 2 s is a valid
+// file with every sample it reported.
+func TestRecordInterrupted(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "3.1.2-debian")
+	target := testruby.Start(t, r, workload(t), "30")
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	c := exec.Command(rubyperfBinary(t), "record", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	c.Process.Signal(syscall.SIGINT)
+	if err := c.Wait(); err != nil {
+		t.Fatalf("rubyperf after SIGINT: %v: %s", err, stderr.String())
+	}
+	sum := parseSummary(t, stderr.String())
+	if n := len(perfScript(t, out)); n != sum.samples || n < 100 {
+		t.Errorf("perf script shows %d samples, rubyperf reported %d", n, sum.samples)
+	}
+}
+
+// TestRecordTargetExits: the recording ends by itself when its target
+// exits, and the file is valid.
+func TestRecordTargetExits(t *testing.T) {
+	r := testruby.Get(t, "3.3.8-static")
+	target := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; t = Time.now; nil while Time.now - t < 1.5`)
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	start := time.Now()
+	sum := record(t, "-o", out, "-d", "60", "-p", strconv.Itoa(target.Process.Pid))
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("recording went on %v after the target exited", d)
+	}
+	if n := len(perfScript(t, out)); n != sum.samples || n < 50 {
+		t.Errorf("perf script shows %d samples, rubyperf reported %d", n, sum.samples)
+	}
+}
+
+// TestRecordAll: -a records the Rubies running at the start and one that
+// starts during the recording.
+func TestRecordAll(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "3.1.2-debian")
+	spin := `STDOUT.puts "ready"; STDOUT.flush; t = Time.now; nil while Time.now - t < 6`
+	a := testruby.Start(t, r, "-e", spin)
+	b := testruby.Start(t, testruby.Get(t, "3.3.8-static"), "-e", spin)
+	var late *exec.Cmd
+	go func() {
+		time.Sleep(time.Second)
+		late = exec.Command(r.Exe, "-e", spin)
+		late.Start()
+	}()
+	t.Cleanup(func() {
+		if late != nil && late.Process != nil {
+			late.Process.Kill()
+			late.Wait()
+		}
+	})
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	sum := record(t, "-a", "-d", "4", "-o", out)
+	pids := map[int]int{}
+	for _, s := range perfScript(t, out) {
+		pids[s.pid]++
+	}
+	for _, p := range []int{a.Process.Pid, b.Process.Pid} {
+		if pids[p] == 0 {
+			t.Errorf("no samples of pid %d: %v", p, pids)
+		}
+	}
+	if late == nil || late.Process == nil || pids[late.Process.Pid] == 0 {
+		t.Errorf("no samples of the Ruby started during the recording: %v (summary %+v)", pids, sum)
+	}
+}
+
+// TestRecordNoPermission: without privileges, one line naming the
+// capabilities and the sysctl, exit 1.
+func TestRecordNoPermission(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testruby.Privileged(t, errorString("needs root to run a process as another user"))
+	}
+	c := exec.Command(rubyperfBinary(t), "record", "-p", "1", "-d", "1", "-o", "/tmp/never")
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	err := c.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("err %v, want exit 1: %s", err, stderr.String())
+	}
+	msg := strings.TrimSpace(stderr.String())
+	for _, want := range []string{"CAP_BPF", "CAP_PERFMON", "sysctl", "root"} {
+		if !strings.Contains(msg, want) || strings.Contains(msg, "\n") {
+			t.Errorf("message %q: want one line mentioning %s", msg, want)
+		}
+	}
+}
+
+func TestRecordUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"record"},
+		{"record", "-p", "1", "-a"},
+		{"record", "-p", "x"},
+		{"record", "-F", "0", "-p", "1"},
+		{"record", "-d", "soon", "-p", "1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
+		}
+	}
+}

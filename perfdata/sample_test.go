@@ -1,0 +1,124 @@
+package perfdata
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+// TestSampleLayout decodes a SAMPLE with every field, assembled by hand in
+// the order of the kernel's perf_output_sample, and encodes it back.
+func TestSampleLayout(t *testing.T) {
+	a := &Attr{
+		SampleType:       sampleKnown &^ SampleWeight, // WEIGHT and WEIGHT_STRUCT exclude each other
+		ReadFormat:       ReadTotalTimeEnabled | ReadTotalTimeRunning | ReadID | ReadLost | ReadGroup,
+		BranchSampleType: BranchHWIndex,
+		SampleRegsUser:   0b1011, // 3 registers
+		SampleRegsIntr:   0b1,    // 1 register
+	}
+	var b []byte
+	u64 := func(v ...uint64) {
+		for _, x := range v {
+			b = le.AppendUint64(b, x)
+		}
+	}
+	u32 := func(v ...uint32) {
+		for _, x := range v {
+			b = le.AppendUint32(b, x)
+		}
+	}
+	u64(0x11)       // IDENTIFIER id
+	u64(0x400000)   // IP ip
+	u32(100, 101)   // TID pid, tid
+	u64(5_000_000)  // TIME time
+	u64(0xadd)      // ADDR addr
+	u64(0x11)       // ID id
+	u64(0x22)       // STREAM_ID stream_id
+	u32(3, 0)       // CPU cpu, res
+	u64(1000)       // PERIOD period
+	u64(2, 70, 60)  // READ nr, time_enabled, time_running
+	u64(7, 0x11, 0) // value, id, lost
+	u64(8, 0x12, 1) //
+	u64(3)          // CALLCHAIN nr
+	u64(ContextUser, 0x400000, 0x400100)
+	u32(12) // RAW size
+	b = append(b, "raw-payload!"...)
+	u64(1, 9)          // BRANCH_STACK nr, hw_idx
+	u64(0x1, 0x2, 0x3) // from, to, flags
+	u64(RegsABI64)     // REGS_USER abi
+	u64(10, 11, 12)    // regs
+	u64(16)            // STACK_USER size
+	b = append(b, "stack-bytes\x00\x00\x00\x00\x00"...)
+	u64(11)            // dyn_size
+	u64(0x77)          // WEIGHT_STRUCT
+	u64(0x88)          // DATA_SRC
+	u64(0x99)          // TRANSACTION
+	u64(RegsABI64, 13) // REGS_INTR abi, regs
+	u64(0xaaaa)        // PHYS_ADDR
+	u64(0xcc)          // CGROUP
+	u64(4096, 2<<20)   // DATA_PAGE_SIZE, CODE_PAGE_SIZE
+	u64(8)             // AUX size
+	b = append(b, "aux-data"...)
+
+	want := &Sample{
+		Event: 2, Misc: MiscUser | MiscExactIP, ID: 0x11, IP: 0x400000, Pid: 100, Tid: 101, Time: 5_000_000,
+		Addr: 0xadd, StreamID: 0x22, CPU: 3, Period: 1000,
+		Read:      ReadValues{TimeEnabled: 70, TimeRunning: 60, Counters: []Counter{{7, 0x11, 0}, {8, 0x12, 1}}},
+		Callchain: []uint64{ContextUser, 0x400000, 0x400100}, Raw: []byte("raw-payload!"),
+		BranchHWIndex: 9, Branches: []BranchEntry{{1, 2, 3}},
+		RegsUserABI: RegsABI64, RegsUser: []uint64{10, 11, 12},
+		StackUser: []byte("stack-bytes"), StackUserSize: 16,
+		Weight: 0x77, DataSrc: 0x88, Transaction: 0x99, RegsIntrABI: RegsABI64, RegsIntr: []uint64{13},
+		PhysAddr: 0xaaaa, Cgroup: 0xcc, DataPageSize: 4096, CodePageSize: 2 << 20, Aux: []byte("aux-data"),
+	}
+	got, err := decodeSample(b, MiscUser|MiscExactIP, a, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded\n%+v\nwant\n%+v", got, want)
+	}
+	if enc, err := appendSample(nil, a, want); err != nil || !bytes.Equal(enc, b) {
+		t.Errorf("encoded\n% x (%v)\nwant\n% x", enc, err, b)
+	}
+
+	// Every truncation of the body is an error, never a panic.
+	for n := 0; n < len(b); n++ {
+		if _, err := decodeSample(b[:n], 0, a, 0); err == nil {
+			t.Fatalf("a body cut at %d of %d bytes decoded", n, len(b))
+		}
+	}
+}
+
+// TestSampleNoRegs: REGS_USER with ABI none carries no registers, and an
+// empty STACK_USER no data and no dyn_size (a kernel thread's sample).
+func TestSampleNoRegs(t *testing.T) {
+	a := &Attr{SampleType: SampleRegsUser | SampleStackUser | SamplePhysAddr, SampleRegsUser: 0xff}
+	b := le.AppendUint64(nil, RegsABINone) // abi
+	b = le.AppendUint64(b, 0)              // stack size
+	b = le.AppendUint64(b, 42)             // phys_addr
+	s, err := decodeSample(b, 0, a, 0)
+	if err != nil || s.RegsUser != nil || s.StackUser != nil || s.StackUserSize != 0 || s.PhysAddr != 42 {
+		t.Errorf("%+v %v", s, err)
+	}
+	enc, err := appendSample(nil, a, s)
+	if err != nil || !bytes.Equal(enc, b) {
+		t.Errorf("encoded % x, %v; want % x", enc, err, b)
+	}
+}
+
+// TestRawPadding: the Writer pads RAW as the kernel does, so that the u32
+// size plus the data is a multiple of 8 bytes.
+func TestRawPadding(t *testing.T) {
+	a := &Attr{SampleType: SampleRaw | SamplePeriod}
+	for n := 0; n < 20; n++ {
+		b, err := appendSample(nil, a, &Sample{Period: 1, Raw: bytes.Repeat([]byte{'x'}, n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := int(le.Uint32(b[8:]))
+		if (4+size)%8 != 0 || size < n || size >= n+8 || len(b) != 8+4+size {
+			t.Errorf("raw of %d bytes: size %d, record body %d bytes", n, size, len(b))
+		}
+	}
+}

@@ -1,0 +1,460 @@
+package recording
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// Options describe one recording.
+type Options struct {
+	PIDs      []int    // -p
+	Command   []string // -- CMD ARGS: started, recorded, and its exit ends the recording
+	All       bool     // -a: every Ruby process, including ones that start while recording
+	Frequency int      // -F
+	Duration  time.Duration
+	Output    string
+	DebugFile string
+	// Status, if set, receives a status line every second (a terminal).
+	Status io.Writer
+}
+
+// Summary is what a recording did.
+type Summary struct {
+	Output        string
+	Targets       int
+	PIDs          []int  // the processes recorded
+	Samples       uint64 // samples written
+	Lost          uint64 // samples the kernel dropped (rings full)
+	Truncated     uint64 // stacks deeper than bpf.MaxFrames
+	UnknownFrames uint64 // frames that could not be symbolized
+	Duration      time.Duration
+	CommandErr    error // how the started command ended, if one was
+}
+
+// perf record types and misc bits copied from the kernel's rings.
+const (
+	recordMmap     = 1
+	recordLost     = 2
+	recordComm     = 3
+	recordExit     = 4
+	recordFork     = 7
+	recordSample   = 9
+	recordMmap2    = 10
+	miscCommExec   = 1 << 13
+	attachAttempts = 20 // tries to attach a newly exec'd process (-a) before giving up
+)
+
+// session is the state of one recording.
+type session struct {
+	opts    Options
+	w       *perfdata.Writer
+	sampler *bpf.Sampler
+	symtab  *SymbolTable
+
+	mu       sync.Mutex // guards targets, symtab, counters, pending
+	targets  map[int]*Target
+	gone     map[int]bool
+	pending  map[int]int // -a: pids that exec'd, with attempts left
+	sum      Summary
+	noTarget chan struct{} // closed when every target has exited (not with -a)
+	closeNT  sync.Once
+	buildIDs map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
+}
+
+// Record runs a recording until ctx ends, the duration passes, the targets
+// exit, or the started command exits, and always leaves a valid file.
+func Record(ctx context.Context, opts Options) (*Summary, error) {
+	if err := bpf.Supported(); err != nil {
+		return nil, err
+	}
+	if opts.Frequency <= 0 {
+		opts.Frequency = bpf.DefaultOptions.Frequency
+	}
+	s := &session{opts: opts, symtab: NewSymbolTable(), targets: map[int]*Target{}, gone: map[int]bool{},
+		pending: map[int]int{}, noTarget: make(chan struct{})}
+	s.sum.Output = opts.Output
+	start := time.Now()
+
+	bo := bpf.DefaultOptions
+	bo.Frequency = opts.Frequency
+	sampler, err := bpf.Open(bo)
+	if err != nil {
+		return nil, err
+	}
+	s.sampler = sampler
+	defer sampler.Close()
+
+	f, err := createOutput(opts.Output)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if s.w, err = perfdata.NewWriter(f); err != nil {
+		return nil, fmt.Errorf("%s: %w", opts.Output, err)
+	}
+	if err := s.w.AddEvent(outputAttr(sampler, bo), "ruby-cpu", nil); err != nil {
+		return nil, err
+	}
+	if err := s.synthesizeKernel(); err != nil {
+		return nil, fmt.Errorf("%s: %w", opts.Output, err)
+	}
+
+	var cmd *exec.Cmd
+	cmdDone := make(chan error, 1)
+	switch {
+	case len(opts.Command) > 0:
+		cmd = exec.Command(opts.Command[0], opts.Command[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start %s: %w", opts.Command[0], err)
+		}
+		// Wait for the command only after attaching: attaching stops its
+		// main thread with ptrace, and as its parent a concurrent wait
+		// would take that stop for itself.
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		t, err := AttachWhenReady(actx, cmd.Process.Pid, rubystack.OpenOptions{DebugFile: opts.DebugFile})
+		cancel()
+		go func() { cmdDone <- cmd.Wait() }()
+		if err != nil {
+			cmd.Process.Kill()
+			<-cmdDone
+			return nil, fmt.Errorf("%s: %w", opts.Command[0], err)
+		}
+		if err := s.add(t); err != nil {
+			return nil, err
+		}
+	case opts.All:
+		pids, err := RubyPIDs()
+		if err != nil {
+			return nil, err
+		}
+		for _, pid := range pids {
+			if t, err := Attach(pid, rubystack.OpenOptions{}); err == nil {
+				if err := s.add(t); err != nil {
+					return nil, err
+				}
+			}
+		}
+	default:
+		for _, pid := range opts.PIDs {
+			t, err := Attach(pid, rubystack.OpenOptions{DebugFile: opts.DebugFile})
+			if err != nil {
+				return nil, err
+			}
+			if err := s.add(t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(s.targets) == 0 && !opts.All {
+		return nil, errNoTargets
+	}
+
+	// Stop on: the caller, the duration, the command's exit, every target's exit.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if opts.Duration > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(runCtx, opts.Duration)
+		defer cancel()
+	}
+	go func() {
+		select {
+		case err := <-cmdDone:
+			s.mu.Lock()
+			s.sum.CommandErr = err
+			s.mu.Unlock()
+			cmdDone <- err // for the wait below
+			stop()
+		case <-s.noTarget:
+			stop()
+		case <-runCtx.Done():
+		}
+	}()
+	if opts.All {
+		go s.discover(runCtx)
+	}
+	if opts.Status != nil {
+		go s.status(runCtx, start)
+	}
+	runErr := sampler.Run(runCtx, s.handle)
+	sampler.Stop()
+	if cmd != nil && runCtx.Err() != nil && ctx.Err() != nil {
+		// Ctrl-C: the command got it too (same process group); let it finish.
+		select {
+		case <-cmdDone:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+		}
+	}
+	s.sum.Duration = time.Since(start)
+	if c, err := sampler.Counts(); err == nil {
+		s.sum.Truncated = c.Truncated
+		s.sum.Lost += c.OutputErrors
+	}
+	finErr := s.finish()
+	if runErr != nil {
+		return &s.sum, runErr
+	}
+	return &s.sum, finErr
+}
+
+// createOutput opens the output, keeping an existing file as FILE.old as perf does.
+func createOutput(path string) (*os.File, error) {
+	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
+		if err := os.Rename(path, path+".old"); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// outputAttr is the bpf-output event's attribute as perf.data records it.
+func outputAttr(s *bpf.Sampler, o bpf.Options) perfdata.Attr {
+	return perfdata.Attr{
+		Type:   perfdata.TypeSoftware,
+		Config: perfdata.CountSWBPFOutput,
+		// The cpu-clock event samples at Frequency; each bpf-output record
+		// stands for one period of it (PERF_SAMPLE_PERIOD carries 1 for the
+		// bpf-output event itself).
+		SamplePeriodOrFreq: 1,
+		SampleType: perfdata.SampleIP | perfdata.SampleTID | perfdata.SampleTime | perfdata.SampleCPU | perfdata.SamplePeriod |
+			perfdata.SampleCallchain | perfdata.SampleRaw | perfdata.SampleRegsUser | perfdata.SampleStackUser,
+		Flags:           perfdata.FlagSampleIDAll | perfdata.FlagExcludeCallchainUser,
+		SampleRegsUser:  bpf.UserRegisters,
+		SampleStackUser: o.StackSize,
+	}
+}
+
+// add makes t a target: sampled from now on, with its threads and
+// mappings described in the file (timestamp 0: before any sample).
+func (s *session) add(t *Target) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.targets[t.PID]; ok {
+		t.Close()
+		return nil
+	}
+	if err := s.synthesize(t.PID); err != nil {
+		t.Close()
+		return err
+	}
+	if err := s.sampler.AddProcess(t.PID, t.Config); err != nil {
+		t.Close()
+		return err
+	}
+	s.targets[t.PID] = t
+	s.sum.Targets++
+	s.sum.PIDs = append(s.sum.PIDs, t.PID)
+	return nil
+}
+
+// handle takes one record from the rings.
+func (s *session) handle(rec bpf.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch rec.Header.Type {
+	case recordSample:
+		smp, err := bpf.DecodeSample(rec.Data)
+		if err != nil {
+			return nil // a record we cannot read is not copied
+		}
+		if p, err := bpf.DecodePayload(smp.Raw); err == nil {
+			if t, ok := s.targets[int(p.PID)]; ok {
+				s.symtab.Resolve(t.Reader, p)
+			}
+			bpf.SetPeriod(rec.Data, p.Period)
+		}
+		s.sum.Samples++
+	case recordLost:
+		if len(rec.Data) >= 16 {
+			s.sum.Lost += binary.LittleEndian.Uint64(rec.Data[8:]) // perf_record_lost: id, lost
+		}
+	case recordComm, recordMmap, recordMmap2, recordFork, recordExit:
+		pid, tid := recordPID(rec)
+		if rec.Header.Type == recordComm && rec.Header.Misc&miscCommExec != 0 && s.opts.All {
+			if _, ok := s.targets[pid]; !ok {
+				s.pending[pid] = attachAttempts
+			}
+		}
+		if _, ok := s.targets[pid]; !ok {
+			return nil // not a target: keep the file small
+		}
+		if rec.Header.Type == recordExit && pid == tid {
+			s.targetExited(pid)
+		}
+	default:
+		return nil
+	}
+	if err := s.w.WriteRecord(rawRecord(rec)); err != nil {
+		return fmt.Errorf("%s: %w", s.opts.Output, err)
+	}
+	return nil
+}
+
+// recordPID is the pid and tid a COMM, MMAP, MMAP2, FORK or EXIT record is about.
+func recordPID(rec bpf.Record) (pid, tid int) {
+	d := rec.Data
+	if len(d) < 8 {
+		return -1, -1
+	}
+	if rec.Header.Type == recordFork || rec.Header.Type == recordExit {
+		// perf_record_fork: pid, ppid, tid, ptid
+		if len(d) < 12 {
+			return -1, -1
+		}
+		return int(binary.LittleEndian.Uint32(d[0:])), int(binary.LittleEndian.Uint32(d[8:]))
+	}
+	return int(binary.LittleEndian.Uint32(d[0:])), int(binary.LittleEndian.Uint32(d[4:]))
+}
+
+func rawRecord(rec bpf.Record) []byte {
+	b := make([]byte, 8, 8+len(rec.Data))
+	binary.LittleEndian.PutUint32(b[0:], uint32(rec.Header.Type))
+	binary.LittleEndian.PutUint16(b[4:], uint16(rec.Header.Misc))
+	binary.LittleEndian.PutUint16(b[6:], uint16(8+len(rec.Data)))
+	return append(b, rec.Data...)
+}
+
+func (s *session) targetExited(pid int) {
+	if s.gone[pid] {
+		return
+	}
+	s.gone[pid] = true
+	s.sampler.RemoveProcess(pid)
+	if !s.opts.All && len(s.gone) == len(s.targets) {
+		s.closeNT.Do(func() { close(s.noTarget) })
+	}
+}
+
+// discover attaches to Ruby processes that start while recording (-a): a
+// process is tried after it execs, and a full rescan runs every few seconds.
+func (s *session) discover(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	rescan := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		var try []int
+		for pid, left := range s.pending {
+			if left <= 0 {
+				delete(s.pending, pid)
+				continue
+			}
+			s.pending[pid] = left - 1
+			try = append(try, pid)
+		}
+		s.mu.Unlock()
+		if time.Since(rescan) > 3*time.Second {
+			rescan = time.Now()
+			if pids, err := RubyPIDs(); err == nil {
+				try = append(try, pids...)
+			}
+		}
+		for _, pid := range try {
+			s.mu.Lock()
+			_, known := s.targets[pid]
+			s.mu.Unlock()
+			if known || !looksLikeRuby(pid) {
+				continue
+			}
+			if t, err := Attach(pid, rubystack.OpenOptions{}); err == nil {
+				s.add(t)
+				s.mu.Lock()
+				delete(s.pending, pid)
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+// status prints a status line every second.
+func (s *session) status(ctx context.Context, start time.Time) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var last uint64
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprint(s.opts.Status, "\r\033[K")
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		n, lost, targets := s.sum.Samples, s.sum.Lost, len(s.targets)-len(s.gone)
+		s.mu.Unlock()
+		fmt.Fprintf(s.opts.Status, "\r\033[Krubyperf: %d samples, %d lost, %d/s, %d targets, %s",
+			n, lost, n-last, targets, time.Since(start).Round(time.Second))
+		last = n
+	}
+}
+
+// finish writes the feature sections and closes the file.
+func (s *session) finish() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.symtab.Frames {
+		if f.Unknown {
+			s.sum.UnknownFrames++
+		}
+	}
+	var errs []error
+	if b, err := s.symtab.Encode(); err == nil {
+		s.w.SetFeature(perfdata.Feature(FeatureRubySymbols), b)
+	} else {
+		errs = append(errs, err)
+	}
+	if b, err := gzipFile("/proc/kallsyms"); err == nil {
+		s.w.SetFeature(perfdata.Feature(FeatureKallsyms), b)
+	}
+	s.describeHost()
+	for _, t := range s.targets {
+		t.Close()
+	}
+	if err := s.w.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", s.opts.Output, err))
+	}
+	return errors.Join(errs...)
+}
+
+// maxKallsyms bounds /proc/kallsyms as read (it is ~10 MiB on a big kernel).
+const maxKallsyms = 64 << 20
+
+func gzipFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if _, err := io.Copy(zw, io.LimitReader(f, maxKallsyms)); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
