@@ -166,3 +166,63 @@ func labels(fs []rubystack.Frame) string {
 	}
 	return b.String()
 }
+
+// TestTruncation: a stack deeper than MaxFrames comes in its top MaxFrames
+// frames with the truncation flag, and the program counts it; a stack just
+// under the limit is whole.
+func TestTruncation(t *testing.T) {
+	testruby.Privileged(t, Supported())
+	r := testruby.Get(t, "3.3.8-static")
+	script, _ := filepath.Abs("../testdata/ruby/depth.rb")
+	for _, c := range []struct {
+		depth     int
+		truncated bool
+	}{{3000, true}, {2000, false}} {
+		t.Run(fmt.Sprint(c.depth), func(t *testing.T) {
+			cmd := testruby.Start(t, r, script, fmt.Sprint(c.depth))
+			tg := prepare(t, cmd.Process.Pid)
+			s, err := Open(DefaultOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.AddProcess(tg.pid, tg.config); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			n := 0
+			err = s.Run(ctx, func(rec Record) error {
+				if rec.Header.Type != perf.RecordTypeSample {
+					return nil
+				}
+				smp, err := DecodeSample(rec.Data)
+				if err != nil {
+					return err
+				}
+				p, err := DecodePayload(smp.Raw)
+				if err != nil {
+					return err
+				}
+				n++
+				if got := p.Flags&PayloadTruncated != 0; got != c.truncated {
+					t.Errorf("truncated flag %v with %d frames", got, len(p.Frames))
+				}
+				if c.truncated && len(p.Frames) != MaxFrames {
+					t.Errorf("%d frames, want the top %d", len(p.Frames), MaxFrames)
+				}
+				if !c.truncated && len(p.Frames) < c.depth {
+					t.Errorf("%d frames of a %d-deep stack", len(p.Frames), c.depth)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts, _ := s.Counts()
+			if n == 0 || (counts.Truncated > 0) != c.truncated {
+				t.Errorf("%d samples, %d counted truncated", n, counts.Truncated)
+			}
+		})
+	}
+}

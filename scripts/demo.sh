@@ -44,5 +44,15 @@ for flavor in 3.1.2-debian 3.3.8-static-stripped; do
 done
 
 echo
+echo "== rubyperf record: 5 s of the bundled workload on Debian's ruby3.1, at 99 Hz =="
+"$bin" record -F 99 -d 5 -o "$out/rubyperf.data" -- "$cache/ruby/3.1.2-debian/ruby" testdata/ruby/workload.rb 30 >/dev/null
+echo
+echo "-- stock perf script reads it (first sample):"
+perf script -i "$out/rubyperf.data" -F comm,pid,tid,event,ip,sym,dso 2>/dev/null | awk 'NR>1 && /ruby-cpu:/{exit} {print}' || true
+echo "-- stock perf report reads it:"
+perf report --stdio --no-children -i "$out/rubyperf.data" 2>/dev/null | grep -E '^ +[0-9.]+%' | head -8 || true
+
+echo
 echo "Full layouts (every struct member and constant): $out/offsets-*.json"
 echo "Snapshots as JSON: $out/snapshot-*.json"
+echo "Recording (perf.data; Ruby frames in its private section, named by rubyperf script once issue 5 lands): $out/rubyperf.data"
