@@ -261,6 +261,9 @@ func (s *session) add(t *Target) error {
 		return err
 	}
 	s.targets[t.PID] = t
+	if a := t.Process.Binary.Anchors(t.Reader.Layout).VMExec; a.Found && a.Size > 0 {
+		s.symtab.VMExec[uint32(t.PID)] = VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
+	}
 	s.sum.Targets++
 	s.sum.PIDs = append(s.sum.PIDs, t.PID)
 	return nil

@@ -48,13 +48,24 @@ type FrameInfo struct {
 	Drop    bool
 }
 
-// SymbolTable maps frame keys to their meaning, per process.
+// SymbolTable maps frame keys to their meaning, per process, and says
+// where each process's VM entry function is.
 type SymbolTable struct {
 	Frames map[FrameKey]FrameInfo
+	VMExec map[uint32]VMExec // by pid
+}
+
+// VMExec is where rb_vm_exec lies in a process's Ruby binary (stripped
+// builds have no symbol for it): a native frame there is one VM entry.
+type VMExec struct {
+	Path       string // the binary as the process maps it
+	Start, End uint64 // virtual addresses in the file
 }
 
 // NewSymbolTable returns an empty table.
-func NewSymbolTable() *SymbolTable { return &SymbolTable{Frames: map[FrameKey]FrameInfo{}} }
+func NewSymbolTable() *SymbolTable {
+	return &SymbolTable{Frames: map[FrameKey]FrameInfo{}, VMExec: map[uint32]VMExec{}}
+}
 
 // Key is the key of a payload frame.
 func Key(pid uint32, f bpf.Frame) FrameKey {
@@ -101,8 +112,16 @@ func (t *SymbolTable) Stack(p *bpf.Payload) []FrameInfo {
 
 // symbolTableJSON is the section's content, gzipped.
 type symbolTableJSON struct {
-	Version int         `json:"version"`
-	Frames  []frameJSON `json:"frames"`
+	Version int          `json:"version"`
+	Frames  []frameJSON  `json:"frames"`
+	VMExec  []vmExecJSON `json:"vm_exec,omitempty"`
+}
+
+type vmExecJSON struct {
+	PID   uint32 `json:"pid"`
+	Path  string `json:"path"`
+	Start uint64 `json:"start"`
+	End   uint64 `json:"end"`
 }
 
 type frameJSON struct {
@@ -140,6 +159,10 @@ func (t *SymbolTable) Encode() ([]byte, error) {
 		}
 		return a.PC < b.PC
 	})
+	for pid, v := range t.VMExec {
+		doc.VMExec = append(doc.VMExec, vmExecJSON{PID: pid, Path: v.Path, Start: v.Start, End: v.End})
+	}
+	sort.Slice(doc.VMExec, func(i, j int) bool { return doc.VMExec[i].PID < doc.VMExec[j].PID })
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if err := json.NewEncoder(zw).Encode(doc); err != nil {
@@ -172,6 +195,9 @@ func DecodeSymbolTable(b []byte) (*SymbolTable, error) {
 		return nil, fmt.Errorf("ruby symbol table: version %d, this rubyperf reads %d", doc.Version, symbolTableVersion)
 	}
 	t := NewSymbolTable()
+	for _, v := range doc.VMExec {
+		t.VMExec[v.PID] = VMExec{Path: v.Path, Start: v.Start, End: v.End}
+	}
 	for _, f := range doc.Frames {
 		t.Frames[FrameKey{PID: f.PID, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}] = FrameInfo{
 			Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}

@@ -1,0 +1,60 @@
+package merge
+
+// Kind says what a frame is.
+type Kind uint8
+
+const (
+	KindRuby   Kind = iota + 1 // a Ruby method or block (iseq)
+	KindCFunc                  // a Ruby method implemented in C (Integer#times)
+	KindNative                 // a native function in user space (a C function of libruby, libc, ...)
+	KindKernel                 // a kernel function
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRuby:
+		return "ruby"
+	case KindCFunc:
+		return "cfunc"
+	case KindNative:
+		return "native"
+	case KindKernel:
+		return "kernel"
+	}
+	return "unknown"
+}
+
+// Frame is one frame of a merged stack.
+type Frame struct {
+	Kind Kind
+	// Name is what a person reads: "Foo#bar", "Integer#times", "rb_ary_each",
+	// "do_syscall_64". Never empty: unknown frames are "[unknown]". Ruby
+	// names never contain '(' (flame graph tools cut names there).
+	Name string
+	// File is the Ruby source path for Ruby frames, and the object file
+	// (DSO path, "[kernel.kallsyms]") for native and kernel frames.
+	File string
+	Line int64 // Ruby source line; 0 when unknown or not Ruby
+
+	// Native and kernel frames: the address, and where it falls.
+	Addr      uint64
+	SymOffset uint64 // Addr minus the symbol's start, when Name is a symbol
+	MapStart  uint64 // the mapping holding Addr (0 for kernel frames)
+	MapLimit  uint64
+	MapOffset uint64 // file offset of MapStart
+	BuildID   string // hex, of the object file, when known
+}
+
+// Stack is one sample, merged: Ruby and native frames of the same instant,
+// leaf first.
+type Stack struct {
+	PID, TID int
+	Comm     string // thread name
+	Time     uint64 // ns, perf clock
+	CPU      uint32
+	Period   uint64 // ns of CPU time this sample stands for
+	Frames   []Frame
+	// Fallback: the Ruby and native stacks could not be interleaved, so the
+	// Ruby frames sit on top of the native ones.
+	Fallback bool
+}

@@ -1,0 +1,198 @@
+package native
+
+import (
+	"encoding/binary"
+
+	"github.com/go-delve/delve/pkg/dwarf/frame"
+)
+
+// DWARF register numbers on x86_64 (System V psABI, figure 3.36).
+const (
+	dwarfRSP = 7
+	dwarfRBP = 6
+	dwarfRA  = 16 // the return address column
+	dwarfMax = 17
+)
+
+// perfToDWARF maps the registers of a sample taken with user register mask
+// 0xff0fff (PERF_REG_X86_64: AX..SS, R8..R15, in bit order) to DWARF numbers.
+var perfToDWARF = [20]int{
+	0,                            // AX -> rax
+	3,                            // BX -> rbx
+	2,                            // CX -> rcx
+	1,                            // DX -> rdx
+	4,                            // SI -> rsi
+	5,                            // DI -> rdi
+	6,                            // BP -> rbp
+	7,                            // SP -> rsp
+	16,                           // IP -> return address column
+	-1,                           // FLAGS
+	-1,                           // CS
+	-1,                           // SS
+	8, 9, 10, 11, 12, 13, 14, 15, // R8..R15
+}
+
+// UserRegsMask is the register mask the unwinder expects.
+const UserRegsMask = 0xff0fff
+
+// MaxFrames bounds one unwind (perf's default perf_event_max_stack is 127).
+const MaxFrames = 512
+
+// Frame is an unwound native frame.
+type Frame struct {
+	PC      uint64  // the address: the sampled IP, then return addresses
+	Mapping Mapping // where PC falls
+	Object  *Object // the mapped file, nil if it could not be loaded
+	VAddr   uint64  // PC as a virtual address of Object
+}
+
+// Objects loads and caches object files by path.
+type Objects struct {
+	byPath map[string]*Object
+	// Open, if set, loads a file the recording named (e.g. under a
+	// container root); LoadObject by default.
+	Open func(path string) *Object
+}
+
+// maxObjects bounds the cache.
+const maxObjects = 4096
+
+// Get returns the object for path.
+func (c *Objects) Get(path string) *Object {
+	if c.byPath == nil {
+		c.byPath = map[string]*Object{}
+	}
+	if o, ok := c.byPath[path]; ok {
+		return o
+	}
+	open := c.Open
+	if open == nil {
+		open = LoadObject
+	}
+	o := open(path)
+	if len(c.byPath) < maxObjects {
+		c.byPath[path] = o
+	}
+	return o
+}
+
+// Unwind walks a user stack: regs are the sample's user registers (mask
+// UserRegsMask), stack the copy taken at regs' SP. It stops where the call
+// frame information ends, the stack copy ends, or a rule it cannot follow
+// appears; the frames it found are returned, leaf first.
+func Unwind(regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
+	if len(regs) != len(perfToDWARF) {
+		return nil
+	}
+	var r [dwarfMax]uint64
+	var known [dwarfMax]bool
+	for i, d := range perfToDWARF {
+		if d >= 0 {
+			r[d], known[d] = regs[i], true
+		}
+	}
+	sp0 := r[dwarfRSP]
+	read := func(addr uint64) (uint64, bool) {
+		if addr < sp0 || addr-sp0 > uint64(len(stack)) || addr-sp0+8 > uint64(len(stack)) {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint64(stack[addr-sp0:]), true
+	}
+	var out []Frame
+	pc := r[dwarfRA]
+	for len(out) < MaxFrames && pc != 0 {
+		m, ok := maps.Find(pc)
+		if !ok {
+			break
+		}
+		f := Frame{PC: pc, Mapping: m}
+		if m.Path != "" && m.Path[0] == '/' {
+			f.Object = objs.Get(m.Path)
+			f.VAddr = f.Object.VAddr(pc - m.Start + m.Offset)
+		}
+		out = append(out, f)
+		if f.Object == nil || f.Object.Err() != nil {
+			break
+		}
+		// A return address points after its call: look up the call itself.
+		lookup := f.VAddr
+		if len(out) > 1 {
+			lookup--
+		}
+		fde := f.Object.fde(lookup)
+		if fde == nil {
+			break
+		}
+		var ctx *frame.FrameContext
+		if guard(func() error {
+			var err error
+			ctx, err = fde.EstablishFrame(lookup)
+			return err
+		}) != nil || ctx == nil {
+			break
+		}
+		var cfa uint64
+		ok = true
+		switch {
+		case ctx.CFA.Rule == frame.RuleCFA && ctx.CFA.Reg < dwarfMax && known[ctx.CFA.Reg]:
+			cfa = uint64(int64(r[ctx.CFA.Reg]) + ctx.CFA.Offset)
+		case ctx.CFA.Rule == frame.RuleExpression:
+			// PLT stubs: the rule depends on the pc (rip is the sampled one
+			// for the leaf, the return address above it).
+			v, err := evalCFAExpression(ctx.CFA.Expression, &r, &known)
+			if err != nil {
+				ok = false
+			}
+			cfa = v
+		default:
+			ok = false
+		}
+		if !ok {
+			break
+		}
+		var next [dwarfMax]uint64
+		var nextKnown [dwarfMax]bool
+		// Callee-saved registers keep their value unless a rule says otherwise.
+		for _, reg := range []uint64{3, dwarfRBP, 12, 13, 14, 15} {
+			next[reg], nextKnown[reg] = r[reg], known[reg]
+		}
+		ok = true
+		for reg, rule := range ctx.Regs {
+			if reg >= dwarfMax {
+				continue
+			}
+			switch rule.Rule {
+			case frame.RuleOffset:
+				v, good := read(uint64(int64(cfa) + rule.Offset))
+				next[reg], nextKnown[reg] = v, good
+			case frame.RuleValOffset:
+				next[reg], nextKnown[reg] = uint64(int64(cfa)+rule.Offset), true
+			case frame.RuleRegister:
+				if rule.Reg < dwarfMax {
+					next[reg], nextKnown[reg] = r[rule.Reg], known[rule.Reg]
+				}
+			case frame.RuleSameVal:
+				next[reg], nextKnown[reg] = r[reg], known[reg]
+			case frame.RuleUndefined:
+				nextKnown[reg] = false
+				if reg == ctx.RetAddrReg {
+					ok = false // the outermost frame
+				}
+			default:
+				nextKnown[reg] = false
+			}
+		}
+		if !ok || ctx.RetAddrReg >= dwarfMax || !nextKnown[ctx.RetAddrReg] {
+			break
+		}
+		ra := next[ctx.RetAddrReg]
+		if cfa <= r[dwarfRSP] && len(out) > 1 { // the stack must unwind upwards
+			break
+		}
+		next[dwarfRSP], nextKnown[dwarfRSP] = cfa, true
+		next[dwarfRA], nextKnown[dwarfRA] = ra, true
+		r, known = next, nextKnown
+		pc = ra
+	}
+	return out
+}

@@ -1,0 +1,215 @@
+package recording
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// ReadOptions tune how a recording is read.
+type ReadOptions struct {
+	Merge merge.Options
+	// NativeOnly gives each sample's native frames alone, as unwound, with
+	// nothing merged or hidden (for comparing with other unwinders).
+	NativeOnly bool
+}
+
+// ReadStats count what reading found.
+type ReadStats struct {
+	Samples   int
+	Fallbacks int // samples whose Ruby and native stacks could not be interleaved
+	NoPayload int // samples without a readable Ruby payload (native only)
+}
+
+// interpFrames are libruby's interpreter plumbing between a C method and
+// the VM entry it makes; hidden unless asked for (Options.Interp).
+var interpFrames = map[string]bool{
+	"vm_exec_core": true, "vm_call_cfunc": true, "vm_call_cfunc_with_frame": true,
+	"vm_call_cfunc_with_frame_": true, "vm_call0_body": true, "vm_call0_cfunc_with_frame": true,
+	"vm_call0_cfunc": true, "vm_sendish": true, "vm_invoke_block": true, "vm_invoke_iseq_block": true,
+	"invoke_block_from_c_bh": true, "invoke_iseq_block_from_c": true, "invoke_block": true,
+	"vm_yield_with_cfunc": true, "vm_yield": true, "vm_yield_with_block": true, "rb_vm_invoke_proc": true,
+	"invoke_bmethod": true, "vm_call_bmethod_body": true, "jit_exec": true, "vm_call_method": true,
+	"vm_call_method_each_type": true, "vm_call_general": true, "vm_call_iseq_setup": true,
+}
+
+// ReadStacks reads the recording at path and hands fn every sample as a
+// merged stack, in file order.
+func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*ReadStats, error) {
+	r, err := perfdata.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	symtab := NewSymbolTable()
+	if b, ok := r.Feature(perfdata.Feature(FeatureRubySymbols)); ok {
+		if symtab, err = DecodeSymbolTable(b); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	var kernel *native.Kernel
+	if b, ok := r.Feature(perfdata.Feature(FeatureKallsyms)); ok {
+		if zr, err := gzip.NewReader(bytes.NewReader(b)); err == nil {
+			kernel = native.ParseKallsyms(io.LimitReader(zr, maxKallsyms))
+		}
+	}
+	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
+		comms: map[uint32]string{}, objs: &native.Objects{}}
+	for r.Next() {
+		switch rec := r.Record().(type) {
+		case *perfdata.Mmap2:
+			rd.mapsOf(rec.Pid).Add(native.Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff,
+				Path: rec.Filename, Exec: rec.Prot&4 != 0})
+		case *perfdata.Mmap:
+			rd.mapsOf(rec.Pid).Add(native.Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff,
+				Path: rec.Filename, Exec: rec.Misc&perfdata.MiscMmapData == 0})
+		case *perfdata.Comm:
+			rd.comms[rec.Tid] = rec.Comm
+		case *perfdata.Fork:
+			if rec.Pid != rec.PPid { // a new process starts with its parent's mappings
+				if parent, ok := rd.maps[rec.PPid]; ok {
+					rd.maps[rec.Pid] = parent.Clone()
+				}
+			}
+		case *perfdata.Sample:
+			st := rd.stack(rec)
+			rd.stats.Samples++
+			if err := fn(st); err != nil {
+				return &rd.stats, err
+			}
+		}
+	}
+	if err := r.Err(); err != nil {
+		return &rd.stats, err
+	}
+	return &rd.stats, nil
+}
+
+type reader struct {
+	opts   ReadOptions
+	symtab *SymbolTable
+	kernel *native.Kernel
+	maps   map[uint32]*native.Maps
+	comms  map[uint32]string
+	objs   *native.Objects
+	stats  ReadStats
+}
+
+func (rd *reader) mapsOf(pid uint32) *native.Maps {
+	m, ok := rd.maps[pid]
+	if !ok {
+		m = &native.Maps{}
+		rd.maps[pid] = m
+	}
+	return m
+}
+
+func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
+	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
+	natives := rd.kernelFrames(s.Callchain)
+	natives = append(natives, rd.userFrames(s)...)
+	if rd.opts.NativeOnly {
+		for _, n := range natives {
+			st.Frames = append(st.Frames, n.Frame)
+		}
+		return st
+	}
+	var rubies []merge.Ruby
+	if p, err := bpf.DecodePayload(s.Raw); err == nil {
+		for _, f := range p.Frames {
+			rubies = append(rubies, rd.rubyFrame(p.PID, f))
+		}
+	} else {
+		rd.stats.NoPayload++
+	}
+	st.Frames, st.Fallback = merge.Merge(natives, rubies, rd.opts.Merge)
+	if st.Fallback {
+		rd.stats.Fallbacks++
+	}
+	return st
+}
+
+// kernelFrames names the kernel part of a callchain (the user part is
+// unwound from the stack copy).
+func (rd *reader) kernelFrames(chain []uint64) []merge.Native {
+	var out []merge.Native
+	inKernel := false
+	for _, ip := range chain {
+		if ip >= perfdata.ContextMax {
+			inKernel = ip == perfdata.ContextKernel
+			continue
+		}
+		if !inKernel {
+			continue
+		}
+		f := merge.Frame{Kind: merge.KindKernel, Name: rubystack.UnknownLabel, File: "[kernel.kallsyms]", Addr: ip}
+		if name, off, ok := rd.kernel.Symbol(ip); ok {
+			f.Name, f.SymOffset = name, off
+		}
+		out = append(out, merge.Native{Frame: f})
+	}
+	return out
+}
+
+func (rd *reader) userFrames(s *perfdata.Sample) []merge.Native {
+	maps, ok := rd.maps[s.Pid]
+	if !ok || len(s.RegsUser) == 0 {
+		return nil
+	}
+	vm, hasVM := rd.symtab.VMExec[s.Pid]
+	var out []merge.Native
+	for i, f := range native.Unwind(s.RegsUser, s.StackUser, maps, rd.objs) {
+		// A caller's frame is shown inside its call instruction (the return
+		// address - 1), as perf does: a call that ends a function would
+		// otherwise be named after the next one.
+		addr, vaddr := f.PC, f.VAddr
+		if i > 0 {
+			addr, vaddr = addr-1, vaddr-1
+		}
+		fr := merge.Frame{Kind: merge.KindNative, Name: rubystack.UnknownLabel, File: f.Mapping.Path, Addr: addr,
+			MapStart: f.Mapping.Start, MapLimit: f.Mapping.Limit, MapOffset: f.Mapping.Offset}
+		n := merge.Native{}
+		if f.Object != nil {
+			if name, off, ok := f.Object.Symbol(vaddr); ok {
+				fr.Name, fr.SymOffset = name, off
+				n.VMEntry = name == "rb_vm_exec"
+				n.Interp = interpFrames[name] || strings.HasPrefix(name, "vm_call_")
+			}
+		}
+		if hasVM && f.Mapping.Path == vm.Path && vaddr >= vm.Start && vaddr < vm.End {
+			n.VMEntry = true
+			if fr.Name == rubystack.UnknownLabel {
+				fr.Name = "rb_vm_exec"
+			}
+		}
+		n.Frame = fr
+		out = append(out, n)
+	}
+	return out
+}
+
+func (rd *reader) rubyFrame(pid uint32, f bpf.Frame) merge.Ruby {
+	r := merge.Ruby{Finish: f.Finish}
+	info, ok := rd.symtab.Frames[Key(pid, f)]
+	switch {
+	case f.Error || !ok:
+		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: rubystack.UnknownLabel}
+	case info.Drop:
+		r.Hidden = true
+	default:
+		kind := merge.KindRuby
+		if info.CFunc {
+			kind = merge.KindCFunc
+		}
+		r.Frame = merge.Frame{Kind: kind, Name: info.Label, File: info.Path, Line: info.Line}
+	}
+	return r
+}
