@@ -69,7 +69,12 @@ func (c *Objects) Get(path string) *Object {
 	if open == nil {
 		open = LoadObject
 	}
-	o := open(path)
+	var o *Object
+	if path == VDSOPath {
+		o = vdsoObject()
+	} else {
+		o = open(path)
+	}
 	if len(c.byPath) < maxObjects {
 		c.byPath[path] = o
 	}
@@ -106,7 +111,7 @@ func Unwind(regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
 			break
 		}
 		f := Frame{PC: pc, Mapping: m}
-		if m.Path != "" && m.Path[0] == '/' {
+		if m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath {
 			f.Object = objs.Get(m.Path)
 			f.VAddr = f.Object.VAddr(pc - m.Start + m.Offset)
 		}
