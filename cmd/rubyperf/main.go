@@ -23,6 +23,10 @@ var commands = []command{
 		"sample Ruby and native stacks into a perf.data", runRecord},
 	{"snapshot", "-p PID [--format text|json] [--nonblocking] [--debug-file FILE]",
 		"every thread's Ruby stack, read from outside", runSnapshot},
+	{"script", "[-i FILE] [--native-interp] [--no-native]",
+		"every sample as perf script prints it, with Ruby frames merged in", runScript},
+	{"report", "[-i FILE] [--threads] [-n N] [--native-interp] [--no-native]",
+		"the top functions, Ruby and native, by self and total time", runReport},
 	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE]",
 		"struct layout and VM symbols of a Ruby build", runOffsets},
 }
