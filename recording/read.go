@@ -180,8 +180,9 @@ func (rd *reader) userFrames(s *perfdata.Sample) []merge.Native {
 		if f.Object != nil {
 			if name, off, ok := f.Object.Symbol(vaddr); ok {
 				fr.Name, fr.SymOffset = name, off
-				n.VMEntry = name == "rb_vm_exec"
-				n.Interp = interpFrames[name] || strings.HasPrefix(name, "vm_call_")
+				base := compilerClone(name)
+				n.VMEntry = base == "rb_vm_exec"
+				n.Interp = interpFrames[base] || strings.HasPrefix(base, "vm_call_")
 			}
 		}
 		if hasVM && f.Mapping.Path == vm.Path && vaddr >= vm.Start && vaddr < vm.End {
@@ -212,4 +213,15 @@ func (rd *reader) rubyFrame(pid uint32, f bpf.Frame) merge.Ruby {
 		r.Frame = merge.Frame{Kind: kind, Name: info.Label, File: info.Path, Line: info.Line}
 	}
 	return r
+}
+
+// compilerClone strips the suffixes GCC gives function clones
+// (vm_sendish.constprop.0, foo.isra.0, foo.part.0, foo.cold).
+func compilerClone(name string) string {
+	for _, suffix := range []string{".constprop.", ".isra.", ".part.", ".cold"} {
+		if i := strings.Index(name, suffix); i > 0 {
+			name = name[:i]
+		}
+	}
+	return name
 }

@@ -1,0 +1,16 @@
+// Package export renders profiles, lists of merged stacks (merge.Stack),
+// into the formats people already have tools for: Brendan Gregg's folded
+// stacks (flamegraph.pl, inferno, speedscope), gzipped pprof protobufs
+// (go tool pprof, Pyroscope, Parca), speedscope's JSON file format, and a
+// self-contained interactive flame graph SVG that needs no other tool.
+//
+// It owns the layout and the escaping rules of each format: which
+// characters would break a folded line, how Ruby, C-method, native and
+// kernel frames map onto pprof's Function, Location and Mapping, what
+// speedscope requires of a file, and how a flame graph is drawn. Every
+// writer is deterministic: the same stacks give the same bytes.
+//
+// It must not know how stacks are collected or merged: no perf.data, no
+// eBPF, no Ruby internals. It takes []merge.Stack as plain data and imports
+// only merge, the standard library and github.com/google/pprof/profile.
+package export

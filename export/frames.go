@@ -1,0 +1,135 @@
+package export
+
+import (
+	"path"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/rubyperf/rubyperf/merge"
+)
+
+// Root chooses the frame that folded stacks and flame graphs put under
+// each stack's outermost frame.
+type Root uint8
+
+const (
+	// RootComm roots each stack at its thread name (Comm), as
+	// stackcollapse-perf.pl does. It is the default.
+	RootComm Root = iota
+	// RootNone adds no root frame: the stacks of all threads merge.
+	RootNone
+	// RootPID roots each stack at "comm-PID", as stackcollapse-perf.pl --pid.
+	RootPID
+	// RootTID roots each stack at "comm-PID/TID", as stackcollapse-perf.pl --tid.
+	RootTID
+)
+
+// Weight chooses what one stack counts for in folded stacks and flame
+// graphs.
+type Weight uint8
+
+const (
+	// WeightTime counts the CPU time a sample stands for: the sum of the
+	// stacks' Period, in nanoseconds. It is the default, and what
+	// stackcollapse-perf.pl does with perf's period column. When no stack
+	// has a Period, samples are counted instead.
+	WeightTime Weight = iota
+	// WeightSamples counts samples.
+	WeightSamples
+)
+
+// resolve returns w, or WeightSamples when w is WeightTime and no stack
+// has a Period: time unknown, samples still count.
+func (w Weight) resolve(stacks []merge.Stack) Weight {
+	if w != WeightTime {
+		return w
+	}
+	for i := range stacks {
+		if stacks[i].Period != 0 {
+			return w
+		}
+	}
+	return WeightSamples
+}
+
+// of returns what s counts for.
+func (w Weight) of(s *merge.Stack) uint64 {
+	if w == WeightSamples {
+		return 1
+	}
+	return s.Period
+}
+
+// unknown is the name of a frame or thread nothing is known about.
+const unknown = "[unknown]"
+
+// cleanText makes s safe for every format: invalid UTF-8 becomes U+FFFD
+// and control characters (newlines, tabs, NUL) become spaces, so a name
+// never spans two lines or breaks an XML or text parser.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// frameName is the text that stands for f in every format. A native or
+// kernel frame with no symbol is named after its object file, as
+// stackcollapse-perf.pl does ("[libc.so.6]"), so unknown frames of
+// different libraries stay apart.
+func frameName(f *merge.Frame) string {
+	name := f.Name
+	if (name == "" || name == unknown) && f.File != "" && (f.Kind == merge.KindNative || f.Kind == merge.KindKernel) {
+		if strings.HasPrefix(f.File, "[") {
+			return cleanText(f.File)
+		}
+		return "[" + cleanText(path.Base(f.File)) + "]"
+	}
+	if name == "" {
+		return unknown
+	}
+	return cleanText(name)
+}
+
+// threadName is the name of s's thread, never empty.
+func threadName(s *merge.Stack) string {
+	if s.Comm == "" {
+		return unknown
+	}
+	return cleanText(s.Comm)
+}
+
+// rootName returns the root frame r puts under s, and false for RootNone.
+func rootName(s *merge.Stack, r Root) (string, bool) {
+	switch r {
+	case RootNone:
+		return "", false
+	case RootPID:
+		return threadName(s) + "-" + strconv.Itoa(s.PID), true
+	case RootTID:
+		return threadName(s) + "-" + strconv.Itoa(s.PID) + "/" + strconv.Itoa(s.TID), true
+	}
+	return threadName(s), true
+}
+
+// kindLabel is how people call a frame kind, in tooltips and legends.
+func kindLabel(k merge.Kind) string {
+	switch k {
+	case merge.KindRuby:
+		return "Ruby"
+	case merge.KindCFunc:
+		return "C method"
+	case merge.KindNative:
+		return "native"
+	case merge.KindKernel:
+		return "kernel"
+	}
+	return "unknown"
+}

@@ -1,0 +1,108 @@
+package recording
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/merge"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// TestMergedStacksGolden records each parked scenario (spinning in place)
+// on the 3.1.2 build with a symbol table, and compares each thread's most
+// frequent merged stack, root to leaf, with a golden file: Ruby frames read
+// like Ruby's backtrace, and between them the C functions each C method
+// called.
+func TestMergedStacksGolden(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	t.Setenv("RUBYPERF_SPIN", "1")
+	r := testruby.Get(t, "3.1.2-shared")
+	for _, sc := range []string{"methods", "dynamic", "deep", "fiber", "threads"} {
+		t.Run(sc, func(t *testing.T) {
+			script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))
+			cmd := testruby.Start(t, r, script)
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			d := 1500 * time.Millisecond
+			if sc == "threads" {
+				d = 3 * time.Second // four threads take turns with the GVL
+			}
+			if _, err := Record(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, Frequency: 299,
+				Duration: d, Output: out}); err != nil {
+				t.Fatal(err)
+			}
+			byThread := map[string]map[string]int{}
+			_, err := ReadStacks(out, ReadOptions{}, func(s merge.Stack) error {
+				if byThread[s.Comm] == nil {
+					byThread[s.Comm] = map[string]int{}
+				}
+				byThread[s.Comm][renderStack(s)]++
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			fmt.Fprintf(&b, "# %s.rb on Ruby 3.1.2 (shared libruby with symbols): each thread's most frequent\n", sc)
+			fmt.Fprintf(&b, "# merged stack, root first. Made by TestMergedStacksGolden -update; reviewed by hand.\n")
+			names := make([]string, 0, len(byThread))
+			for n := range byThread {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				best, count := "", 0
+				for st, c := range byThread[n] {
+					if c > count || c == count && st < best {
+						best, count = st, c
+					}
+				}
+				if count < 5 {
+					continue // a thread that barely ran: no stable answer
+				}
+				fmt.Fprintf(&b, "\nthread %s\n%s", n, best)
+			}
+			golden := filepath.Join("testdata", "golden", sc+".txt")
+			if *update {
+				if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != string(want) {
+				t.Errorf("%s differs (run with -update and review):\n%s", golden, b.String())
+			}
+		})
+	}
+}
+
+// renderStack writes a stack root first, one frame a line, without
+// addresses: Ruby frames with file and line, native ones with their object.
+// Kernel frames (timer interrupts, page faults) are left out.
+func renderStack(s merge.Stack) string {
+	var b strings.Builder
+	for i := len(s.Frames) - 1; i >= 0; i-- {
+		f := s.Frames[i]
+		switch f.Kind {
+		case merge.KindRuby:
+			fmt.Fprintf(&b, "  %-40s %s:%d\n", f.Name, filepath.Base(f.File), f.Line)
+		case merge.KindCFunc:
+			fmt.Fprintf(&b, "  %-40s (C method)\n", f.Name)
+		case merge.KindNative:
+			fmt.Fprintf(&b, "      %-36s %s\n", f.Name, filepath.Base(f.File))
+		}
+	}
+	return b.String()
+}
