@@ -27,6 +27,10 @@ var commands = []command{
 		"every sample as perf script prints it, with Ruby frames merged in", runScript},
 	{"report", "[-i FILE] [--threads] [-n N] [--native-interp] [--no-native]",
 		"the top functions, Ruby and native, by self and total time", runReport},
+	{"convert", "[-i FILE] -f folded|pprof|speedscope|svg [-o OUT]",
+		"the recording as folded stacks, pprof, speedscope or an SVG flame graph", runConvert},
+	{"inject", "[-i FILE] -o OUT [--map-dir DIR]",
+		"a perf.data with merged callchains, Ruby names in /tmp/perf-PID.map, for stock perf", runInject},
 	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE]",
 		"struct layout and VM symbols of a Ruby build", runOffsets},
 }

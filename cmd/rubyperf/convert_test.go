@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/recording"
+)
+
+// workloadRecording records the bundled workload on the stripped 3.3.8 Ruby.
+func workloadRecording(tb testing.TB, d time.Duration) (file string, pid int) {
+	tb.Helper()
+	testruby.Privileged(tb, bpf.Supported())
+	r := testruby.Get(tb, "3.3.8-static-stripped")
+	script, _ := filepath.Abs("../../testdata/ruby/workload.rb")
+	file = filepath.Join(tb.TempDir(), "rubyperf.data")
+	sum, err := recording.Record(context.Background(), recording.Options{
+		Command: []string{r.Exe, script, "30"}, Frequency: 499, Duration: d, Output: file})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return file, sum.PIDs[0]
+}
+
+// TestConvertAndInject: every output of one recording opens in the tool it
+// is for: go tool pprof reads the pprof, stock perf report names Ruby
+// methods in the injected perf.data through /tmp/perf-PID.map.
+func TestConvertAndInject(t *testing.T) {
+	file, pid := workloadRecording(t, 2*time.Second)
+	dir := t.TempDir()
+	for _, f := range []string{"folded", "pprof", "speedscope", "svg"} {
+		var stdout, stderr bytes.Buffer
+		out := filepath.Join(dir, "out."+f)
+		if code := run([]string{"convert", "-i", file, "-f", f, "-o", out}, &stdout, &stderr); code != 0 {
+			t.Fatalf("convert -f %s: exit %d: %s", f, code, stderr.String())
+		}
+		b, err := os.ReadFile(out)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("convert -f %s wrote nothing: %v", f, err)
+		}
+		if f != "pprof" && !bytes.Contains(b, []byte("Fib.fib")) {
+			t.Errorf("%s output does not name Fib.fib", f)
+		}
+	}
+	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=200", filepath.Join(dir, "out.pprof")).CombinedOutput()
+	if err != nil || !strings.Contains(string(top), "Fib.fib") {
+		t.Errorf("go tool pprof -top: %v\n%s", err, top)
+	}
+
+	mapFile := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	t.Cleanup(func() { os.Remove(mapFile) })
+	injected := filepath.Join(dir, "injected.data")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"inject", "-i", file, "-o", injected}, &stdout, &stderr); code != 0 {
+		t.Fatalf("inject: exit %d: %s", code, stderr.String())
+	}
+	rep, err := exec.Command("perf", "report", "--stdio", "--children", "--sort", "sym", "-g", "none", "-i", injected).CombinedOutput()
+	if err != nil {
+		t.Fatalf("perf report: %v\n%s", err, rep)
+	}
+	for _, want := range []string{"Fib.fib", "Workload#step", "Workload#serialize"} {
+		if !strings.Contains(string(rep), want) {
+			t.Errorf("perf report of the injected file does not list %s", want)
+		}
+	}
+	scr, err := exec.Command("perf", "script", "-F", "ip,sym,dso", "-i", injected).Output()
+	if err != nil || !strings.Contains(string(scr), "Fib.fib (/tmp/perf-") {
+		t.Errorf("perf script of the injected file: %v", err)
+	}
+}
+
+// TestInjectKeepsYJITEntries: inject appends beside what Ruby's own perf
+// map support wrote, never truncating it.
+func TestInjectKeepsYJITEntries(t *testing.T) {
+	file, pid := workloadRecording(t, time.Second)
+	dir := t.TempDir()
+	mapFile := filepath.Join(dir, fmt.Sprintf("perf-%d.map", pid))
+	yjit := fmt.Sprintf("%x 40 [JIT] Integer#times\n", 0x7f8a3c00a000+rand.Intn(1<<16)*16)
+	if err := os.WriteFile(mapFile, []byte(yjit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"inject", "-i", file, "-o", filepath.Join(dir, "x.data"), "--map-dir", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("inject: exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(mapFile)
+	if err != nil || !strings.HasPrefix(string(b), yjit) || !strings.Contains(string(b), "Fib.fib") {
+		t.Errorf("map file after inject:\n%.300s", b)
+	}
+}
+
+// BenchmarkScript compares rubyperf script (unwinding in Go, merging Ruby
+// frames) with stock perf script (DWARF unwinding) on the same recording.
+func BenchmarkScript(b *testing.B) {
+	file, _ := workloadRecording(b, 3*time.Second)
+	b.Run("rubyperf", func(b *testing.B) {
+		for b.Loop() {
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"script", "-i", file}, &stdout, &stderr); code != 0 {
+				b.Fatal(stderr.String())
+			}
+		}
+	})
+	b.Run("perf", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("perf", "script", "-i", file).Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

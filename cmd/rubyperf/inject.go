@@ -1,0 +1,181 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/perfmap"
+	"github.com/rubyperf/rubyperf/recording"
+)
+
+// rubyFrameSize is the span each Ruby frame gets in its process's synthetic
+// code range: perf names any address inside it from the perf map.
+const rubyFrameSize = 16
+
+func runInject(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
+	in := addInputFlags(fs)
+	out := fs.String("o", "", "the perf.data to write")
+	mapDir := fs.String("map-dir", perfmap.DefaultDir, "where perf-PID.map files go (perf reads /tmp)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	if *out == "" {
+		return usageError{"give -o OUT"}
+	}
+	if *out == *in.input {
+		return usageError{"-o must differ from -i"}
+	}
+	stacks, _, err := in.stacks()
+	if err != nil {
+		return err
+	}
+	src, err := perfdata.Open(*in.input)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if len(src.Events()) == 0 {
+		return fmt.Errorf("%s: no events", *in.input)
+	}
+
+	// One synthetic address per distinct Ruby frame name of each process,
+	// named in /tmp/perf-PID.map beside whatever YJIT wrote there.
+	names := map[int]map[string]uint64{}
+	for _, s := range stacks {
+		for _, f := range s.Frames {
+			if f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc {
+				if names[s.PID] == nil {
+					names[s.PID] = map[string]uint64{}
+				}
+				names[s.PID][f.Name] = 0
+			}
+		}
+	}
+	type region struct{ base, span uint64 }
+	regions := map[int]region{}
+	for pid, byName := range names {
+		list := make([]string, 0, len(byName))
+		for n := range byName {
+			list = append(list, n)
+		}
+		sort.Strings(list)
+		entries := make([]perfmap.Entry, len(list))
+		for i, n := range list {
+			entries[i] = perfmap.Entry{Start: uint64(i) * rubyFrameSize, Size: rubyFrameSize, Name: n}
+		}
+		path, base, err := perfmap.WriteSynthetic(*mapDir, pid, entries, nil)
+		if err != nil {
+			return err
+		}
+		for i, n := range list {
+			byName[n] = base + uint64(i)*rubyFrameSize
+		}
+		regions[pid] = region{base, uint64(len(list)) * rubyFrameSize}
+		fmt.Fprintf(stderr, "rubyperf: %d Ruby frame names of pid %d in %s\n", len(list), pid, path)
+	}
+
+	f, err := os.OpenFile(*out, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w, err := perfdata.NewWriter(f)
+	if err != nil {
+		return err
+	}
+	// The same event, but samples carry the merged callchain instead of a
+	// stack copy to unwind (perf would unwind it and drop ours).
+	attr := src.Events()[0].Attr
+	attr.SampleType = perfdata.SampleIP | perfdata.SampleTID | perfdata.SampleTime | perfdata.SampleCPU |
+		perfdata.SamplePeriod | perfdata.SampleCallchain
+	attr.SampleRegsUser, attr.SampleStackUser = 0, 0
+	attr.Flags &^= perfdata.FlagExcludeCallchainUser
+	if err := w.AddEvent(attr, src.Events()[0].Name, nil); err != nil {
+		return err
+	}
+	for _, feat := range src.Features() {
+		if feat == perfdata.FeatEventDesc || feat == perfdata.Feature(recording.FeatureRubySymbols) {
+			continue
+		}
+		if b, ok := src.Feature(feat); ok {
+			w.SetFeature(feat, b)
+		}
+	}
+	// The mapping must come after the process's exec (perf starts a new
+	// address space there) and before its first sample.
+	first := map[int]uint64{}
+	for _, s := range stacks {
+		if t, ok := first[s.PID]; !ok || s.Time < t {
+			first[s.PID] = s.Time
+		}
+	}
+	for pid, r := range regions {
+		at := first[pid]
+		if at > 0 {
+			at--
+		}
+		rec := &perfdata.Mmap2{Misc: perfdata.MiscUser, Pid: uint32(pid), Tid: uint32(pid), Addr: r.base, Len: r.span,
+			Prot: 5 /* PROT_READ|PROT_EXEC */, Flags: 2 /* MAP_PRIVATE */, Filename: "//anon",
+			Trailer: perfdata.Trailer{Pid: uint32(pid), Tid: uint32(pid), Time: at}}
+		if err := w.Synthesize(0, rec); err != nil {
+			return err
+		}
+	}
+	si := 0
+	for src.Next() {
+		switch rec := src.Record().(type) {
+		case *perfdata.Sample:
+			if si >= len(stacks) {
+				return fmt.Errorf("%s: more samples than were read", *in.input)
+			}
+			if err := w.Synthesize(0, injectedSample(rec, stacks[si], names[int(rec.Pid)])); err != nil {
+				return fmt.Errorf("%s: %w", *out, err)
+			}
+			si++
+		case *perfdata.Comm, *perfdata.Mmap, *perfdata.Mmap2, *perfdata.Fork, *perfdata.Exit, *perfdata.Lost:
+			if err := w.WriteRecord(src.Raw()); err != nil {
+				return fmt.Errorf("%s: %w", *out, err)
+			}
+		}
+	}
+	if err := src.Err(); err != nil {
+		return err
+	}
+	return w.Close()
+}
+
+// injectedSample is s with its merged stack as the callchain.
+func injectedSample(orig *perfdata.Sample, s merge.Stack, names map[string]uint64) *perfdata.Sample {
+	out := &perfdata.Sample{Misc: orig.Misc, Pid: orig.Pid, Tid: orig.Tid, Time: orig.Time, CPU: orig.CPU,
+		Period: orig.Period}
+	ctx := uint64(0)
+	for _, f := range s.Frames {
+		want := perfdata.ContextUser
+		if f.Kind == merge.KindKernel {
+			want = perfdata.ContextKernel
+		}
+		if want != ctx {
+			out.Callchain = append(out.Callchain, want)
+			ctx = want
+		}
+		addr := f.Addr
+		if f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc {
+			addr = names[f.Name]
+		}
+		out.Callchain = append(out.Callchain, addr)
+		if out.IP == 0 {
+			out.IP = addr
+		}
+	}
+	return out
+}
