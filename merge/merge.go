@@ -8,6 +8,9 @@ type Native struct {
 	// Interp: the frame is interpreter plumbing (vm_exec_core,
 	// vm_call_cfunc_with_frame, ...), hidden unless Options.Interp.
 	Interp bool
+	// ThreadStart: nothing runs below this frame (_start, start_thread):
+	// native unwinding reached the bottom of the thread.
+	ThreadStart bool
 }
 
 // Ruby is a Ruby control frame offered to Merge, leaf first, as the
@@ -35,7 +38,9 @@ type Options struct {
 // frame that sits on top of the outer entry's frames.
 //
 // When native unwinding stopped early, the Ruby frames of the entries it did
-// not reach go last (at the root). When the native stack has more VM entries
+// not reach go last (at the root). When it reached the thread's start, Ruby
+// frames left over (Ruby 3.1's placeholder <main>, for one) go right below
+// the outermost VM entry's frames. When the native stack has more VM entries
 // than the Ruby stack, nothing is guessed: the Ruby frames go on top of the
 // native frames and fallback is true.
 func Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallback bool) {
@@ -77,22 +82,29 @@ func Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallb
 		}
 		return frames, true
 	}
-	si := 0
+	si, afterLast, reachedStart := 0, -1, false
 	for _, n := range natives {
 		if n.VMEntry {
 			frames = append(frames, segments[si]...)
 			si++
+			afterLast = len(frames)
 			if opts.Interp {
 				frames = append(frames, n.Frame)
 			}
 			continue
 		}
+		reachedStart = reachedStart || n.ThreadStart
 		if keep(n) {
 			frames = append(frames, n.Frame)
 		}
 	}
+	var rest []Frame
 	for ; si < len(segments); si++ {
-		frames = append(frames, segments[si]...)
+		rest = append(rest, segments[si]...)
 	}
-	return frames, false
+	if len(rest) > 0 && reachedStart && afterLast >= 0 {
+		out := append(append(append([]Frame{}, frames[:afterLast]...), rest...), frames[afterLast:]...)
+		return out, false
+	}
+	return append(frames, rest...), false
 }

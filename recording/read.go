@@ -41,6 +41,12 @@ var interpFrames = map[string]bool{
 	"vm_call_method_each_type": true, "vm_call_general": true, "vm_call_iseq_setup": true,
 }
 
+// threadStarts are the native functions at the bottom of every thread.
+var threadStarts = map[string]bool{
+	"_start": true, "__libc_start_main": true, "__libc_start_call_main": true, "start_thread": true,
+	"clone": true, "clone3": true, "__clone": true, "__clone3": true,
+}
+
 // ReadStacks reads the recording at path and hands fn every sample as a
 // merged stack, in file order.
 func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*ReadStats, error) {
@@ -183,6 +189,7 @@ func (rd *reader) userFrames(s *perfdata.Sample) []merge.Native {
 				base := compilerClone(name)
 				n.VMEntry = base == "rb_vm_exec"
 				n.Interp = interpFrames[base] || strings.HasPrefix(base, "vm_call_")
+				n.ThreadStart = threadStarts[base]
 			}
 		}
 		if hasVM && f.Mapping.Path == vm.Path && vaddr >= vm.Start && vaddr < vm.End {

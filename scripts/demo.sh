@@ -53,6 +53,23 @@ echo "-- stock perf report reads it:"
 perf report --stdio --no-children -i "$out/rubyperf.data" 2>/dev/null | grep -E '^ +[0-9.]+%' | head -8 || true
 
 echo
-echo "Full layouts (every struct member and constant): $out/offsets-*.json"
-echo "Snapshots as JSON: $out/snapshot-*.json"
-echo "Recording (perf.data; Ruby frames in its private section, named by rubyperf script once issue 5 lands): $out/rubyperf.data"
+echo "== rubyperf report: Ruby methods and native functions =="
+"$bin" report -i "$out/rubyperf.data" -n 8
+echo
+echo "== rubyperf script: the first sample, Ruby frames merged into the native stack =="
+"$bin" script -i "$out/rubyperf.data" | awk 'NR>1 && /ruby-cpu:/{exit} {print}' || true
+"$bin" script -i "$out/rubyperf.data" > "$out/rubyperf.script.txt"
+"$bin" convert -i "$out/rubyperf.data" -f folded -o "$out/rubyperf.folded"
+"$bin" convert -i "$out/rubyperf.data" -f pprof -o "$out/rubyperf.pb.gz"
+"$bin" convert -i "$out/rubyperf.data" -f speedscope -o "$out/rubyperf.speedscope.json"
+"$bin" convert -i "$out/rubyperf.data" -f svg -o "$out/rubyperf.svg"
+
+echo
+echo "Outputs in $out/:"
+echo "  rubyperf.data            the recording (stock perf script/report open it)"
+echo "  rubyperf.script.txt      perf-script text with Ruby frames (flame graph scripts read it)"
+echo "  rubyperf.folded          folded stacks"
+echo "  rubyperf.pb.gz           pprof: go tool pprof -top $out/rubyperf.pb.gz"
+echo "  rubyperf.speedscope.json speedscope"
+echo "  rubyperf.svg             an interactive flame graph: open it in a browser"
+echo "  offsets-*.json, snapshot-*.json"
