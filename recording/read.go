@@ -167,8 +167,11 @@ func (rd *reader) kernelFrames(chain []uint64) []merge.Native {
 
 func (rd *reader) userFrames(s *perfdata.Sample) []merge.Native {
 	maps, ok := rd.maps[s.Pid]
-	if !ok || len(s.RegsUser) == 0 {
+	if !ok {
 		return nil
+	}
+	if len(s.RegsUser) == 0 || len(s.StackUser) == 0 {
+		return rd.callchainUserFrames(s.Callchain, maps)
 	}
 	vm, hasVM := rd.symtab.VMExec[s.Pid]
 	var out []merge.Native
@@ -231,4 +234,33 @@ func compilerClone(name string) string {
 		}
 	}
 	return name
+}
+
+// callchainUserFrames names the user part of a callchain: what there is of
+// a native stack when a sample has no stack copy (perf record -g, or frame
+// pointers).
+func (rd *reader) callchainUserFrames(chain []uint64, maps *native.Maps) []merge.Native {
+	var out []merge.Native
+	inUser := false
+	for _, ip := range chain {
+		if ip >= perfdata.ContextMax {
+			inUser = ip == perfdata.ContextUser
+			continue
+		}
+		if !inUser {
+			continue
+		}
+		fr := merge.Frame{Kind: merge.KindNative, Name: rubystack.UnknownLabel, Addr: ip}
+		if m, ok := maps.Find(ip); ok {
+			fr.File, fr.MapStart, fr.MapLimit, fr.MapOffset = m.Path, m.Start, m.Limit, m.Offset
+			if m.Path != "" && m.Path[0] == '/' || m.Path == native.VDSOPath {
+				o := rd.objs.Get(m.Path)
+				if name, off, ok := o.Symbol(o.VAddr(ip - m.Start + m.Offset)); ok {
+					fr.Name, fr.SymOffset = name, off
+				}
+			}
+		}
+		out = append(out, merge.Native{Frame: fr})
+	}
+	return out
 }
