@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 
 	"github.com/rubyperf/rubyperf/bpf"
@@ -69,23 +70,21 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	}
 	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
 		comms: map[uint32]string{}, objs: &native.Objects{}}
+	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
+	// may sit in the file after samples that need it. Like perf, apply them
+	// by time: collect them first, then replay them up to each sample's time.
+	side, err := sideBand(path)
+	if err != nil {
+		return nil, err
+	}
+	next := 0
 	for r.Next() {
 		switch rec := r.Record().(type) {
-		case *perfdata.Mmap2:
-			rd.mapsOf(rec.Pid).Add(native.Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff,
-				Path: rec.Filename, Exec: rec.Prot&4 != 0})
-		case *perfdata.Mmap:
-			rd.mapsOf(rec.Pid).Add(native.Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff,
-				Path: rec.Filename, Exec: rec.Misc&perfdata.MiscMmapData == 0})
-		case *perfdata.Comm:
-			rd.comms[rec.Tid] = rec.Comm
-		case *perfdata.Fork:
-			if rec.Pid != rec.PPid { // a new process starts with its parent's mappings
-				if parent, ok := rd.maps[rec.PPid]; ok {
-					rd.maps[rec.Pid] = parent.Clone()
-				}
-			}
 		case *perfdata.Sample:
+			for next < len(side) && side[next].time <= rec.Time {
+				rd.apply(side[next].rec)
+				next++
+			}
 			st := rd.stack(rec)
 			rd.stats.Samples++
 			if err := fn(st); err != nil {
@@ -97,6 +96,57 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		return &rd.stats, err
 	}
 	return &rd.stats, nil
+}
+
+// timed is a side-band record and its time.
+type timed struct {
+	time uint64
+	rec  perfdata.Record
+}
+
+// sideBand reads the COMM, MMAP, MMAP2 and FORK records of a file, sorted by
+// time (file order among equal times).
+func sideBand(path string) ([]timed, error) {
+	r, err := perfdata.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []timed
+	for r.Next() {
+		switch rec := r.Record().(type) {
+		case *perfdata.Comm:
+			out = append(out, timed{rec.Trailer.Time, rec})
+		case *perfdata.Mmap:
+			out = append(out, timed{rec.Trailer.Time, rec})
+		case *perfdata.Mmap2:
+			out = append(out, timed{rec.Trailer.Time, rec})
+		case *perfdata.Fork:
+			out = append(out, timed{rec.Time, rec})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].time < out[j].time })
+	return out, r.Err()
+}
+
+// apply takes one side-band record into the processes' state.
+func (rd *reader) apply(rec perfdata.Record) {
+	switch rec := rec.(type) {
+	case *perfdata.Mmap2:
+		rd.mapsOf(rec.Pid).Add(native.Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff,
+			Path: rec.Filename, Exec: rec.Prot&4 != 0})
+	case *perfdata.Mmap:
+		rd.mapsOf(rec.Pid).Add(native.Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff,
+			Path: rec.Filename, Exec: rec.Misc&perfdata.MiscMmapData == 0})
+	case *perfdata.Comm:
+		rd.comms[rec.Tid] = rec.Comm
+	case *perfdata.Fork:
+		if rec.Pid != rec.PPid { // a new process starts with its parent's mappings
+			if parent, ok := rd.maps[rec.PPid]; ok {
+				rd.maps[rec.Pid] = parent.Clone()
+			}
+		}
+	}
 }
 
 type reader struct {

@@ -75,7 +75,8 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (
 		if err == nil {
 			return t, nil
 		}
-		if !strings.Contains(err.Error(), "not a Ruby process") || !alive(pid) {
+		starting := strings.Contains(err.Error(), "not a Ruby process") || errors.Is(err, rubystack.ErrTLSNotReady)
+		if !starting || !alive(pid) {
 			return nil, err
 		}
 		select {

@@ -5,6 +5,10 @@ import (
 	"fmt"
 )
 
+// ErrTLSNotReady says a process has mapped libruby but the dynamic linker
+// has not set up its TLS yet (a process that just started): try again.
+var ErrTLSNotReady = errors.New("libruby's thread-local storage is not set up yet")
+
 // CurrentECOffset returns the offset from a thread's thread pointer to its
 // ruby_current_ec slot in this process: TP + offset holds the thread's EC.
 //
@@ -31,7 +35,10 @@ func (p *Process) CurrentECOffset(mem Memory, ec Anchor, tp uint64) (int64, erro
 		return 0, fmt.Errorf("TLS module id: %w", err)
 	}
 	const maxModules = 1 << 16 // dlopen'ed modules in one process
-	if modid == 0 || modid > maxModules {
+	if modid == 0 {
+		return 0, fmt.Errorf("pid %d: %w (TLS module id 0)", p.PID, ErrTLSNotReady)
+	}
+	if modid > maxModules {
 		return 0, fmt.Errorf("pid %d: TLS module id %d is not plausible", p.PID, modid)
 	}
 	dtv, err := ReadWord(mem, tp+8)
@@ -43,7 +50,7 @@ func (p *Process) CurrentECOffset(mem Memory, ec Anchor, tp uint64) (int64, erro
 		return 0, fmt.Errorf("TLS block: %w", err)
 	}
 	if block == 0 || block == ^uint64(0) {
-		return 0, fmt.Errorf("pid %d: libruby's TLS block is not allocated in this thread (dlopen'ed Ruby?)", p.PID)
+		return 0, fmt.Errorf("pid %d: %w (no TLS block in this thread; a dlopen'ed Ruby?)", p.PID, ErrTLSNotReady)
 	}
 	return int64(block-tp) + ec.TLSOffset, nil
 }

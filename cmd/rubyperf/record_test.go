@@ -107,8 +107,9 @@ func TestRecordCommand(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	sum := record(t, "-F", "99", "-d", "5", "-o", out, "--", r.Exe, workload(t), "30")
 	samples := perfScript(t, out)
-	if len(samples) != sum.samples || sum.samples < 300 {
-		t.Fatalf("perf script shows %d samples, rubyperf reported %d (want about 5 s x 99 Hz)", len(samples), sum.samples)
+	// About 5 s x 99 Hz on an idle machine; CI runs other tests meanwhile.
+	if len(samples) != sum.samples || sum.samples < 100 {
+		t.Fatalf("perf script shows %d samples, rubyperf reported %d", len(samples), sum.samples)
 	}
 	if sum.lost != 0 || sum.targets != 1 {
 		t.Errorf("summary %+v", sum)

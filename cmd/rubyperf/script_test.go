@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -99,7 +100,11 @@ func TestScriptFeedsFlameGraphTools(t *testing.T) {
 	want := map[string]uint64{}
 	rubyNames := 0
 	_, err := recording.ReadStacks(out, recording.ReadOptions{}, func(s merge.Stack) error {
-		stack := []string{strings.ReplaceAll(s.Comm, " ", "_")}
+		comm := s.Comm
+		if comm == "" {
+			comm = fmt.Sprintf(":%d", s.TID) // as script prints a thread without a name
+		}
+		stack := []string{strings.ReplaceAll(comm, " ", "_")}
 		for i := len(s.Frames) - 1; i >= 0; i-- {
 			f := s.Frames[i]
 			name := scriptName(f.Name)
