@@ -41,13 +41,18 @@ func (p *Process) CurrentECOffset(mem Memory, ec Anchor, tp uint64) (int64, erro
 	if modid > maxModules {
 		return 0, fmt.Errorf("pid %d: TLS module id %d is not plausible", p.PID, modid)
 	}
+	// In a process that just started, the thread pointer or the DTV may not
+	// be set up yet.
+	if tp == 0 {
+		return 0, fmt.Errorf("pid %d: %w (thread pointer 0)", p.PID, ErrTLSNotReady)
+	}
 	dtv, err := ReadWord(mem, tp+8)
-	if err != nil {
-		return 0, fmt.Errorf("DTV: %w", err)
+	if err != nil || dtv == 0 {
+		return 0, fmt.Errorf("pid %d: %w (DTV: %v)", p.PID, ErrTLSNotReady, err)
 	}
 	block, err := ReadWord(mem, dtv+16*modid)
 	if err != nil {
-		return 0, fmt.Errorf("TLS block: %w", err)
+		return 0, fmt.Errorf("pid %d: %w (TLS block: %v)", p.PID, ErrTLSNotReady, err)
 	}
 	if block == 0 || block == ^uint64(0) {
 		return 0, fmt.Errorf("pid %d: %w (no TLS block in this thread; a dlopen'ed Ruby?)", p.PID, ErrTLSNotReady)

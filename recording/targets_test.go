@@ -1,0 +1,44 @@
+package recording
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// TestAttachWhenReadyRace attaches to Rubies the instant they start, when
+// libruby may be mapped before the dynamic linker has set up its TLS (module
+// id 0, thread pointer 0): attaching must wait, never fail.
+func TestAttachWhenReadyRace(t *testing.T) {
+	r := testruby.Get(t, "3.1.2-debian")
+	for i := 0; i < 30; i++ {
+		cmd := exec.Command(r.Exe, "-e", "sleep 2")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		tg, err := AttachWhenReady(ctx, cmd.Process.Pid, rubystack.OpenOptions{})
+		cancel()
+		if err == nil {
+			tg.Close()
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		testruby.Privileged(t, permissionOnly(err))
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+	}
+}
+
+func permissionOnly(err error) error {
+	if err != nil && (strings.Contains(err.Error(), "permission") || strings.Contains(err.Error(), "not permitted")) {
+		return err
+	}
+	return nil
+}
