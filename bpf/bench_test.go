@@ -23,7 +23,7 @@ func BenchmarkBPFRunTime(b *testing.B) {
 		b.Fatalf("enable BPF stats: %v", err)
 	}
 	defer stats.Close()
-	r := testruby.Get(b, "3.3.8-static")
+	r := testruby.Get(b, "source-3.3-static")
 	script, _ := filepath.Abs("../testdata/ruby/depth.rb")
 	for _, depth := range []int{10, 200, 2000} {
 		b.Run(fmt.Sprintf("depth-%d", depth), func(b *testing.B) {

@@ -172,7 +172,7 @@ func labels(fs []rubystack.Frame) string {
 // under the limit is whole.
 func TestTruncation(t *testing.T) {
 	testruby.Privileged(t, Supported())
-	r := testruby.Get(t, "3.3.8-static")
+	r := testruby.Get(t, "source-3.3-static")
 	script, _ := filepath.Abs("../testdata/ruby/depth.rb")
 	for _, c := range []struct {
 		depth     int

@@ -26,7 +26,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func TestMergedStacksGolden(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
 	t.Setenv("RUBYPERF_SPIN", "1")
-	r := testruby.Get(t, "3.1.2-shared")
+	r := testruby.Get(t, "source-3.1-shared")
 	for _, sc := range []string{"methods", "dynamic", "deep", "fiber", "threads"} {
 		t.Run(sc, func(t *testing.T) {
 			script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))

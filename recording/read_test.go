@@ -74,7 +74,7 @@ func perfUserFrames(t *testing.T, file string) [][]string {
 // perf unwinds from the same file. Where perf's unwinding stops early,
 // rubyperf may go on: those frames are counted, not held against it.
 func TestNativeFramesMatchPerf(t *testing.T) {
-	file := recordWorkload(t, "3.1.2-debian", 3*time.Second)
+	file := recordWorkload(t, "debian-3.1", 3*time.Second)
 	var ours [][]string
 	_, err := ReadStacks(file, ReadOptions{NativeOnly: true}, func(s merge.Stack) error {
 		var fs []string

@@ -15,7 +15,7 @@ import (
 // libruby may be mapped before the dynamic linker has set up its TLS (module
 // id 0, thread pointer 0): attaching must wait, never fail.
 func TestAttachWhenReadyRace(t *testing.T) {
-	r := testruby.Get(t, "3.1.2-debian")
+	r := testruby.Get(t, "debian-3.1")
 	for i := 0; i < 30; i++ {
 		cmd := exec.Command(r.Exe, "-e", "sleep 2")
 		if err := cmd.Start(); err != nil {

@@ -14,7 +14,7 @@ import (
 // from DWARF: zlib-compressed sections of a shared libruby against the
 // uncompressed ones of a static ruby.
 func BenchmarkLayoutFromDWARF(b *testing.B) {
-	for _, flavor := range []string{"3.1.2-shared", "3.3.8-static"} {
+	for _, flavor := range []string{"source-3.1-shared", "source-3.3-static"} {
 		b.Run(flavor, func(b *testing.B) {
 			path := testruby.Get(b, flavor).VM
 			b.ReportAllocs()
@@ -35,7 +35,7 @@ func BenchmarkLayoutFromDWARF(b *testing.B) {
 // BenchmarkLayoutFromTable is the same for Debian's stripped libruby, whose
 // Layout comes from the built-in table.
 func BenchmarkLayoutFromTable(b *testing.B) {
-	path := testruby.Get(b, "3.1.2-debian").VM
+	path := testruby.Get(b, "debian-3.1").VM
 	b.ReportAllocs()
 	for b.Loop() {
 		bin, err := OpenBinary(path, OpenOptions{})
@@ -53,7 +53,7 @@ func BenchmarkLayoutFromTable(b *testing.B) {
 // caches: the steady-state cost of one snapshot, and its reads of target
 // memory.
 func BenchmarkSnapshotDeep(b *testing.B) {
-	for _, flavor := range []string{"3.1.2-debian", "3.3.8-static"} {
+	for _, flavor := range []string{"debian-3.1", "source-3.3-static"} {
 		b.Run(flavor, func(b *testing.B) {
 			r := testruby.Get(b, flavor)
 			script, _ := filepath.Abs("../testdata/ruby/deep.rb")
@@ -94,7 +94,7 @@ func BenchmarkPaholePeer(b *testing.B) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, flavor := range []string{"3.1.2-shared", "3.3.8-static"} {
+	for _, flavor := range []string{"source-3.1-shared", "source-3.3-static"} {
 		b.Run(flavor, func(b *testing.B) {
 			path := testruby.Get(b, flavor).VM
 			for b.Loop() {

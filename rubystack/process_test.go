@@ -14,7 +14,7 @@ import (
 // (an upgrade under a running server) is still found, through
 // /proc/PID/map_files, and snapshots.
 func TestDeletedBinary(t *testing.T) {
-	src := testruby.Get(t, "3.3.8-static-stripped")
+	src := testruby.Get(t, "source-3.3-static-stripped")
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "ruby")
 	copyFile(t, src.Exe, exe)
@@ -44,7 +44,7 @@ func TestDeletedBinary(t *testing.T) {
 // TestProcMemFallback: /proc/PID/mem returns the same bytes as
 // process_vm_readv.
 func TestProcMemFallback(t *testing.T) {
-	cmd := testruby.Start(t, testruby.Get(t, "3.1.2-debian"), "-e", `STDOUT.puts "ready"; STDOUT.flush; sleep`)
+	cmd := testruby.Start(t, testruby.Get(t, "debian-3.1"), "-e", `STDOUT.puts "ready"; STDOUT.flush; sleep`)
 	p, err := OpenProcess(cmd.Process.Pid, OpenOptions{})
 	if err != nil {
 		t.Fatal(err)

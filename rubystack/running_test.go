@@ -15,7 +15,7 @@ func TestSnapshotRunningProcess(t *testing.T) {
 	for _, c := range []struct {
 		ruby   string
 		freeze bool
-	}{{"3.1.2-debian", false}, {"3.3.8-static", false}, {"3.1.2-debian", true}, {"3.3.8-static", true}} {
+	}{{"debian-3.1", false}, {"source-3.3-static", false}, {"debian-3.1", true}, {"source-3.3-static", true}} {
 		name := c.ruby + map[bool]string{true: "/frozen", false: "/nonblocking"}[c.freeze]
 		t.Run(name, func(t *testing.T) {
 			script, _ := filepath.Abs("../testdata/ruby/workload.rb")

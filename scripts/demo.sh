@@ -7,13 +7,27 @@ out=demo-out
 mkdir -p "$out"
 bin=bin/rubyperf
 
+root=$cache/ruby
+field() { sed -n "s/^$2=//p" "$root/$1/manifest"; } # FLAVOR KEY
+# newest PREFIX: the newest flavor of the matrix whose name starts with PREFIX.
+newest() {
+  local best="" n
+  for n in $(grep "^$1" "$root/matrix"); do
+    if [ -z "$best" ] || [ "$(printf '%s\n%s\n' "$(field "$best" version)" "$(field "$n" version)" | sort -V | tail -1)" != "$(field "$best" version)" ]; then
+      best=$n
+    fi
+  done
+  echo "$best"
+}
+debian31=$(newest debian-3.1)
+
 echo "== rubyperf offsets: where each Ruby keeps its VM state =="
-for flavor in 3.1.2-debian 3.1.2-shared 3.3.8-static 3.3.8-static-stripped; do
-  vm=$(readlink -f "$cache/ruby/$flavor/vm")
+for flavor in $(cat "$root/matrix"); do
+  vm=$(field "$flavor" vm)
   echo
-  echo "-- $flavor"
-  "$bin" offsets "$vm" | sed -n '1,/^structs/p' | grep -v '^structs' | grep -v '^$'
-  "$bin" offsets --format json "$vm" > "$out/offsets-$flavor.json"
+  echo "-- $flavor (Ruby $(field "$flavor" version))"
+  "$bin" offsets "$vm" 2>&1 | sed -n '1,/^structs/p' | grep -v '^structs' | grep -v '^$' || true
+  "$bin" offsets --format json "$vm" > "$out/offsets-$flavor.json" 2>/dev/null || true
 done
 
 echo
@@ -21,7 +35,7 @@ echo
 start_ruby() {
   local flavor=$1; shift
   local ready; ready=$(mktemp)
-  "$cache/ruby/$flavor/ruby" "$@" > "$ready" &
+  "$root/$flavor/ruby" "$@" > "$ready" &
   pid=$!
   pids="${pids:-} $pid"
   for _ in $(seq 100); do grep -q ready "$ready" 2>/dev/null && break; sleep 0.1; done
@@ -30,22 +44,23 @@ start_ruby() {
 trap 'kill ${pids:-} 2>/dev/null || true' EXIT
 
 echo
-echo "== rubyperf offsets -p: a live Debian ruby3.1 process =="
-start_ruby 3.1.2-debian -e 'STDOUT.sync = true; puts :ready; sleep'
+echo "== rubyperf offsets -p: a live Debian ruby3.1 process ($debian31) =="
+start_ruby "$debian31" -e 'STDOUT.sync = true; puts :ready; sleep'
 "$bin" offsets -p "$pid" | sed -n '1,/^structs/p' | grep -v '^structs' | grep -v '^$'
 
-for flavor in 3.1.2-debian 3.3.8-static-stripped; do
+for flavor in $(cat "$root/matrix"); do
   echo
   echo "== rubyperf snapshot: the bundled workload (testdata/ruby/workload.rb) on $flavor =="
   start_ruby "$flavor" testdata/ruby/workload.rb
   sleep 0.5
-  "$bin" snapshot -p "$pid"
-  "$bin" snapshot -p "$pid" --format json > "$out/snapshot-$flavor.json"
+  # A build rubyperf cannot read is refused in one line, never misread.
+  "$bin" snapshot -p "$pid" || true
+  "$bin" snapshot -p "$pid" --format json > "$out/snapshot-$flavor.json" 2>/dev/null || true
 done
 
 echo
-echo "== rubyperf record: 5 s of the bundled workload on Debian's ruby3.1, at 99 Hz =="
-"$bin" record -F 99 -d 5 -o "$out/rubyperf.data" -- "$cache/ruby/3.1.2-debian/ruby" testdata/ruby/workload.rb 30 >/dev/null
+echo "== rubyperf record: 5 s of the bundled workload on Debian's ruby3.1 ($debian31), at 99 Hz =="
+"$bin" record -F 99 -d 5 -o "$out/rubyperf.data" -- "$root/$debian31/ruby" testdata/ruby/workload.rb 30 >/dev/null
 echo
 echo "-- stock perf script reads it (first sample):"
 perf script -i "$out/rubyperf.data" -F comm,pid,tid,event,ip,sym,dso 2>/dev/null | awk 'NR>1 && /ruby-cpu:/{exit} {print}' || true

@@ -1,63 +1,165 @@
 #!/usr/bin/env bash
-# Builds the Rubies rubyperf is tested against, from Debian's source packages, into
-# $RUBYPERF_CACHE (default $HOME/.cache/rubyperf) so the second run is instant.
+# Sets up the Rubies rubyperf is tested against in $RUBYPERF_CACHE/ruby (default
+# $HOME/.cache/rubyperf/ruby), from what Debian's archive serves today: nothing
+# here names a patch version, because the archive replaces them.
 #
-#   ruby/3.1.2-debian          Debian's ruby3.1 package (stripped libruby: .dynsym + .gnu_debuglink)
-#   ruby/3.1.2-shared          bookworm's ruby3.1 source, --enable-shared (libruby with compressed DWARF)
-#   ruby/3.3.8-static          trixie's ruby3.3 source, --disable-shared (static ruby, uncompressed DWARF,
-#                              the TLS block in the executable)
-#   ruby/3.3.8-static-stripped strip --strip-all of that executable (.dynsym only: a distro 3.3+)
+#   debian-MINOR-SUITE     Debian's binary package as that suite ships it (stripped),
+#                          unpacked privately with its own libraries; suites newer than
+#                          this machine's run through their own dynamic loader
+#   source-3.1-shared      the newest served 3.1 source, --enable-shared (compressed DWARF)
+#   source-3.3-static      the newest served 3.3 source, --disable-shared (uncompressed DWARF,
+#                          the TLS block in the executable)
+#   source-3.3-static-stripped   strip --strip-all of it (.dynsym only: a distro 3.3+)
+#   source-3.3-shifted-stripped  3.3 built with -DVM_DEBUG_BP_CHECK=1 (a control frame 8 bytes
+#                          longer than any table says), stripped: must be refused, not misread
+#   source-3.4-shared      the newest served 3.4 source, --enable-shared
 #
-# Each finished flavor has "ruby" (the executable to run), "vm" (the ELF file holding the VM:
-# libruby or the executable) and "ok" (written last).
+# Each finished flavor directory has "manifest" (key=value lines: name, version, kind,
+# suite, exe, vm, dwarf, symtab, local), "ruby" (what to run) and "ok" (written last).
+# "matrix" lists the flavors of this run; internal/testruby reads both. Flavors built by
+# hand from a copy of Ruby's repository (scripts/mirror-rubies.sh) have local=1.
 set -euo pipefail
-
-cache=${RUBYPERF_CACHE:-$HOME/.cache/rubyperf}
-root=$cache/ruby
+cd "$(dirname "$0")/.."
+export RUBYPERF_CACHE=${RUBYPERF_CACHE:-$HOME/.cache/rubyperf}
+root=$RUBYPERF_CACHE/ruby
 mkdir -p "$root"
 exec 9>"$root/.lock"
 flock 9
+# shellcheck source=debian-archive.sh
+. scripts/debian-archive.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
+arch=$(dpkg --print-architecture)
+multiarch=$(gcc -print-multiarch)
 log() { echo "test-rubies: $*" >&2; }
+die() { log "$*"; exit 1; }
+matrix=()
 
-ensure_deb_src() {
-  # apt-get source needs deb-src entries for bookworm (3.1.2) and trixie (3.3.8).
-  local f=/etc/apt/sources.list.d/rubyperf-src.sources
-  if ! grep -rqs 'deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/ ||
-     ! grep -rqs 'trixie' /etc/apt/sources.list.d/ ; then
-    [ "$(id -u)" -eq 0 ] || { log "need root to add deb-src entries to apt (or add them for bookworm and trixie)"; exit 1; }
-    cat >"$f" <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+# current NAME VERSION: the flavor is built and of this version.
+current() { [ -f "$root/$1/ok" ] && grep -qx "version=$2" "$root/$1/manifest" 2>/dev/null; }
 
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    apt-get update -qq
-  fi
+# finish NAME VERSION KIND SUITE EXE VM DWARF SYMTAB: check that it runs as that Ruby, record it.
+finish() {
+  local d=$root/$1
+  cat >"$d/manifest" <<EOF
+name=$1
+version=$2
+kind=$3
+suite=$4
+exe=$5
+vm=$6
+dwarf=$7
+symtab=$8
+local=0
+EOF
+  local got
+  got=$("$d/ruby" -e 'begin; require "fiddle"; rescue LoadError; end; print RUBY_VERSION' 2>&1) ||
+    die "$1: $d/ruby does not run: $got"
+  [ "$got" = "$2" ] || die "$1: $d/ruby reports Ruby '$got', expected $2"
+  touch "$d/ok"
 }
 
-# build SRCPKG UPSTREAM_VERSION NAME CONFIGURE_ARGS...
-build() {
-  local srcpkg=$1 version=$2 name=$3; shift 3
+upstream() { local v=${1#*:}; echo "${v%%-*}"; } # 3.3.14-0+deb13u1 -> 3.3.14
+
+# deps_of DEB: the shared-library packages it depends on (first alternative of each).
+deps_of() {
+  dpkg-deb -f "$1" Depends Pre-Depends 2>/dev/null | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/:any//; s/ //g' |
+    grep -E '^lib' | grep -vE '^libruby' || true
+}
+
+# debian_binary MINOR SUITE VERSION: unpack ruby$MINOR and libruby$MINOR of that suite,
+# with the libraries they need from the same suite when it is not this machine's.
+debian_binary() {
+  local minor=$1 suite=$2 version=$3 name=debian-$1-$2
+  matrix+=("$name")
+  local up; up=$(upstream "$version")
+  current "$name" "$up" && return 0
+  log "$name: unpacking Debian's ruby$minor $version"
+  local d=$root/$name; rm -rf "$d"; mkdir -p "$d/debs" "$d/root"
+  debian_fetch_binary "ruby$minor=$version" "$d/debs"
+  debian_fetch_binary "libruby$minor=$version" "$d/debs"
+  local own; own=$(. /etc/os-release && echo "$VERSION_CODENAME")
+  local foreign=0
+  case $suite in "$own" | "$own"-*) ;; *) foreign=1 ;; esac
+  if [ $foreign = 1 ]; then
+    # Its libraries, from its suite (experimental builds against unstable: take the newest).
+    local libsuite=${suite%-security} todo seen="" p deb round
+    todo="libc6 $(for deb in "$d"/debs/*.deb; do deps_of "$deb"; done)"
+    for round in 1 2 3 4; do
+      local next=""
+      for p in $todo; do
+        case " $seen " in *" $p "*) continue ;; esac
+        seen="$seen $p"
+        if [ "$libsuite" = experimental ]; then
+          debian_fetch_binary "$p" "$d/debs" || die "$name: cannot fetch $p"
+        else
+          debian_fetch_binary "$p/$libsuite" "$d/debs" || die "$name: cannot fetch $p from $libsuite"
+        fi
+        for deb in "$d"/debs/"${p}"_*.deb; do next="$next $(deps_of "$deb")"; done
+      done
+      todo=$next
+      [ -n "${todo// /}" ] || break
+    done
+  fi
+  for deb in "$d"/debs/*.deb; do dpkg-deb -x "$deb" "$d/root"; done
+  rm -rf "$d/debs"
+  local r=$d/root
+  local libs=$r/usr/lib/$multiarch:$r/lib/$multiarch
+  local api; api=$(ls -d "$r"/usr/lib/ruby/[0-9]*.0 | head -1)
+  # Debian's load path (ruby -e 'puts $:'), moved under the private root.
+  local v=${api##*/} rubylib=""
+  for dir in "$r/usr/lib/ruby/vendor_ruby/$v" "$r/usr/lib/$multiarch/ruby/vendor_ruby/$v" "$r/usr/lib/ruby/vendor_ruby" \
+             "$api" "$api/$multiarch" "$r/usr/lib/$multiarch/ruby/$v"; do
+    [ -d "$dir" ] && rubylib=${rubylib:+$rubylib:}$dir
+  done
+  {
+    echo '#!/bin/bash'
+    echo "# Debian's ruby$minor $version from $suite, unpacked privately by scripts/test-rubies.sh."
+    echo "RUBYLIB=$rubylib\${RUBYLIB:+:\$RUBYLIB}; export RUBYLIB"
+    if [ $foreign = 1 ]; then
+      # Its glibc is newer than this machine's: run it through its own loader.
+      local ld; ld=$(ls "$r"/usr/lib/"$multiarch"/ld-linux*.so.* "$r"/lib64/ld-linux*.so.* 2>/dev/null | head -1 || true)
+      [ -n "$ld" ] || die "$name: no dynamic loader in its libc6"
+      echo "exec $ld --library-path $libs --argv0 ruby$minor $r/usr/bin/ruby$minor \"\$@\""
+    else
+      echo "LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}; export LD_LIBRARY_PATH"
+      echo "exec -a ruby$minor $r/usr/bin/ruby$minor \"\$@\""
+    fi
+  } >"$d/ruby"
+  chmod +x "$d/ruby"
+  local vm; vm=$(ls "$r"/usr/lib/"$multiarch"/libruby-"$minor".so."$minor"* | sort | tail -1)
+  finish "$name" "$up" debian "$suite" "$d/ruby" "$(readlink -f "$vm")" 0 0
+}
+
+# fetchable_source NAME SRCPKG: the newest version of the source package that flavor
+# NAME already is, or that can be downloaded (into $srcdir). Some suites publish
+# source indexes whose files their pool does not serve: newest first, then older.
+fetchable_source() {
+  local v
+  for v in $(debian_cache showsrc "$2" 2>/dev/null | awk '/^Version:/ {print $2}' | sort -V -r -u); do
+    if current "$1" "$(upstream "$v")"; then
+      echo "$v"
+      return 0
+    fi
+    rm -rf "$srcdir"; mkdir -p "$srcdir"
+    if debian_fetch_source "$2=$v" "$srcdir" 2>/dev/null; then
+      echo "$v"
+      return 0
+    fi
+    log "$2 $v: its source is listed but cannot be downloaded; trying an older one"
+  done
+  return 1
+}
+
+# source_build NAME SRCPKG VERSION CONFIGURE_ARGS..: build that source (unpacked in
+# $srcdir/src by fetchable_source, or fetched now).
+source_build() {
+  local name=$1 srcpkg=$2 version=$3; shift 3
   local dest=$root/$name
-  [ -f "$dest/ok" ] && return 0
-  ensure_deb_src
-  local work=$cache/build/$name
+  local work=$RUBYPERF_CACHE/build/$name
   rm -rf "$work" "$dest"; mkdir -p "$work"
-  log "$name: fetching Debian source package $srcpkg"
-  (cd "$work" && apt-get source -qq --download-only "$srcpkg" >/dev/null 2>&1) ||
-    { log "$name: apt-get source $srcpkg failed (is a deb-src entry reachable?)"; exit 1; }
-  local dsc; dsc=$(ls "$work"/"$srcpkg"_"$version"-*.dsc 2>/dev/null | head -1)
-  [ -n "$dsc" ] || { log "$name: $srcpkg source is not upstream $version: $(ls "$work")"; exit 1; }
-  (cd "$work" && dpkg-source --no-check -x "$dsc" src >/dev/null)
+  [ -d "$srcdir/src" ] || debian_fetch_source "$srcpkg=$version" "$srcdir"
+  cp -a "$srcdir/src" "$work/src"
   # Debian's patches touch configure.ac: regenerate configure so it matches.
   (cd "$work/src" && autoconf)
   log "$name: configure $*"
@@ -71,43 +173,101 @@ build() {
   rm -rf "$work"
 }
 
-finish() { # NAME: verify the ruby runs, then mark the flavor done
-  local dest=$root/$1
-  "$dest/ruby" -e 'require "fiddle"; exit(RUBY_VERSION == ARGV[0] ? 0 : 1)' "$2" ||
-    { log "$1: $dest/ruby does not run as Ruby $2 with Fiddle"; exit 1; }
-  touch "$dest/ok"
+
+debian_archive_init
+
+# Every Debian binary Ruby of the lines we support, in every suite that serves one.
+for minor in 3.1 3.2 3.3 3.4 4.0; do
+  while read -r suite version; do
+    [ -n "$suite" ] && debian_binary "$minor" "$suite" "$version"
+  done < <(debian_versions "ruby$minor")
+done
+
+srcdir=$RUBYPERF_CACHE/build/source
+# source_flavor NAME MINOR: is the flavor built from the newest fetchable ruby$MINOR
+# source? Sets $v to that Debian version.
+source_flavor() {
+  rm -rf "$srcdir"
+  v=$(fetchable_source "$1" "ruby$2") || return 2
+  current "$1" "$(upstream "$v")"
 }
 
-# Debian's own package (installed by scripts/deps.sh).
-if [ ! -f "$root/3.1.2-debian/ok" ]; then
-  mkdir -p "$root/3.1.2-debian"
-  ln -sf /usr/bin/ruby3.1 "$root/3.1.2-debian/ruby"
-  finish 3.1.2-debian 3.1.2
+if source_flavor source-3.1-shared 3.1; then :; else
+  [ $? = 2 ] && die "no ruby3.1 source package can be downloaded; check $apt_root/sources.list"
+  source_build source-3.1-shared ruby3.1 "$v" --enable-shared
+  so=$(cd "$root/source-3.1-shared/lib" && ls libruby.so.3.1.* | head -1)
+  finish source-3.1-shared "$(upstream "$v")" source "" "$root/source-3.1-shared/ruby" \
+    "$root/source-3.1-shared/lib/$so" 1 1
 fi
+matrix+=(source-3.1-shared)
 
-if [ ! -f "$root/3.1.2-shared/ok" ]; then
-  build ruby3.1 3.1.2 3.1.2-shared --enable-shared
-  finish 3.1.2-shared 3.1.2
-fi
-
-if [ ! -f "$root/3.3.8-static/ok" ]; then
-  build ruby3.3 3.3.8 3.3.8-static --disable-shared
+if source_flavor source-3.3-static 3.3; then :; else
+  [ $? = 2 ] && die "no ruby3.3 source package can be downloaded; check $apt_root/sources.list"
+  source_build source-3.3-static ruby3.3 "$v" --disable-shared
   # Ruby's configure links with --compress-debug-sections; this flavor is the uncompressed one.
-  objcopy --decompress-debug-sections "$root/3.3.8-static/bin/ruby"
-  finish 3.3.8-static 3.3.8
+  objcopy --decompress-debug-sections "$root/source-3.3-static/bin/ruby"
+  finish source-3.3-static "$(upstream "$v")" source "" "$root/source-3.3-static/ruby" \
+    "$root/source-3.3-static/bin/ruby" 1 1
 fi
-
-if [ ! -f "$root/3.3.8-static-stripped/ok" ]; then
-  d=$root/3.3.8-static-stripped; rm -rf "$d"; mkdir -p "$d"
+v33=$(upstream "$v")
+if ! current source-3.3-static-stripped "$v33"; then
+  d=$root/source-3.3-static-stripped; rm -rf "$d"; mkdir -p "$d"
   # Same prefix-based load path as the unstripped build, so the copy runs from here.
-  strip --strip-all -o "$d/ruby" "$root/3.3.8-static/bin/ruby"
-  finish 3.3.8-static-stripped 3.3.8
+  strip --strip-all -o "$d/ruby" "$root/source-3.3-static/bin/ruby"
+  finish source-3.3-static-stripped "$v33" source "" "$d/ruby" "$d/ruby" 0 0
 fi
+if ! current source-3.3-shifted-stripped "$v33"; then
+  # A configure flag that adds a member to rb_control_frame_t: no table can know it.
+  source_build source-3.3-shifted ruby3.3 "$v" --disable-shared cppflags=-DVM_DEBUG_BP_CHECK=1
+  d=$root/source-3.3-shifted-stripped; rm -rf "$d"; mkdir -p "$d"
+  strip --strip-all -o "$d/ruby" "$root/source-3.3-shifted/bin/ruby"
+  # It loads its extensions from the build's prefix; keep those, drop the rest.
+  rm -rf "$root/source-3.3-shifted/bin/ruby" "$root/source-3.3-shifted/share"
+  finish source-3.3-shifted-stripped "$v33" source "" "$d/ruby" "$d/ruby" 0 0
+  echo "expect=refused" >>"$d/manifest"
+fi
+matrix+=(source-3.3-static source-3.3-static-stripped source-3.3-shifted-stripped)
 
-# "vm": the ELF file that holds each flavor's VM (refreshed every run; cheap).
-ln -sfn "$(readlink -f /usr/lib/"$(gcc -print-multiarch)"/libruby-3.1.so.3.1)" "$root/3.1.2-debian/vm"
-ln -sfn lib/libruby.so.3.1.2 "$root/3.1.2-shared/vm"
-ln -sfn bin/ruby "$root/3.3.8-static/vm"
-ln -sfn ruby "$root/3.3.8-static-stripped/vm"
+# The same source built as Debian builds it (its rbconfig's flags: CET's endbr64 in every
+# function, -O2, a shared libruby), with a .symtab: the oracle for the disassembly
+# fallbacks, which then run on its stripped copy.
+if ! current source-3.3-cet-stripped "$v33"; then
+  source_build source-3.3-cet ruby3.3 "$v" --enable-shared \
+    CFLAGS='-g -O2 -Werror=implicit-function-declaration -fstack-protector-strong -fstack-clash-protection -Wformat -Werror=format-security -fcf-protection' \
+    CPPFLAGS='-Wdate-time -D_FORTIFY_SOURCE=2' LDFLAGS='-Wl,-z,relro -Wl,-z,now'
+  so=$(cd "$root/source-3.3-cet/lib" && ls libruby.so.3.3.* | head -1)
+  finish source-3.3-cet "$v33" source "" "$root/source-3.3-cet/ruby" "$root/source-3.3-cet/lib/$so" 1 1
+  d=$root/source-3.3-cet-stripped; rm -rf "$d"; mkdir -p "$d"
+  strip --strip-all -o "$d/$so" "$root/source-3.3-cet/lib/$so"
+  soname=$(readelf -d "$d/$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  ln -sf "$so" "$d/$soname"
+  # Run the build's ruby with the stripped libruby in its place (the search path
+  # comes before the executable's RUNPATH).
+  printf '#!/bin/bash\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$d" "$root/source-3.3-cet/bin/ruby" >"$d/ruby"
+  chmod +x "$d/ruby"
+  finish source-3.3-cet-stripped "$v33" source "" "$d/ruby" "$d/$so" 0 0
+fi
+matrix+=(source-3.3-cet source-3.3-cet-stripped)
 
-log "ready in $root: $(cd "$root" && ls -d */ | tr -d / | tr '\n' ' ')"
+# 3.4: Debian's source where it can be downloaded (experimental's pool may not
+# serve it); scripts/mirror-rubies.sh builds it from Ruby's repository otherwise.
+rm -rf "$srcdir"
+if v=$(fetchable_source source-3.4-shared ruby3.4); then
+  if ! current source-3.4-shared "$(upstream "$v")"; then
+    source_build source-3.4-shared ruby3.4 "$v" --enable-shared
+    so=$(cd "$root/source-3.4-shared/lib" && ls libruby.so.3.4.* | head -1)
+    finish source-3.4-shared "$(upstream "$v")" source "" "$root/source-3.4-shared/ruby" \
+      "$root/source-3.4-shared/lib/$so" 1 1
+  fi
+  matrix+=(source-3.4-shared)
+else
+  log "no ruby3.4 source package can be downloaded: 3.4 source builds come from scripts/mirror-rubies.sh"
+fi
+rm -rf "$srcdir"
+
+# Flavors built by hand from Ruby's repository (local=1) join the matrix when present.
+for m in "$root"/*/manifest; do
+  grep -qx 'local=1' "$m" 2>/dev/null && [ -f "$(dirname "$m")/ok" ] && matrix+=("$(basename "$(dirname "$m")")")
+done
+printf '%s\n' "${matrix[@]}" >"$root/matrix.new" && mv "$root/matrix.new" "$root/matrix"
+log "ready in $root: ${matrix[*]}"

@@ -103,7 +103,7 @@ func workload(t *testing.T) string {
 // the right pid, tids and comms; perf's own DWARF unwinding of the stack
 // copies reaches rb_vm_exec; perf report works.
 func TestRecordCommand(t *testing.T) {
-	r := testruby.Get(t, "3.1.2-debian")
+	r := testruby.Get(t, "debian-3.1")
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	sum := record(t, "-F", "99", "-d", "5", "-o", out, "--", r.Exe, workload(t), "30")
 	samples := perfScript(t, out)
@@ -153,7 +153,7 @@ func TestRecordCommand(t *testing.T) {
 // TestRecordNoLostSamples: one busy thread for 10 s at 99 Hz and at 999 Hz
 // loses nothing, and every period is there.
 func TestRecordNoLostSamples(t *testing.T) {
-	r := testruby.Get(t, "3.3.8-static")
+	r := testruby.Get(t, "source-3.3-static")
 	depth, _ := filepath.Abs("../../testdata/ruby/depth.rb")
 	for _, hz := range []int{99, 999} {
 		t.Run(fmt.Sprint(hz), func(t *testing.T) {
@@ -200,7 +200,7 @@ func rubyperfBinary(t *testing.T) string {
 // file with every sample it reported.
 func TestRecordInterrupted(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	r := testruby.Get(t, "3.1.2-debian")
+	r := testruby.Get(t, "debian-3.1")
 	target := testruby.Start(t, r, workload(t), "30")
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	c := exec.Command(rubyperfBinary(t), "record", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
@@ -223,7 +223,7 @@ func TestRecordInterrupted(t *testing.T) {
 // TestRecordTargetExits: the recording ends by itself when its target
 // exits, and the file is valid.
 func TestRecordTargetExits(t *testing.T) {
-	r := testruby.Get(t, "3.3.8-static")
+	r := testruby.Get(t, "source-3.3-static")
 	target := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; t = Time.now; nil while Time.now - t < 1.5`)
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	start := time.Now()
@@ -240,10 +240,10 @@ func TestRecordTargetExits(t *testing.T) {
 // starts during the recording.
 func TestRecordAll(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	r := testruby.Get(t, "3.1.2-debian")
+	r := testruby.Get(t, "debian-3.1")
 	spin := `STDOUT.puts "ready"; STDOUT.flush; t = Time.now; nil while Time.now - t < 6`
 	a := testruby.Start(t, r, "-e", spin)
-	b := testruby.Start(t, testruby.Get(t, "3.3.8-static"), "-e", spin)
+	b := testruby.Start(t, testruby.Get(t, "source-3.3-static"), "-e", spin)
 	var late *exec.Cmd
 	go func() {
 		time.Sleep(time.Second)

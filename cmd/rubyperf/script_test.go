@@ -85,7 +85,7 @@ func collapsePerfScript(t *testing.T, text []byte) map[string]uint64 {
 // the recording: every Ruby name survives whole.
 func TestScriptFeedsFlameGraphTools(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	r := testruby.Get(t, "3.3.8-static")
+	r := testruby.Get(t, "source-3.3-static")
 	script, _ := filepath.Abs("../../testdata/ruby/workload.rb")
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	if _, err := recording.Record(context.Background(), recording.Options{

@@ -11,26 +11,29 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// Ruby is one test Ruby.
+// Ruby is one test Ruby, as scripts/test-rubies.sh describes it in the
+// flavor directory's manifest.
 type Ruby struct {
-	Name    string // flavor, e.g. "3.3.8-static"
-	Version string
+	Name    string // flavor, e.g. "debian-3.3-trixie", "source-3.3-static"
+	Version string // RUBY_VERSION
+	Kind    string // "debian" (a distro binary) or "source" (built here)
+	Suite   string // the Debian suite of a distro binary
 	Exe     string // the interpreter to run
 	VM      string // the ELF file holding the VM: libruby or the executable
 	DWARF   bool   // VM carries DWARF
 	Symtab  bool   // VM has a .symtab
-}
-
-var flavors = []Ruby{
-	{Name: "3.1.2-debian", Version: "3.1.2"},
-	{Name: "3.1.2-shared", Version: "3.1.2", DWARF: true, Symtab: true},
-	{Name: "3.3.8-static", Version: "3.3.8", DWARF: true, Symtab: true},
-	{Name: "3.3.8-static-stripped", Version: "3.3.8"},
+	// Local: built by hand from a copy of Ruby's repository
+	// (scripts/mirror-rubies.sh); CI cannot build it, so it is never required.
+	Local bool
+	// Refused: a build rubyperf must refuse (its layout is unknowable), kept
+	// out of All.
+	Refused bool
 }
 
 // Cache is the directory test Rubies are built in.
@@ -42,37 +45,103 @@ func Cache() string {
 	return filepath.Join(home, ".cache", "rubyperf")
 }
 
-// All returns every test Ruby, failing (CI) or skipping (elsewhere) when one is missing.
-func All(t testing.TB) []Ruby {
+func rubyDir() string { return filepath.Join(Cache(), "ruby") }
+
+// matrix lists the flavors scripts/test-rubies.sh set up in its last run.
+func matrix(t testing.TB) []string {
 	t.Helper()
-	out := make([]Ruby, 0, len(flavors))
-	for _, f := range flavors {
-		out = append(out, Get(t, f.Name))
+	b, err := os.ReadFile(filepath.Join(rubyDir(), "matrix"))
+	if err != nil {
+		missing(t, "no test Rubies in %s; run scripts/test-rubies.sh (make test does): %v", rubyDir(), err)
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
 	}
 	return out
 }
 
-// Get returns one test Ruby by flavor name.
+// All returns every test Ruby of the matrix that rubyperf must read, failing
+// (CI) or skipping (elsewhere) when one is missing.
+func All(t testing.TB) []Ruby {
+	t.Helper()
+	var out []Ruby
+	for _, name := range matrix(t) {
+		if r := Get(t, name); !r.Refused {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Get returns one test Ruby by flavor name. A name that is a prefix of
+// flavor names up to a "-" ("debian-3.1") means the newest such flavor.
 func Get(t testing.TB, name string) Ruby {
 	t.Helper()
-	for _, f := range flavors {
-		if f.Name != name {
+	if r, ok := load(name); ok {
+		return r
+	}
+	var best Ruby
+	found := false
+	for _, n := range matrix(t) {
+		if !strings.HasPrefix(n, name+"-") {
 			continue
 		}
-		dir := filepath.Join(Cache(), "ruby", name)
-		if _, err := os.Stat(filepath.Join(dir, "ok")); err != nil {
-			missing(t, "test Ruby %s is not built in %s; run scripts/test-rubies.sh (make test does)", name, dir)
+		if r, ok := load(n); ok && (!found || versionLess(best.Version, r.Version)) {
+			best, found = r, true
 		}
-		f.Exe = filepath.Join(dir, "ruby")
-		vm, err := filepath.EvalSymlinks(filepath.Join(dir, "vm"))
-		if err != nil {
-			missing(t, "test Ruby %s: %v; rerun scripts/test-rubies.sh", name, err)
-		}
-		f.VM = vm
-		return f
 	}
-	t.Fatalf("no test Ruby flavor %q", name)
+	if found {
+		return best
+	}
+	missing(t, "test Ruby %s is not built in %s; run scripts/test-rubies.sh (make test does)", name, rubyDir())
 	return Ruby{}
+}
+
+// Optional returns the test Ruby name if it is built, without failing.
+func Optional(name string) (Ruby, bool) { return load(name) }
+
+func load(name string) (Ruby, bool) {
+	dir := filepath.Join(rubyDir(), name)
+	if _, err := os.Stat(filepath.Join(dir, "ok")); err != nil {
+		return Ruby{}, false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "manifest"))
+	if err != nil {
+		return Ruby{}, false
+	}
+	kv := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			kv[k] = v
+		}
+	}
+	r := Ruby{Name: name, Version: kv["version"], Kind: kv["kind"], Suite: kv["suite"], Exe: kv["exe"],
+		VM: kv["vm"], DWARF: kv["dwarf"] == "1", Symtab: kv["symtab"] == "1", Local: kv["local"] == "1",
+		Refused: kv["expect"] == "refused"}
+	if r.Exe == "" || r.VM == "" || r.Version == "" {
+		return Ruby{}, false
+	}
+	if vm, err := filepath.EvalSymlinks(r.VM); err == nil {
+		r.VM = vm
+	}
+	return r, true
+}
+
+// versionLess compares dotted versions numerically.
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) && i < len(bs); i++ {
+		x, _ := strconv.Atoi(as[i])
+		y, _ := strconv.Atoi(bs[i])
+		if x != y {
+			return x < y
+		}
+	}
+	return len(as) < len(bs)
 }
 
 func missing(t testing.TB, format string, args ...any) {
