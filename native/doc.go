@@ -1,7 +1,8 @@
 // Package native owns native stacks: unwinding a sample's user stack copy
 // with the call frame information (.eh_frame, .debug_frame) of each mapped
 // ELF object, and naming native and kernel addresses (ELF symbol tables,
-// kallsyms).
+// kallsyms). A stripped file (no .symtab) is named from the .symtab of its
+// separate debug file, which package debuginfo finds.
 //
 // It knows nothing of Ruby, perf.data or output formats: callers give it
 // registers, a stack copy, mappings and kallsyms text.

@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"sort"
+	"sync"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
+
+	"github.com/rubyperf/rubyperf/debuginfo"
 )
 
 // Bounds on what is loaded from one object file.
@@ -24,6 +27,27 @@ type Object struct {
 	syms  []symbol                       // FUNC symbols, sorted by start
 	loads []*elf.Prog                    // PT_LOAD segments
 	err   error
+
+	// A file without .symtab (a distro's stripped library) is named from its
+	// separate debug file's .symtab, found when an address first misses.
+	id        debuginfo.Identity
+	opts      LoadOptions
+	debugOnce sync.Once
+	debugSyms []symbol // from the debug file, sorted by start
+	debugFile string
+}
+
+// LoadOptions tune where an Object's separate debug file is looked for.
+type LoadOptions struct {
+	// Debuginfo finds debug files (debuginfod, --debug-file); nil: the
+	// local filesystem only (/usr/lib/debug, .gnu_debuglink).
+	Debuginfo *debuginfo.Finder
+	// Name is the file's path as its process saw it, inside Root (where
+	// .gnu_debuglink candidates are, and how messages name it); default: the
+	// path loaded.
+	Name string
+	// Root is the filesystem the file lives in; default "/".
+	Root string
 }
 
 type symbol struct {
@@ -33,8 +57,11 @@ type symbol struct {
 
 // LoadObject reads path's CFI and symbols. A file that is not ELF, or has no
 // CFI, gives an Object that unwinds nothing and the error says why.
-func LoadObject(path string) *Object {
-	o := &Object{Path: path}
+func LoadObject(path string) *Object { return LoadObjectWith(path, LoadOptions{}) }
+
+// LoadObjectWith is LoadObject, with where to look for a debug file.
+func LoadObjectWith(path string, opts LoadOptions) *Object {
+	o := &Object{Path: path, opts: opts}
 	o.err = guard(func() error { return o.load() })
 	return o
 }
@@ -61,6 +88,7 @@ func (o *Object) load() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.Path, err)
 	}
+	o.id = debuginfo.ReadIdentity(ef)
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
 			o.loads = append(o.loads, p)
@@ -127,17 +155,101 @@ func (o *Object) fde(vaddr uint64) *frame.FrameDescriptionEntry {
 	return nil
 }
 
-// Symbol names the function holding vaddr, and the offset into it.
+// Symbol names the function holding vaddr, and the offset into it. An
+// address the file's own symbols do not cover, in a file without .symtab,
+// is looked up in its separate debug file's .symtab (same virtual
+// addresses), found the first time one misses.
 func (o *Object) Symbol(vaddr uint64) (string, uint64, bool) {
-	i := sort.Search(len(o.syms), func(i int) bool { return o.syms[i].start > vaddr }) - 1
+	if name, off, ok := lookupSymbol(o.syms, vaddr); ok {
+		return name, off, true
+	}
+	if o.id.HasSymtab || o.Path == "" || o.Path == VDSOPath {
+		return "", 0, false
+	}
+	o.debugOnce.Do(o.loadDebugSymbols)
+	return lookupSymbol(o.debugSyms, vaddr)
+}
+
+// DebugFile is the separate debug file whose symbols name this object's
+// addresses, once one was needed and found; "" otherwise.
+func (o *Object) DebugFile() string {
+	if o.id.HasSymtab {
+		return ""
+	}
+	o.debugOnce.Do(o.loadDebugSymbols)
+	return o.debugFile
+}
+
+func lookupSymbol(syms []symbol, vaddr uint64) (string, uint64, bool) {
+	i := sort.Search(len(syms), func(i int) bool { return syms[i].start > vaddr }) - 1
 	if i < 0 {
 		return "", 0, false
 	}
-	s := o.syms[i]
+	s := syms[i]
 	if s.size != 0 && vaddr >= s.start+s.size {
 		return "", 0, false
 	}
 	return s.name, vaddr - s.start, true
+}
+
+// loadDebugSymbols finds the debug file and reads its .symtab functions.
+func (o *Object) loadDebugSymbols() {
+	name := o.opts.Name
+	if name == "" {
+		name = o.Path
+	}
+	path, err := o.opts.Debuginfo.Find(debuginfo.Request{ID: o.id, Name: name, Root: o.opts.Root})
+	if err != nil || path == "" {
+		return
+	}
+	var syms []symbol
+	if guard(func() error {
+		var err error
+		syms, err = funcSymbolsOf(path, o.id.BuildID)
+		return err
+	}) != nil || len(syms) == 0 {
+		return
+	}
+	o.debugSyms, o.debugFile = syms, path
+}
+
+// funcSymbolsOf reads the FUNC symbols of a debug file's .symtab; a
+// build-id other than want (when both have one) refuses the file.
+func funcSymbolsOf(path, want string) ([]symbol, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if id := debuginfo.ReadIdentity(ef).BuildID; id != "" && want != "" && id != want {
+		return nil, fmt.Errorf("%s: build-id %s, want %s", path, id, want)
+	}
+	s := ef.SectionByType(elf.SHT_SYMTAB)
+	if s == nil {
+		return nil, fmt.Errorf("%s: no .symtab", path)
+	}
+	if s.Size/uint64(elf.Sym64Size) > maxSymbolCount {
+		return nil, fmt.Errorf("%s: over %d symbols", path, maxSymbolCount)
+	}
+	all, err := ef.Symbols()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []symbol
+	for _, sym := range all {
+		if elf.ST_TYPE(sym.Info) == elf.STT_FUNC && sym.Value != 0 && sym.Section != elf.SHN_UNDEF {
+			out = append(out, symbol{sym.Value, sym.Size, sym.Name})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
+	return out, nil
 }
 
 // VAddr converts a file offset (a mapping's pgoff plus the distance into

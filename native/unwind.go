@@ -50,8 +50,10 @@ type Frame struct {
 type Objects struct {
 	byPath map[string]*Object
 	// Open, if set, loads a file the recording named (e.g. under a
-	// container root); LoadObject by default.
+	// container root); LoadObjectWith(path, Load) by default.
 	Open func(path string) *Object
+	// Load says where the default Open looks for debug files.
+	Load LoadOptions
 }
 
 // maxObjects bounds the cache.
@@ -67,7 +69,7 @@ func (c *Objects) Get(path string) *Object {
 	}
 	open := c.Open
 	if open == nil {
-		open = LoadObject
+		open = func(p string) *Object { return LoadObjectWith(p, c.Load) }
 	}
 	var o *Object
 	if path == VDSOPath {

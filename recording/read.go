@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/perfdata"
@@ -21,6 +22,9 @@ type ReadOptions struct {
 	// NativeOnly gives each sample's native frames alone, as unwound, with
 	// nothing merged or hidden (for comparing with other unwinders).
 	NativeOnly bool
+	// Debuginfo finds the debug files that name stripped objects' functions
+	// (debuginfod, --debug-file); nil: the local filesystem only.
+	Debuginfo *debuginfo.Finder
 }
 
 // ReadStats count what reading found.
@@ -69,7 +73,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		}
 	}
 	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{}}
+		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}}}
 	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
 	// may sit in the file after samples that need it. Like perf, apply them
 	// by time: collect them first, then replay them up to each sample's time.

@@ -18,7 +18,7 @@ func splitDebug(t *testing.T, root string) (lib, dbg, buildID string) {
 	if err != nil {
 		t.Skip("objcopy (binutils) not installed")
 	}
-	src := testruby.Get(t, "3.1.2-shared").VM
+	src := testruby.Get(t, "source-3.1-shared").VM
 	dir := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestDebugFiles(t *testing.T) {
 	})
 	t.Run("debuglink-crc-mismatch", func(t *testing.T) {
 		p := filepath.Join(filepath.Dir(lib), filepath.Base(dbg))
-		copyFile(t, testruby.Get(t, "3.3.8-static").VM, p) // right name, wrong file
+		copyFile(t, testruby.Get(t, "source-3.3-static").VM, p) // right name, wrong file
 		defer os.Remove(p)
 		l, _ := layoutFrom(t, OpenOptions{Root: root})
 		if !strings.HasPrefix(l.Source, "table:") {
@@ -104,7 +104,7 @@ func TestDebugFiles(t *testing.T) {
 		}
 	})
 	t.Run("explicit-wrong-build", func(t *testing.T) {
-		_, err := OpenBinary(lib, OpenOptions{Root: root, DebugFile: testruby.Get(t, "3.3.8-static").VM, mappedAs: inRoot})
+		_, err := OpenBinary(lib, OpenOptions{Root: root, DebugFile: testruby.Get(t, "source-3.3-static").VM, mappedAs: inRoot})
 		if err == nil || !strings.Contains(err.Error(), "build-id") {
 			t.Errorf("err = %v, want a build-id mismatch", err)
 		}

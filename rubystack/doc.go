@@ -7,6 +7,10 @@
 // Later it also owns locating every thread's execution context, the reference
 // stack walk, and symbolization of frames.
 //
+// Separate debug files are found through package debuginfo (build-id,
+// .gnu_debuglink, --debug-file, debuginfod); rubystack only says which file
+// it wants them for and reads their DWARF and symbols.
+//
 // It must not know about perf, eBPF, or output formats. It imports only the
-// standard library and golang.org/x (sys, arch).
+// standard library, golang.org/x (sys, arch), and debuginfo.
 package rubystack

@@ -134,22 +134,6 @@ func (e *elfFile) buildID() string {
 
 func align4(n uint64) uint64 { return (n + 3) &^ 3 }
 
-// debugLink returns the file name in .gnu_debuglink, or "".
-func (e *elfFile) debugLink() string {
-	s := e.f.Section(".gnu_debuglink")
-	if s == nil || s.Size > maxNoteBytes {
-		return ""
-	}
-	b, err := e.sectionData(s)
-	if err != nil {
-		return ""
-	}
-	if i := bytes.IndexByte(b, 0); i > 0 {
-		return string(b[:i])
-	}
-	return ""
-}
-
 // symbolTable names where a symbol was found.
 type symbolTable string
 

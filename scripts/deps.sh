@@ -11,6 +11,7 @@ pkgs=(
   binutils xz-utils
   linux-perf         # stock perf: the oracle for perf.data and native unwinding
   clang-14 llvm libbpf-dev  # compile bpf/ruby.bpf.c (make generate; make test checks it is fresh)
+  debuginfod iproute2  # elfutils' debuginfod server, run by the debuginfo tests in a network namespace
 )
 
 missing=()

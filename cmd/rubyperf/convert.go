@@ -14,7 +14,7 @@ var convertDefaults = map[string]string{
 	"folded": "-", "pprof": "rubyperf.pb.gz", "speedscope": "rubyperf.speedscope.json", "svg": "rubyperf.svg",
 }
 
-func runConvert(args []string, stdout, _ io.Writer) error {
+func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
 	in := addInputFlags(fs)
 	format := fs.String("f", "", "folded, pprof, speedscope or svg")
@@ -33,7 +33,7 @@ func runConvert(args []string, stdout, _ io.Writer) error {
 	if *out == "" {
 		*out = def
 	}
-	stacks, _, err := in.stacks()
+	stacks, _, err := in.stacks(stderr)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 func workloadRecording(tb testing.TB, d time.Duration) (file string, pid int) {
 	tb.Helper()
 	testruby.Privileged(tb, bpf.Supported())
-	r := testruby.Get(tb, "3.3.8-static-stripped")
+	r := testruby.Get(tb, "source-3.3-static-stripped")
 	script, _ := filepath.Abs("../../testdata/ruby/workload.rb")
 	file = filepath.Join(tb.TempDir(), "rubyperf.data")
 	sum, err := recording.Record(context.Background(), recording.Options{

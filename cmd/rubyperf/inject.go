@@ -35,7 +35,7 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	if *out == *in.input {
 		return usageError{"-o must differ from -i"}
 	}
-	stacks, _, err := in.stacks()
+	stacks, _, err := in.stacks(stderr)
 	if err != nil {
 		return err
 	}

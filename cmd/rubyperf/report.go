@@ -9,7 +9,7 @@ import (
 	"github.com/rubyperf/rubyperf/merge"
 )
 
-func runReport(args []string, stdout, _ io.Writer) error {
+func runReport(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	in := addInputFlags(fs)
 	threads := fs.Bool("threads", false, "one table per thread")
@@ -21,7 +21,7 @@ func runReport(args []string, stdout, _ io.Writer) error {
 	if len(pos) > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
-	stacks, stats, err := in.stacks()
+	stacks, stats, err := in.stacks(stderr)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/rubyperf/rubyperf/recording"
 )
 
-func runScript(args []string, stdout, _ io.Writer) error {
+func runScript(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
 	in := addInputFlags(fs)
 	pos, err := parseFlags(fs, args)
@@ -22,9 +22,8 @@ func runScript(args []string, stdout, _ io.Writer) error {
 		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
 	w := bufio.NewWriterSize(stdout, 1<<16)
-	_, err = recording.ReadStacks(*in.input, recording.ReadOptions{
-		Merge: mergeOptions(in),
-	}, func(s merge.Stack) error { return writeScriptSample(w, &s) })
+	_, err = recording.ReadStacks(*in.input, in.readOptions(stderr),
+		func(s merge.Stack) error { return writeScriptSample(w, &s) })
 	if ferr := w.Flush(); err == nil {
 		err = ferr
 	}

@@ -13,24 +13,40 @@ import (
 const module = "github.com/rubyperf/rubyperf/"
 
 // allowed lists, for each package, the project packages it may import.
-// Test files may also import internal/testruby.
+// Test files may also import the test helpers in testHelpers.
 var allowed = map[string][]string{
-	"rubystack":         {},
+	"debuginfo":         {},
+	"rubystack":         {"debuginfo"},
 	"bpf":               {"rubystack"},
 	"perfdata":          {},
 	"perfmap":           {},
 	"merge":             {"rubystack"},
-	"recording":         {"bpf", "rubystack", "perfdata", "native", "merge"},
-	"native":            {},
+	"recording":         {"bpf", "rubystack", "perfdata", "native", "merge", "debuginfo"},
+	"native":            {"debuginfo"},
 	"export":            {"merge"},
 	"cmd/rubyperf":      {"*"},
 	"internal/testruby": {},
-	"internal/archtest": {},
+	// internal/debuginfodtest serves debug files with a real debuginfod.
+	"internal/debuginfodtest": {},
+	// internal/rubyoracle builds the C extension that asks Ruby for its own stack.
+	"internal/rubyoracle": {},
+	"internal/archtest":   {},
 }
+
+// testHelpers are the packages any test file may import.
+var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfodtest": true, "internal/rubyoracle": true}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubystack for sys and arch).
 var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true}
+
+// externalOnly packages may import, outside the standard library, only
+// what starts with one of the listed prefixes.
+var externalOnly = map[string][]string{
+	"debuginfo":               {"golang.org/x/sys/"},
+	"internal/debuginfodtest": {"golang.org/x/sys/"},
+	"internal/rubyoracle":     {},
+}
 
 func TestImportsPointOneWay(t *testing.T) {
 	root := filepath.Join("..", "..")
@@ -66,13 +82,16 @@ func TestImportsPointOneWay(t *testing.T) {
 				if dep == "cmd/rubyperf" {
 					t.Errorf("%s imports cmd/rubyperf: nothing imports cmd", path)
 				}
-				if !permits(rules, dep) && !(isTest && dep == "internal/testruby") {
+				if !permits(rules, dep) && !(isTest && testHelpers[dep]) {
 					t.Errorf("%s (package %s) imports %s, which it may not", path, rel, dep)
 				}
 				continue
 			}
 			if stdlibOnly[rel] && !isTest && strings.Contains(strings.Split(p, "/")[0], ".") {
 				t.Errorf("%s (package %s) imports %s: it may use only the standard library", path, rel, p)
+			}
+			if prefixes, ok := externalOnly[rel]; ok && strings.Contains(strings.Split(p, "/")[0], ".") && !hasPrefix(p, prefixes) {
+				t.Errorf("%s (package %s) imports %s: outside the standard library it may use only %v", path, rel, p, prefixes)
 			}
 		}
 		return nil
@@ -83,6 +102,15 @@ func TestImportsPointOneWay(t *testing.T) {
 	if seen < 10 {
 		t.Fatalf("read only %d Go files; is the walk rooted right?", seen)
 	}
+}
+
+func hasPrefix(p string, prefixes []string) bool {
+	for _, pre := range prefixes {
+		if strings.HasPrefix(p, pre) {
+			return true
+		}
+	}
+	return false
 }
 
 func permits(rules []string, dep string) bool {
