@@ -2,7 +2,9 @@ package rubystack
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
+	"strings"
 )
 
 // Anchor is a symbol the profiler needs, with how it was found.
@@ -35,6 +37,10 @@ type Anchors struct {
 	VMExec           Anchor // rb_vm_exec: one native frame per VM entry
 	VMExecCore       Anchor // vm_exec_core, where not inlined
 	ShapeTree        Anchor // rb_shape_tree_ptr: object shapes (3.3+), for class ivars
+
+	// needShapeTree: the Layout keeps class ivars in object shapes, so
+	// naming frames needs ShapeTree.
+	needShapeTree bool
 }
 
 // List returns the anchors in a stable order.
@@ -49,7 +55,10 @@ var anchorSymbols = map[string]bool{
 	"vm_exec_core": true, "rb_thread_current": true, "rb_id2str": true, "rb_current_ec_noinline": true,
 	// exported functions the disassembly fallbacks read
 	"rb_iseq_eval": true, "rb_iseq_eval_main": true, "rb_during_gc": true,
-	"rb_shape_tree_ptr": true, "rb_shape_get_shape_by_id": true,
+	"rb_shape_tree_ptr": true, "rb_shape_get_shape_by_id": true, "rb_shape_id": true,
+	"rb_block_given_p": true, "rb_keyword_given_p": true, "rb_errinfo": true,
+	"rb_gc_count": true, "rb_gc_latest_gc_info": true, "rb_gc_get_objspace": true,
+	"rb_sym_immortal_count": true,
 }
 
 // findAnchors locates each anchor: from symbols first (dynsym, symtab, a debug
@@ -70,6 +79,7 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 	plain(&a.VMExecCore, "vm_exec_core")
 	plain(&a.ShapeTree, "rb_shape_tree_ptr")
 
+	env := newELFEnv(b)
 	a.CurrentEC.Name = "ruby_current_ec"
 	if s, ok := b.syms["ruby_current_ec"]; ok && s.Type == elf.STT_TLS {
 		a.CurrentEC = Anchor{Name: s.Name, Found: true, Size: s.Size, TLSOffset: int64(s.Value), How: string(s.From)}
@@ -79,26 +89,45 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 				a.CurrentEC.TPOffset, a.CurrentEC.HasTPOffset = int64(s.Value)-tlsBlock, true
 			}
 		}
-	} else if err := b.currentECByDisassembly(&a.CurrentEC); err != nil {
+	} else if err := b.currentECFromCode(env, &a.CurrentEC, l); err != nil {
 		a.CurrentEC.Why = err.Error()
 	}
-	if !a.GlobalSymbols.Found && l != nil {
-		if err := b.globalSymbolsByDisassembly(&a.GlobalSymbols, l); err != nil {
-			a.GlobalSymbols.Why = err.Error()
+	const noLayout = "no symbol, and the disassembly fallback needs the struct layout to check what it finds"
+	if !a.GlobalSymbols.Found {
+		a.GlobalSymbols.Why = noLayout
+		if l != nil {
+			if err := b.globalSymbolsFromCode(env, &a.GlobalSymbols, l); err != nil {
+				a.GlobalSymbols.Why = err.Error()
+			}
 		}
 	}
-	if !a.VMPtr.Found && l != nil {
-		if err := b.vmPtrByDisassembly(&a.VMPtr, l); err != nil {
-			a.VMPtr.Why = err.Error()
+	if !a.VMPtr.Found {
+		a.VMPtr.Why = noLayout
+		if l != nil {
+			if err := b.vmPtrFromCode(env, &a.VMPtr, l); err != nil {
+				a.VMPtr.Why = err.Error()
+			}
 		}
 	}
-	if !a.ShapeTree.Found && l != nil && l.Capabilities.ClassIvarsInShapes {
-		if err := b.shapeTreeByDisassembly(&a.ShapeTree, l); err != nil {
+	// rb_shape_tree_ptr is needed where class ivars live in shapes, except
+	// 3.2 (the shape list is in the VM) and 4.0+ (rb_shape_tree, a struct,
+	// is exported; the Reader uses that symbol).
+	_, treeStruct := b.symbol(shapeTreeStructSymbol)
+	a.needShapeTree = l != nil && l.Capabilities.ClassIvarsInShapes && !l.Capabilities.ShapeListInVM && !treeStruct
+	switch {
+	case a.ShapeTree.Found:
+	case l == nil:
+		a.ShapeTree.Why = noLayout
+	case !l.Capabilities.ClassIvarsInShapes:
+		a.ShapeTree.Why = "not used by this Ruby (no object shapes for class ivars)"
+	case l.Capabilities.ShapeListInVM:
+		a.ShapeTree.Why = "not used by this Ruby (the shape list is in the VM)"
+	case treeStruct:
+		a.ShapeTree.Why = "not used by this Ruby (it exports the " + shapeTreeStructSymbol + " struct)"
+	default:
+		if err := b.shapeTreeFromCode(env, &a.ShapeTree, l); err != nil {
 			a.ShapeTree.Why = err.Error()
 		}
-	}
-	if l != nil && !l.Capabilities.ClassIvarsInShapes && !a.ShapeTree.Found {
-		a.ShapeTree.Why = "not used by this Ruby (no object shapes for class ivars)"
 	}
 	if !a.VMExec.Found {
 		if err := b.vmExecByDisassembly(&a.VMExec); err != nil {
@@ -221,3 +250,92 @@ func (b *Binary) funcBytes(name string, max int) (uint64, []byte, error) {
 	}
 	return s.Value, code, nil
 }
+
+// Use is what a caller wants to do with a Ruby process; uses combine with |.
+type Use uint8
+
+const (
+	// UseSnapshot reads every thread's stack through the VM and names frames.
+	UseSnapshot Use = 1 << iota
+	// UseRecord samples each thread's running EC (TLS) and names frames.
+	UseRecord
+)
+
+func (u Use) String() string {
+	var s []string
+	if u&UseSnapshot != 0 {
+		s = append(s, "snapshot")
+	}
+	if u&UseRecord != 0 {
+		s = append(s, "record")
+	}
+	if len(s) == 0 {
+		return "nothing"
+	}
+	return strings.Join(s, " or ")
+}
+
+// Required returns the anchors use needs, in List order:
+//
+//	record:   ruby_current_ec (the BPF program reads each thread's EC)
+//	snapshot: ruby_current_vm_ptr (the thread list)
+//	both:     ruby_global_symbols (C method names), and on 3.3 and 3.4
+//	          rb_shape_tree_ptr (class ivars through object shapes: class paths)
+//
+// rb_vm_exec, vm_exec_core and ruby_single_main_ractor are optional: without
+// rb_vm_exec, Ruby frames are not spliced into native stacks.
+func (a *Anchors) Required(use Use) []*Anchor {
+	var out []*Anchor
+	for _, x := range a.List() {
+		need := false
+		switch x {
+		case &a.CurrentEC:
+			need = use&UseRecord != 0
+		case &a.VMPtr:
+			need = use&UseSnapshot != 0
+		case &a.GlobalSymbols:
+			need = use != 0
+		case &a.ShapeTree:
+			need = use != 0 && a.needShapeTree
+		}
+		if need {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Usable returns nil when every anchor use needs was found, else a
+// *MissingAnchorsError naming what is missing and how it was searched.
+func (a *Anchors) Usable(use Use) error {
+	var missing []Anchor
+	for _, x := range a.Required(use) {
+		if !x.Found {
+			missing = append(missing, *x)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return &MissingAnchorsError{Use: use, Missing: missing}
+}
+
+// ErrMissingAnchors is matched by errors.Is for a *MissingAnchorsError.
+var ErrMissingAnchors = errors.New("ruby build lacks anchors the profiler needs")
+
+// MissingAnchorsError says a Ruby build cannot be profiled: anchors it needs
+// were found neither in its symbols nor by disassembly.
+type MissingAnchorsError struct {
+	Use     Use
+	Missing []Anchor // each with Why
+}
+
+func (e *MissingAnchorsError) Error() string {
+	parts := make([]string, len(e.Missing))
+	for i, m := range e.Missing {
+		parts[i] = m.Name + " not found: " + m.Why
+	}
+	return "cannot " + e.Use.String() + " this Ruby: " + strings.Join(parts, "; ")
+}
+
+func (e *MissingAnchorsError) Is(target error) bool { return target == ErrMissingAnchors }
