@@ -86,7 +86,7 @@ func (r *Reader) classext(klass uint64) (uint64, error) {
 }
 
 // ivar reads a class's instance variable: from its st_table (≤3.1, where
-// classes keep ivars in RCLASS_IV_TBL) or through its shape (3.3+).
+// classes keep ivars in RCLASS_IV_TBL) or through its shape (3.2+).
 func (r *Reader) ivar(klass uint64, name string) (uint64, bool, error) {
 	if r.Layout.Capabilities.ClassIvarsInShapes {
 		return r.shapeIvar(klass, name)
@@ -140,16 +140,31 @@ func (r *Reader) ivar(klass uint64, name string) (uint64, bool, error) {
 // maxShapeDepth bounds the walk from a shape to the root: one step per ivar.
 const maxShapeDepth = 1 << 12
 
-// shapeIvar finds an ivar of a class or module through its shape: the shape
-// id is in the high bits of the flags (as wide as shape_id_t), each IVAR
-// shape on the way to the root names one ivar, and its next_iv_index - 1 is
-// the ivar's index in classext.iv_ptr.
+// shapeIvar finds an ivar of a class or module through its shape, as
+// rb_shape_get_iv_index does: the shape id is in the high bits of the flags
+// (as wide as shape_id_t) of the class (3.2-3.4) or of its fields object
+// (4.0+, where the id also carries flag bits), each IVAR shape on the way to
+// the root names one ivar, and its next_iv_index - 1 is the ivar's index in
+// the ivar array (classext.iv_ptr, or the fields object's own slots).
 func (r *Reader) shapeIvar(klass uint64, name string) (uint64, bool, error) {
-	if r.shapes == 0 {
-		return 0, false, nil
-	}
 	s := &r.Layout.Shape
-	f, err := r.o.flags(klass)
+	caps := &r.Layout.Capabilities
+	c := r.Layout.Constants
+	list, err := r.shapeList()
+	if err != nil || list == 0 {
+		return 0, false, err
+	}
+	ext, err := r.classext(klass)
+	if err != nil || ext == 0 {
+		return 0, false, err
+	}
+	holder := klass // the object whose flags carry the shape id
+	if caps.ClassFieldsObject {
+		if holder, err = r.o.word(ext + uint64(r.Layout.Class.FieldsObj)); err != nil || holder == 0 {
+			return 0, false, err // no ivars yet
+		}
+	}
+	f, err := r.o.flags(holder)
 	if err != nil {
 		return 0, false, err
 	}
@@ -158,44 +173,84 @@ func (r *Reader) shapeIvar(klass uint64, name string) (uint64, bool, error) {
 		return 0, false, fmt.Errorf("%w: shape ids of %d bits", errTorn, bits)
 	}
 	id := (f >> (64 - bits)) & (1<<bits - 1)
-	tree, err := r.o.word(r.shapes)
-	if err != nil || tree == 0 {
-		return 0, false, err
+	if tc, ok := c["SHAPE_ID_FL_TOO_COMPLEX"]; ok && id&uint64(tc) != 0 {
+		return 0, false, nil // ivars in a hash table: not read
 	}
-	list, err := r.o.word(tree + uint64(s.TreeShapeList))
-	if err != nil {
-		return 0, false, err
-	}
-	c := r.Layout.Constants
+	flagBits := uint64(c["SHAPE_ID_FLAGS_MASK"]) // 0 where shape ids carry no flags
 	buf := make([]byte, s.Size)
 	for i := 0; i < maxShapeDepth; i++ {
-		if err := r.mem.ReadAt(buf, list+id*uint64(s.Size)); err != nil {
+		if err := r.mem.ReadAt(buf, list+(id&^flagBits)*uint64(s.Size)); err != nil {
 			return 0, false, err
 		}
-		switch int64(buf[s.Type]) {
-		case c["SHAPE_ROOT"]:
+		typ := int64(buf[s.Type])
+		if typ == c["SHAPE_ROOT"] {
 			return 0, false, nil
-		case c["SHAPE_OBJ_TOO_COMPLEX"]:
+		}
+		if tc, ok := c["SHAPE_OBJ_TOO_COMPLEX"]; ok && typ == tc {
 			return 0, false, nil // ivars in a hash table: not read
-		case c["SHAPE_IVAR"]:
+		}
+		if typ == c["SHAPE_IVAR"] {
 			edge := le64(buf[s.EdgeName:])
 			if n, err := r.syms.name(edge); err == nil && n == name {
-				idx := uint64(binary.LittleEndian.Uint32(buf[s.NextIvIndex:])) - 1
-				ext, err := r.classext(klass)
-				if err != nil {
+				next := uint64(binary.LittleEndian.Uint16(buf[s.NextIvIndex:]))
+				if s.NextIvIndexSize == 4 {
+					next = uint64(binary.LittleEndian.Uint32(buf[s.NextIvIndex:]))
+				}
+				if next == 0 {
+					return 0, false, fmt.Errorf("%w: ivar shape with no index", errTorn)
+				}
+				slots, err := r.ivarSlots(ext, holder, f)
+				if err != nil || slots == 0 {
 					return 0, false, err
 				}
-				ivs, err := r.o.word(ext + uint64(s.ClassextIvPtr))
-				if err != nil || ivs == 0 {
-					return 0, false, err
-				}
-				v, err := r.o.word(ivs + 8*idx)
+				v, err := r.o.word(slots + 8*(next-1))
 				return v, err == nil, err
 			}
 		}
 		id = uint64(binary.LittleEndian.Uint32(buf[s.ParentID:]))
 	}
 	return 0, false, fmt.Errorf("%w: shape chain longer than %d", errTorn, maxShapeDepth)
+}
+
+// shapeList returns the address of the first shape: rb_vm_t.shape_list
+// (3.2), or rb_shape_tree_t.shape_list of the tree that rb_shape_tree_ptr
+// points to (3.3, 3.4) or that is the global rb_shape_tree itself (4.0+).
+func (r *Reader) shapeList() (uint64, error) {
+	s := &r.Layout.Shape
+	if r.Layout.Capabilities.ShapeListInVM {
+		if r.vmPtr == 0 {
+			return 0, nil
+		}
+		vm, err := r.o.word(r.vmPtr)
+		if err != nil || vm == 0 {
+			return 0, err
+		}
+		return r.o.word(vm + uint64(s.VMShapeList))
+	}
+	if r.shapes == 0 {
+		return 0, nil
+	}
+	tree := r.shapes
+	if !r.shapesStruct {
+		var err error
+		if tree, err = r.o.word(r.shapes); err != nil || tree == 0 {
+			return 0, err
+		}
+	}
+	return r.o.word(tree + uint64(s.TreeShapeList))
+}
+
+// ivarSlots returns the address of a class's ivar array: classext.iv_ptr, or
+// the slots of its fields object (inline, or behind a pointer when it has
+// ROBJECT_HEAP among the flags fieldsFlags).
+func (r *Reader) ivarSlots(ext, fields, fieldsFlags uint64) (uint64, error) {
+	if !r.Layout.Capabilities.ClassFieldsObject {
+		return r.o.word(ext + uint64(r.Layout.Shape.ClassextIvPtr))
+	}
+	if fieldsFlags&uint64(r.Layout.Constants["ROBJECT_HEAP"]) != 0 {
+		return r.o.word(fields + uint64(r.Layout.Fields.Heap))
+	}
+	return fields + uint64(r.Layout.Fields.Embed), nil
 }
 
 // anonymousName names a class or module that has no path.
@@ -224,7 +279,7 @@ func (r *Reader) anonymousName(klass, flags uint64, depth int) (string, error) {
 // refinementName: Module#refine keeps the refined class in RCLASS_SUPER and
 // the refining module in the ivar __defined_at__.
 func (r *Reader) refinementName(klass uint64, depth int) (string, error) {
-	refined, err := r.o.word(klass + uint64(r.Layout.Class.Super))
+	refined, err := r.super(klass)
 	if err != nil {
 		return "", err
 	}
@@ -247,7 +302,7 @@ func (r *Reader) refinementName(klass uint64, depth int) (string, error) {
 func (r *Reader) realSuper(klass uint64) (uint64, error) {
 	c := klass
 	for i := 0; i < maxClassDepth*8; i++ {
-		s, err := r.o.word(c + uint64(r.Layout.Class.Super))
+		s, err := r.super(c)
 		if err != nil || s == 0 {
 			return 0, err
 		}
@@ -261,6 +316,19 @@ func (r *Reader) realSuper(klass uint64) (uint64, error) {
 		c = s
 	}
 	return 0, fmt.Errorf("%w: superclass chain of %#x too long", errTorn, klass)
+}
+
+// super is RCLASS_SUPER: the superclass (or, for a refinement, the refined
+// class; for an ICLASS, the next in the ancestry), or 0.
+func (r *Reader) super(klass uint64) (uint64, error) {
+	if r.Layout.Capabilities.SuperInClassext {
+		ext, err := r.classext(klass)
+		if err != nil {
+			return 0, err
+		}
+		return r.o.word(ext + uint64(r.Layout.Class.ClassextSuper))
+	}
+	return r.o.word(klass + uint64(r.Layout.Class.Super))
 }
 
 // classOf is rb_obj_class: the object's class, past singletons and ICLASSes.
@@ -278,7 +346,7 @@ func (r *Reader) classOf(obj uint64) (uint64, error) {
 		if f&singleton == 0 && f&r.o.tMask != r.o.tIClass {
 			return k, nil
 		}
-		if k, err = r.o.word(k + uint64(r.Layout.Class.Super)); err != nil {
+		if k, err = r.super(k); err != nil {
 			return 0, err
 		}
 	}
@@ -301,7 +369,9 @@ func (r *Reader) methodOwner(klass uint64) (path string, singleton bool, err err
 		if klass, err = r.o.word(klass + uint64(r.Layout.Basic.Klass)); err != nil {
 			return "", false, err
 		}
-	case f&uint64(r.Layout.Constants["RUBY_FL_SINGLETON"]) != 0:
+	case f&r.o.tMask == r.o.tClass && f&uint64(r.Layout.Constants["RUBY_FL_SINGLETON"]) != 0:
+		// RCLASS_SINGLETON_P: only a class is a singleton class (from 3.4
+		// the bit is shared with a module's RMODULE_IS_REFINEMENT).
 		singleton = true
 		attached, err := r.attached(klass)
 		if err != nil {

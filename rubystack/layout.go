@@ -1,6 +1,7 @@
 package rubystack
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -68,20 +69,30 @@ type Layout struct {
 		HeapLen, HeapPtr, EmbedBytes int64 // as.heap.len, as.heap.ptr, as.ary
 	}
 	Class struct {
-		Size           int64 // sizeof(struct RClass): the classext follows it (3.3+)
-		Super          int64 // RClass.super
-		Ptr            int64 // RClass.ptr to a separate classext (≤3.2), -1 when embedded
+		Size           int64 // sizeof(struct RClass): the classext follows it (3.2+ builds with variable-width slots)
+		Super          int64 // RClass.super (≤3.4), -1 when it lives in the classext
+		ClassextSuper  int64 // rb_classext_struct.super (4.0+: per Ruby::Box)
+		Ptr            int64 // RClass.ptr to a separate classext (≤3.1), -1 when embedded
 		ClassextIvTbl  int64 // rb_classext_struct.iv_tbl (≤3.1)
 		ClassPath      int64 // rb_classext_struct.classpath (3.3+)
 		AttachedObject int64 // rb_classext_struct.as.singleton_class.attached_object (3.3+)
+		FieldsObj      int64 // rb_classext_struct.fields_obj (4.0+): an imemo holding the ivars
 	}
 	// Shape is an object shape (3.2+): classes and modules keep their
-	// instance variables in classext.iv_ptr, indexed through the shape tree.
+	// instance variables in classext.iv_ptr (3.2-3.4) or in the fields
+	// object of classext.fields_obj (4.0+), indexed through the shape tree.
 	Shape struct {
 		Size, EdgeName, NextIvIndex, Type, ParentID int64
+		NextIvIndexSize                             int64 // sizeof(attr_index_t)
 		ParentIDSize                                int64 // sizeof(shape_id_t)
-		TreeShapeList                               int64 // rb_shape_tree_t.shape_list
-		ClassextIvPtr                               int64 // rb_classext_struct.iv_ptr
+		TreeShapeList                               int64 // rb_shape_tree_t.shape_list (3.3+)
+		VMShapeList                                 int64 // rb_vm_struct.shape_list (3.2)
+		ClassextIvPtr                               int64 // rb_classext_struct.iv_ptr (3.2-3.4)
+	}
+	// Fields is struct rb_fields (4.0+), the imemo a class's ivars live in:
+	// inline, or behind a pointer when flagged ROBJECT_HEAP.
+	Fields struct {
+		Embed, Heap int64 // as.embed.fields, as.external.ptr
 	}
 	StTable struct {
 		EntriesStart, EntriesBound, Entries int64
@@ -141,9 +152,21 @@ type Capabilities struct {
 	// TopJITFrameLineZero: the top frame's line is 0 when it runs JIT code
 	// (cfp->jit_return set), its pc being stale (3.3+).
 	TopJITFrameLineZero bool
-	// ClassIvarsInShapes: class and module instance variables live in
-	// classext.iv_ptr, indexed by the object's shape (3.3+), not in an st_table.
+	// ClassIvarsInShapes: class and module instance variables are indexed by
+	// a shape (3.2+), not kept in an st_table.
 	ClassIvarsInShapes bool
+	// ClassFieldsObject: those ivars live in a separate fields object
+	// (classext.fields_obj, which carries the shape id in its own flags) (4.0+),
+	// not in classext.iv_ptr under the class's shape.
+	ClassFieldsObject bool
+	// ShapeListInVM: the shape list is rb_vm_t.shape_list (3.2), not
+	// rb_shape_tree_t.shape_list.
+	ShapeListInVM bool
+	// SuperInClassext: a class's superclass is classext.super (4.0+), not RClass.super.
+	SuperInClassext bool
+	// TopFramePCRangeCheck: rb_profile_frames gives line 0 for a top frame
+	// whose pc lies outside its iseq (4.0+), instead of trusting jit_return.
+	TopFramePCRangeCheck bool
 }
 
 // field says where one Layout field comes from.
@@ -230,19 +253,24 @@ func (l *Layout) fields() []field {
 		f(&l.Array.EmbedBytes, "RArray", "as.ary", req),
 
 		f(&l.Class.Size, "RClass", "", req),
-		f(&l.Class.Super, "RClass", "super", req),
+		f(&l.Class.Super, "RClass", "super", opt),
+		f(&l.Class.ClassextSuper, "rb_classext_struct", "super", opt),
 		f(&l.Class.Ptr, "RClass", "ptr", opt),
 		f(&l.Class.ClassextIvTbl, "rb_classext_struct", "iv_tbl", opt),
 		f(&l.Class.ClassPath, "rb_classext_struct", "classpath", opt),
 		f(&l.Class.AttachedObject, "rb_classext_struct", "as.singleton_class.attached_object", opt),
+		f(&l.Class.FieldsObj, "rb_classext_struct", "fields_obj", opt),
 
 		f(&l.Shape.Size, "rb_shape", "", opt),
 		f(&l.Shape.EdgeName, "rb_shape", "edge_name", opt),
-		f(&l.Shape.NextIvIndex, "rb_shape", "next_iv_index", opt),
+		f(&l.Shape.NextIvIndex, "rb_shape", "next_iv_index|next_field_index", opt),
 		f(&l.Shape.Type, "rb_shape", "type", opt),
 		f(&l.Shape.ParentID, "rb_shape", "parent_id", opt),
 		f(&l.Shape.TreeShapeList, "rb_shape_tree_t", "shape_list", opt),
+		f(&l.Shape.VMShapeList, "rb_vm_struct", "shape_list", opt),
 		f(&l.Shape.ClassextIvPtr, "rb_classext_struct", "iv_ptr", opt),
+		f(&l.Fields.Embed, "rb_fields", "as.embed.fields", opt),
+		f(&l.Fields.Heap, "rb_fields", "as.external.ptr", opt),
 
 		f(&l.StTable.EntriesStart, "st_table", "entries_start", req),
 		f(&l.StTable.EntriesBound, "st_table", "entries_bound", req),
@@ -304,6 +332,9 @@ var requiredConstants = []string{
 	"RUBY_Qfalse", "RUBY_Qnil", "RUBY_IMMEDIATE_MASK",
 }
 
+// errLayoutLacks says structs were found but not every member the walker reads.
+var errLayoutLacks = errors.New("ruby's structs differ from what rubyperf reads")
+
 // resolveLayout turns raw structs and constants into a Layout. It fails, naming
 // every missing piece, when a required field or constant is absent.
 func resolveLayout(v Version, arch, source string, structs Structs, consts map[string]int64) (*Layout, error) {
@@ -346,6 +377,10 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	}
 	if sl, ok := structs["rb_shape"]; ok {
 		l.Shape.ParentIDSize = sl.Members["parent_id"].Size
+		l.Shape.NextIvIndexSize = sl.Members["next_iv_index"].Size
+		if m, ok := sl.Members["next_field_index"]; ok {
+			l.Shape.NextIvIndexSize = m.Size
+		}
 	}
 	if sl, ok := structs["rb_iseq_constant_body"]; ok {
 		l.IseqBody.FirstLinenoSize = sl.Members["location.first_lineno"].Size
@@ -359,6 +394,9 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	if l.String.Len < 0 && l.String.HeapLen < 0 {
 		missing = append(missing, "RString.len or RString.as.heap.len")
 	}
+	if l.Class.Super < 0 && l.Class.ClassextSuper < 0 {
+		missing = append(missing, "RClass.super or rb_classext_struct.super")
+	}
 	if l.Symbols.LastID < 0 && l.Symbols.NextID < 0 {
 		missing = append(missing, "rb_symbols_t.last_id or next_id")
 	}
@@ -370,9 +408,14 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
-		return nil, fmt.Errorf("layout from %s lacks %s", source, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("%w: layout from %s lacks %s", errLayoutLacks, source, strings.Join(missing, ", "))
 	}
 	_, hasEmbedMask := consts["RSTRING_EMBED_LEN_MASK"]
+	_, hasHeapFlag := consts["ROBJECT_HEAP"]
+	shapes := l.Shape.ParentID >= 0 && l.Shape.EdgeName >= 0 && l.Shape.Type >= 0 && l.Shape.Size > 0 &&
+		(l.Shape.NextIvIndexSize == 2 || l.Shape.NextIvIndexSize == 4) &&
+		(l.Shape.TreeShapeList >= 0 || l.Shape.VMShapeList >= 0)
+	fieldsObject := l.Class.FieldsObj >= 0 && l.Fields.Embed >= 0 && l.Fields.Heap >= 0 && hasHeapFlag
 	l.Capabilities = Capabilities{
 		FirstLinenoFixnum:     l.IseqBody.FirstLinenoSize == 8,
 		StringLenField:        l.String.Len >= 0,
@@ -383,12 +426,18 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 		SymbolsNextID:         l.Symbols.NextID >= 0,
 		// Behaviours of rb_profile_frames that no struct shows: see
 		// vm_backtrace.c (cfunc frames since 3.0; the dummy bottom frame and
-		// NULL-pc frames skipped since 3.2).
+		// NULL-pc frames skipped since 3.2; the top frame's line is 0 when
+		// jit_return is set in 3.3 and 3.4, when its pc is outside its iseq
+		// from 4.0).
 		CFuncFrames:          !v.Less(Version{3, 0, 0}),
 		SkipDummyBottomFrame: !v.Less(Version{3, 2, 0}),
-		TopJITFrameLineZero:  !v.Less(Version{3, 3, 0}) && l.ControlFrame.JITReturn >= 0,
-		ClassIvarsInShapes: l.Class.ClassextIvTbl < 0 && l.Shape.ClassextIvPtr >= 0 && l.Shape.ParentID >= 0 &&
-			l.Shape.TreeShapeList >= 0,
+		TopJITFrameLineZero:  !v.Less(Version{3, 3, 0}) && v.Less(Version{4, 0, 0}) && l.ControlFrame.JITReturn >= 0,
+		TopFramePCRangeCheck: !v.Less(Version{4, 0, 0}),
+		ClassIvarsInShapes: l.Class.ClassextIvTbl < 0 && shapes &&
+			(l.Shape.ClassextIvPtr >= 0 || fieldsObject),
+		ClassFieldsObject: l.Shape.ClassextIvPtr < 0 && fieldsObject,
+		ShapeListInVM:     l.Shape.TreeShapeList < 0 && l.Shape.VMShapeList >= 0,
+		SuperInClassext:   l.Class.Super < 0 && l.Class.ClassextSuper >= 0,
 	}
 	return l, nil
 }

@@ -33,6 +33,9 @@ type SavedHeader struct {
 	GlobalSymbols uint64 `json:"global_symbols"`
 	VMPtr         uint64 `json:"vm_ptr"`
 	ShapeTree     uint64 `json:"shape_tree"`
+	// ShapeTreeStruct: ShapeTree is the address of the shape tree itself
+	// (rb_shape_tree, 4.0+), not of a pointer to it.
+	ShapeTreeStruct bool `json:"shape_tree_struct,omitempty"`
 }
 
 // RecordingMemory passes reads through to Inner and keeps what they returned.
@@ -159,13 +162,15 @@ func (m *SavedMemory) ReadAt(p []byte, addr uint64) error {
 // would have read the live process.
 func ReplayReader(m *SavedMemory, l *Layout) *Reader {
 	h := m.Header
-	return newReader(h.PID, m, l, h.GlobalSymbols, h.VMPtr, h.ShapeTree)
+	r := newReader(h.PID, m, l, h.GlobalSymbols, h.VMPtr, h.ShapeTree)
+	r.shapesStruct = h.ShapeTreeStruct
+	return r
 }
 
 // Anchors of a Reader, for saving a snapshot header.
 func (r *Reader) SavedHeader() SavedHeader {
 	return SavedHeader{PID: r.PID, Version: r.Layout.Version.String(), Arch: r.Layout.Arch,
-		GlobalSymbols: r.syms.addr, VMPtr: r.vmPtr, ShapeTree: r.shapes}
+		GlobalSymbols: r.syms.addr, VMPtr: r.vmPtr, ShapeTree: r.shapes, ShapeTreeStruct: r.shapesStruct}
 }
 
 // BuiltinLayout returns the built-in table layout for a version and arch.

@@ -18,7 +18,7 @@ const memFixture = "testdata/methods-3.3.8.mem"
 // TestReplaySnapshot records the reads of a live snapshot, saves them, and
 // replays the walk from the file: the same stacks come out.
 func TestReplaySnapshot(t *testing.T) {
-	r := testruby.Get(t, "3.3.8-static")
+	r := testruby.Get(t, "source-3.3-static")
 	cmd, _ := startScenario(t, r, "methods")
 	live := parkedSnapshot(t, cmd.Process.Pid)
 

@@ -21,10 +21,14 @@ type Reader struct {
 	o       *objects
 	syms    *idTable
 	vmPtr   uint64 // runtime address of ruby_current_vm_ptr, or 0
-	shapes  uint64 // runtime address of rb_shape_tree_ptr, or 0
+	shapes  uint64 // runtime address of rb_shape_tree_ptr or rb_shape_tree, or 0
 	iseqs   map[uint64]*iseq
 	cmes    map[uint64]*methodEntry
 	classes map[uint64]classEntry
+
+	// shapesStruct: shapes is the tree itself (rb_shape_tree, 4.0+), not a
+	// pointer to it (rb_shape_tree_ptr, 3.3 and 3.4).
+	shapesStruct bool
 
 	// Stats counts work and trouble since the Reader was made.
 	Stats ReaderStats
@@ -39,19 +43,73 @@ type ReaderStats struct {
 }
 
 // NewReader prepares to read process p's VM through mem.
-func NewReader(p *Process, mem Memory) (*Reader, error) {
+func NewReader(p *Process, mem Memory) (*Reader, error) { return NewReaderFor(p, mem, 0) }
+
+// NewReaderFor is NewReader that also refuses a build lacking the anchors
+// use needs (UseSnapshot, UseRecord), in the same one-line shape.
+func NewReaderFor(p *Process, mem Memory, use Use) (*Reader, error) {
 	l, err := p.Binary.Layout()
 	if err != nil {
 		return nil, err
 	}
 	a := p.Binary.Anchors(l)
+	if err := a.Usable(use); err != nil {
+		b := p.Binary
+		return nil, fmt.Errorf("Ruby %s (%s, %s): %w; install its debug symbols (e.g. the -dbgsym package), "+
+			"pass --debug-file, or set DEBUGINFOD_URLS", b.Version, b.Arch, b.Path, err)
+	}
 	at := func(x Anchor) uint64 {
 		if x.Found {
 			return p.Bias + x.Address
 		}
 		return 0
 	}
-	return newReader(p.PID, mem, l, at(a.GlobalSymbols), at(a.VMPtr), at(a.ShapeTree)), nil
+	shapes, shapesStruct := at(a.ShapeTree), false
+	if !a.ShapeTree.Found {
+		// 4.0+ keeps the shape tree in an exported global struct.
+		if sym, ok := p.Binary.symbol(shapeTreeStructSymbol); ok {
+			shapes, shapesStruct = p.Bias+sym.Value, true
+		}
+	}
+	r := newReader(p.PID, mem, l, at(a.GlobalSymbols), at(a.VMPtr), shapes)
+	r.shapesStruct = shapesStruct
+	if !l.FromDWARF() {
+		if err := r.CheckLayout(); err != nil {
+			if errors.Is(err, ErrVMNotReady) {
+				return nil, err
+			}
+			b := p.Binary
+			return nil, fmt.Errorf("Ruby %s (%s, %s): %w; reading it would give wrong stacks: "+
+				"install its debug symbols (e.g. the -dbgsym package), pass --debug-file, or set DEBUGINFOD_URLS",
+				b.Version, b.Arch, b.Path, err)
+		}
+	}
+	return r, nil
+}
+
+// shapeTreeStructSymbol is the global rb_shape_tree_t of 4.0+ (3.3 and 3.4
+// have the pointer rb_shape_tree_ptr, an anchor).
+const shapeTreeStructSymbol = "rb_shape_tree"
+
+// symbol looks one data symbol up in the binary's symbol tables and its
+// debug file's.
+func (b *Binary) symbol(name string) (symbol, bool) {
+	want := map[string]bool{name: true}
+	for _, e := range []*elfFile{b.elf, b.debug} {
+		if e == nil {
+			continue
+		}
+		from := fromSymtab
+		if e == b.debug {
+			from = fromDebugFile
+		}
+		if syms, err := e.symbols(want, from); err == nil {
+			if s, ok := syms[name]; ok && s.Value != 0 {
+				return s, true
+			}
+		}
+	}
+	return symbol{}, false
 }
 
 func newReader(pid int, mem Memory, l *Layout, globalSymbols, vmPtr, shapeTree uint64) *Reader {
@@ -93,6 +151,9 @@ func (r *Reader) remember(cache any, key uint64, v any) {
 type pageCache struct {
 	inner Memory
 	pages map[uint64][]byte // page address to contents; nil when off
+	// exact turns the cache off for good, so the memory below sees exactly
+	// the reads the walk makes (small memory snapshots for fixtures).
+	exact bool
 }
 
 const (
@@ -100,8 +161,12 @@ const (
 	maxCachePages = 4096 // 16 MiB per snapshot at most
 )
 
-func (c *pageCache) start() { c.pages = map[uint64][]byte{} }
-func (c *pageCache) stop()  { c.pages = nil }
+func (c *pageCache) start() {
+	if !c.exact {
+		c.pages = map[uint64][]byte{}
+	}
+}
+func (c *pageCache) stop() { c.pages = nil }
 
 func (c *pageCache) ReadAt(p []byte, addr uint64) error {
 	if c.pages == nil || len(p) > pageSize {

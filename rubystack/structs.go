@@ -79,6 +79,7 @@ var wantedStructs = map[string]bool{
 	"succ_dict_block":                 true,
 	"rb_shape":                        true, // 3.2+: object shapes
 	"rb_shape_tree_t":                 true,
+	"rb_fields":                       true, // 4.0+: the imemo holding a class's ivars
 }
 
 // wantedConstants are enumerators of Ruby's C enums that the walker and
@@ -109,4 +110,6 @@ var wantedConstants = map[string]bool{
 	"RUBY_Qfalse": true, "RUBY_Qtrue": true, "RUBY_Qnil": true, "RUBY_Qundef": true,
 	"RUBY_IMMEDIATE_MASK": true, "RUBY_FIXNUM_FLAG": true,
 	"SHAPE_ROOT": true, "SHAPE_IVAR": true, "SHAPE_OBJ_TOO_COMPLEX": true,
+	"SHAPE_ID_FLAGS_MASK": true, "SHAPE_ID_FL_TOO_COMPLEX": true, // 4.0+: flag bits inside a shape id
+	"ROBJECT_HEAP": true,
 }

@@ -20,6 +20,9 @@ type RawFrame struct {
 	CFunc bool   // a C method frame
 	// JIT: the frame runs JIT code with a stale pc (top frame, cfp->jit_return set).
 	JIT bool
+	// Top: the frame is the thread's current one (ec->cfp), whose pc a JIT
+	// may leave stale.
+	Top bool
 	// Unknown: the frame could not be read consistently (a racing writer or a moved object).
 	Unknown bool
 }
@@ -112,7 +115,7 @@ func (r *Reader) walk(ec uint64) ([]RawFrame, error) {
 	out := make([]RawFrame, 0, n)
 	for i := uint64(0); i < n; i++ {
 		f := buf[i*frameSize:]
-		rf := RawFrame{PC: le64(f[L.ControlFrame.PC:]), Iseq: le64(f[L.ControlFrame.Iseq:])}
+		rf := RawFrame{PC: le64(f[L.ControlFrame.PC:]), Iseq: le64(f[L.ControlFrame.Iseq:]), Top: i == 0}
 		ep := le64(f[L.ControlFrame.EP:])
 		if ep == 0 {
 			out = append(out, r.unknown())
@@ -225,7 +228,9 @@ func (r *Reader) symbolize(rf RawFrame) (Frame, error) {
 		me = nil // rb_profile_frames records the iseq itself
 	}
 	f := Frame{Path: labelled.path, HasPath: labelled.hasPath}
-	if !rf.JIT {
+	stale := rf.Top && L.Capabilities.TopFramePCRangeCheck &&
+		(rf.PC < own.encoded || rf.PC-own.encoded > 8*own.size)
+	if !rf.JIT && !stale {
 		if f.Line, err = r.line(own, rf.PC); err != nil {
 			return Frame{}, err
 		}
