@@ -10,10 +10,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -27,8 +30,13 @@ type Options struct {
 	Duration  time.Duration
 	Output    string
 	DebugFile string
+	// Debuginfo finds debug files for the Ruby binaries attached (give it a
+	// short timeout: attaching waits for it); nil: local files only.
+	Debuginfo *debuginfo.Finder
 	// Status, if set, receives a status line every second (a terminal).
 	Status io.Writer
+	// Warn, if set, receives one line for each Ruby process -a skips, and why.
+	Warn io.Writer
 }
 
 // Summary is what a recording did.
@@ -40,6 +48,7 @@ type Summary struct {
 	Lost          uint64 // samples the kernel dropped (rings full)
 	Truncated     uint64 // stacks deeper than bpf.MaxFrames
 	UnknownFrames uint64 // frames that could not be symbolized
+	Dropped       []int  // targets no longer sampled: most of their frames were implausible
 	Duration      time.Duration
 	CommandErr    error // how the started command ended, if one was
 }
@@ -72,6 +81,7 @@ type session struct {
 	noTarget chan struct{} // closed when every target has exited (not with -a)
 	closeNT  sync.Once
 	buildIDs map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
+	skips    map[int]bool      // -a: processes already said to be skipped
 }
 
 // Record runs a recording until ctx ends, the duration passes, the targets
@@ -97,11 +107,20 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	s.sampler = sampler
 	defer sampler.Close()
 
+	// The recording goes to a new file that replaces the output only once
+	// there is something to record: a refused recording leaves an existing
+	// file as it was.
 	f, err := createOutput(opts.Output)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	committed := false
+	defer func() {
+		if !committed {
+			os.Remove(f.Name())
+		}
+	}()
 	if s.w, err = perfdata.NewWriter(f); err != nil {
 		return nil, fmt.Errorf("%s: %w", opts.Output, err)
 	}
@@ -125,7 +144,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		// main thread with ptrace, and as its parent a concurrent wait
 		// would take that stop for itself.
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		t, err := AttachWhenReady(actx, cmd.Process.Pid, rubystack.OpenOptions{DebugFile: opts.DebugFile})
+		t, err := AttachWhenReady(actx, cmd.Process.Pid, rubystack.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
 		cancel()
 		go func() { cmdDone <- cmd.Wait() }()
 		if err != nil {
@@ -142,15 +161,18 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, err
 		}
 		for _, pid := range pids {
-			if t, err := Attach(pid, rubystack.OpenOptions{}); err == nil {
-				if err := s.add(t); err != nil {
-					return nil, err
-				}
+			t, err := Attach(pid, rubystack.OpenOptions{Debuginfo: s.opts.Debuginfo})
+			if err != nil {
+				s.skipped(pid, err)
+				continue
+			}
+			if err := s.add(t); err != nil {
+				return nil, err
 			}
 		}
 	default:
 		for _, pid := range opts.PIDs {
-			t, err := Attach(pid, rubystack.OpenOptions{DebugFile: opts.DebugFile})
+			t, err := Attach(pid, rubystack.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
 			if err != nil {
 				return nil, err
 			}
@@ -162,6 +184,10 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if len(s.targets) == 0 && !opts.All {
 		return nil, errNoTargets
 	}
+	if err := commitOutput(f.Name(), opts.Output); err != nil {
+		return nil, err
+	}
+	committed = true
 
 	// Stop on: the caller, the duration, the command's exit, every target's exit.
 	runCtx, stop := context.WithCancel(ctx)
@@ -212,18 +238,78 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	return &s.sum, finErr
 }
 
-// createOutput opens the output, keeping an existing file as FILE.old as perf does.
+// createOutput opens a new file beside path for the recording; commitOutput
+// puts it in place.
 func createOutput(path string) (*os.File, error) {
-	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
-		if err := os.Rename(path, path+".old"); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o600)
+	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, nil
+}
+
+// commitOutput moves the recording at tmp to path, keeping an existing file
+// as path.old as perf does.
+func commitOutput(tmp, path string) error {
+	if st, err := os.Lstat(path); err == nil && st.Mode().IsRegular() {
+		if err := os.Rename(path, path+".old"); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// The layout is checked before attaching; while recording, the frames the
+// BPF walker brings are checked again as they are symbolized. A target
+// whose distinct frames are mostly not readable as Ruby frames is read
+// through a layout that does not fit (or its memory is being torn apart):
+// it is no longer sampled, and the user is told.
+const (
+	plausibleMinFrames = 64
+	plausibleMaxShare  = 0.5
+)
+
+// checkPlausible counts a target's newly symbolized frames (s.mu held).
+func (s *session) checkPlausible(t *Target, seen, implausible int) {
+	t.framesSeen += seen
+	t.framesImplausible += implausible
+	if t.dropped || t.framesSeen < plausibleMinFrames ||
+		float64(t.framesImplausible) <= plausibleMaxShare*float64(t.framesSeen) {
+		return
+	}
+	t.dropped = true
+	s.targetExited(t.PID) // as if it had exited: no more samples, and the recording may end
+	s.sum.Dropped = append(s.sum.Dropped, t.PID)
+	if s.opts.Warn != nil {
+		fmt.Fprintf(s.opts.Warn, "rubyperf: pid %d (%s): stopped sampling it: %d of %d distinct frames could not be read "+
+			"as Ruby frames through layout %s; its samples so far keep them as [unknown]\n",
+			t.PID, ProcessName(t.PID), t.framesImplausible, t.framesSeen, t.Reader.Layout.Source)
+	}
+}
+
+// skipped says once why -a does not record a Ruby process.
+func (s *session) skipped(pid int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.skips == nil {
+		s.skips = map[int]bool{}
+	}
+	if s.opts.Warn == nil || s.skips[pid] {
+		return
+	}
+	s.skips[pid] = true
+	msg := err.Error()
+	if p := fmt.Sprintf("pid %d: ", pid); strings.HasPrefix(msg, p) {
+		msg = msg[len(p):]
+	}
+	fmt.Fprintf(s.opts.Warn, "rubyperf: pid %d (%s): skipped: %s\n", pid, ProcessName(pid), msg)
 }
 
 // outputAttr is the bpf-output event's attribute as perf.data records it.
@@ -281,7 +367,8 @@ func (s *session) handle(rec bpf.Record) error {
 		}
 		if p, err := bpf.DecodePayload(smp.Raw); err == nil {
 			if t, ok := s.targets[int(p.PID)]; ok {
-				s.symtab.Resolve(t.Reader, p)
+				n, bad := s.symtab.Resolve(t.Reader, p)
+				s.checkPlausible(t, n, bad)
 			}
 			bpf.SetPeriod(rec.Data, p.Period)
 		}
@@ -383,12 +470,21 @@ func (s *session) discover(ctx context.Context) {
 			if known || !looksLikeRuby(pid) {
 				continue
 			}
-			if t, err := Attach(pid, rubystack.OpenOptions{}); err == nil {
-				s.add(t)
+			t, err := Attach(pid, rubystack.OpenOptions{Debuginfo: s.opts.Debuginfo})
+			if err != nil {
 				s.mu.Lock()
-				delete(s.pending, pid)
+				_, retry := s.pending[pid]
 				s.mu.Unlock()
+				// A process that just exec'd may not have mapped its Ruby yet.
+				if !retry || errors.Is(err, rubystack.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch) {
+					s.skipped(pid, err)
+				}
+				continue
 			}
+			s.add(t)
+			s.mu.Lock()
+			delete(s.pending, pid)
+			s.mu.Unlock()
 		}
 	}
 }

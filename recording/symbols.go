@@ -74,7 +74,7 @@ func Key(pid uint32, f bpf.Frame) FrameKey {
 
 // Resolve symbolizes the payload's frames that the table does not know yet,
 // through r, which reads the process's live memory.
-func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (resolved int) {
+func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (resolved, unknown int) {
 	for _, f := range p.Frames {
 		k := Key(p.PID, f)
 		if _, ok := t.Frames[k]; ok {
@@ -88,10 +88,13 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (resolved int
 			fr := r.Symbolize(raw[0])
 			t.Frames[k] = FrameInfo{Label: fr.Label, Path: fr.Path, HasPath: fr.HasPath, Line: fr.Line,
 				CFunc: fr.CFunc, Unknown: fr.Unknown}
+			if fr.Unknown {
+				unknown++
+			}
 		}
 		resolved++
 	}
-	return resolved
+	return resolved, unknown
 }
 
 // Stack returns the Ruby frames of a payload, leaf first, as the table names

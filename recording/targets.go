@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +22,11 @@ type Target struct {
 	Reader  *rubystack.Reader
 	Config  bpf.ProcessConfig
 	mem     *rubystack.ProcessMemory
+
+	// framesSeen and framesImplausible count the distinct frames the BPF
+	// walk brought and how many of them could not be read as Ruby frames.
+	framesSeen, framesImplausible int
+	dropped                       bool
 }
 
 // Attach prepares pid for sampling: its Ruby binary and Layout, and the
@@ -31,6 +37,13 @@ func Attach(pid int, opts rubystack.OpenOptions) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Errors name the pid once, at the front.
+	pidErr := func(err error) error {
+		if strings.HasPrefix(err.Error(), fmt.Sprintf("pid %d: ", pid)) {
+			return err
+		}
+		return fmt.Errorf("pid %d: %w", pid, err)
+	}
 	t := &Target{PID: pid, Process: p, mem: &rubystack.ProcessMemory{PID: pid}}
 	ok := false
 	defer func() {
@@ -38,22 +51,22 @@ func Attach(pid int, opts rubystack.OpenOptions) (*Target, error) {
 			t.Close()
 		}
 	}()
-	if t.Reader, err = rubystack.NewReader(p, t.mem); err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	if t.Reader, err = rubystack.NewReaderFor(p, t.mem, rubystack.UseRecord); err != nil {
+		return nil, pidErr(err)
 	}
 	ec := p.Binary.Anchors(t.Reader.Layout).CurrentEC
 	var tp uint64
 	if !ec.HasTPOffset {
 		if tp, err = rubystack.ThreadPointer(pid, pid); err != nil {
-			return nil, err
+			return nil, pidErr(err)
 		}
 	}
 	off, err := p.CurrentECOffset(t.mem, ec, tp)
 	if err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
+		return nil, pidErr(err)
 	}
 	if t.Config, err = bpf.ConfigFor(t.Reader.Layout, off); err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
+		return nil, pidErr(err)
 	}
 	ok = true
 	return t, nil
@@ -75,7 +88,8 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (
 		if err == nil {
 			return t, nil
 		}
-		starting := strings.Contains(err.Error(), "not a Ruby process") || errors.Is(err, rubystack.ErrTLSNotReady)
+		starting := strings.Contains(err.Error(), "not a Ruby process") || errors.Is(err, rubystack.ErrTLSNotReady) ||
+			errors.Is(err, rubystack.ErrVMNotReady)
 		if !starting || !alive(pid) {
 			return nil, err
 		}
@@ -150,3 +164,65 @@ func looksLikeRuby(pid int) bool {
 }
 
 var errNoTargets = errors.New("no Ruby process to record")
+
+// maxCmdline bounds the bytes of /proc/PID/cmdline read to name a process.
+const maxCmdline = 64 << 10
+
+// ProcessName names a Ruby process the way a person started it: the Ruby
+// and its script ("ruby3.3 app.rb"), seeing through a dynamic loader that
+// runs Ruby (ld-linux.so --library-path DIRS ruby ...), which makes the
+// loader the process's executable and comm.
+func ProcessName(pid int) string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "?"
+	}
+	defer f.Close()
+	b := make([]byte, maxCmdline)
+	n, _ := io.ReadFull(f, b)
+	return nameFromArgs(strings.Split(strings.TrimRight(string(b[:n]), "\x00"), "\x00"))
+}
+
+func nameFromArgs(args []string) string {
+	if len(args) == 0 || args[0] == "" {
+		return "?"
+	}
+	prog := args[0]
+	args = args[1:]
+	if strings.HasPrefix(filepath.Base(prog), "ld-linux") || strings.HasPrefix(filepath.Base(prog), "ld.so") {
+		// The loader's own options, then the program it runs.
+		for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+			switch args[0] {
+			case "--library-path", "--preload", "--audit", "--argv0", "--inhibit-rpath", "--glibc-hwcaps-prepend",
+				"--glibc-hwcaps-mask":
+				args = args[min(2, len(args)):]
+			default:
+				args = args[1:]
+			}
+		}
+		if len(args) == 0 {
+			return filepath.Base(prog)
+		}
+		prog, args = args[0], args[1:]
+	}
+	name := filepath.Base(prog)
+	// Ruby's script: the first argument that is not an option (or -e).
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-e":
+			return name + " -e"
+		case a == "--":
+			if i+1 < len(args) {
+				return name + " " + filepath.Base(args[i+1])
+			}
+			return name
+		case a == "-I" || a == "-r" || a == "-C" || a == "-E" || a == "-x":
+			i++ // an option with a separate value
+		case strings.HasPrefix(a, "-"):
+		default:
+			return name + " " + filepath.Base(a)
+		}
+	}
+	return name
+}

@@ -3,8 +3,9 @@ package rubystack
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/rubyperf/rubyperf/debuginfo"
 )
 
 // Binary is the ELF file that holds a Ruby VM: a ruby executable or libruby.
@@ -28,6 +29,9 @@ type OpenOptions struct {
 	// Root is the filesystem the binary lives in, for finding debug files:
 	// "/" (the default) or /proc/PID/root for a process in a container.
 	Root string
+	// Debuginfo finds debug files beyond the local ones (debuginfod); nil:
+	// the local filesystem only.
+	Debuginfo *debuginfo.Finder
 
 	// mappedAs is the binary's path inside Root when path is a /proc alias.
 	mappedAs string
@@ -52,21 +56,22 @@ func OpenBinary(path string, opts OpenOptions) (*Binary, error) {
 	if b.syms, err = e.symbols(anchorSymbols, fromSymtab); err != nil {
 		return nil, err
 	}
-	if b.Version, err = readVersion(e, b.syms); err != nil {
+	if e.isRelocatable() {
+		b.Version, err = e.relocatableVersion() // a layout probe (scripts/gen-tables.sh)
+	} else {
+		b.Version, err = readVersion(e, b.syms)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	dbg := opts.DebugFile
-	if dbg == "" {
-		dbg = findDebugFile(e, b.Path, opts.Root)
+	dbg, err := findDebugFile(e, b.Path, opts)
+	if err != nil {
+		return nil, err
 	}
 	if dbg != "" {
 		d, err := openELF(dbg)
 		if err != nil {
 			return nil, fmt.Errorf("debug file: %w", err)
-		}
-		if id := d.buildID(); opts.DebugFile != "" && id != "" && b.BuildID != "" && id != b.BuildID {
-			d.Close()
-			return nil, fmt.Errorf("debug file %s has build-id %s, but %s has %s", dbg, id, path, b.BuildID)
 		}
 		b.debug, b.DebugFile = d, dbg
 		more, err := d.symbols(anchorSymbols, fromDebugFile)
@@ -91,19 +96,27 @@ func (b *Binary) Close() error {
 	return b.elf.Close()
 }
 
-// UnsupportedError says a Ruby has neither DWARF nor a built-in table row.
+// UnsupportedError says no layout could be found for a Ruby: no usable DWARF
+// and no built-in table of its minor line.
 type UnsupportedError struct {
 	Path      string
 	Version   Version
 	Arch      string
 	Supported []string // table rows, "VERSION/ARCH"
 	Cause     error    // why DWARF could not be used
+	// DWARFLacks: the DWARF was read, but it lacks what the walker reads: a
+	// Ruby whose VM changed in a way rubyperf does not know yet.
+	DWARFLacks bool
 }
 
 func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("%s: Ruby %s (%s) has no debug information and no built-in layout (built in: %s); "+
-		"install its debug symbols (e.g. the -dbgsym package) or pass --debug-file: %v",
-		e.Path, e.Version, e.Arch, strings.Join(e.Supported, ", "), e.Cause)
+	if e.DWARFLacks {
+		return fmt.Sprintf("Ruby %s (%s, %s): its VM is not one rubyperf knows: %v; "+
+			"a newer rubyperf may support it", e.Version, e.Arch, e.Path, e.Cause)
+	}
+	return fmt.Sprintf("Ruby %s (%s, %s): no layout for this build: %v, and no built-in table for Ruby %d.%d/%s; "+
+		"install its debug symbols (e.g. the -dbgsym package), pass --debug-file, or set DEBUGINFOD_URLS",
+		e.Version, e.Arch, e.Path, e.Cause, e.Version.Major, e.Version.Minor, e.Arch)
 }
 
 // ErrUnsupported is matched by errors.Is for an *UnsupportedError.
@@ -112,17 +125,70 @@ var ErrUnsupported = errors.New("unsupported ruby")
 func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
 
 // Layout returns the struct layout of this Ruby: from the DWARF of the binary
-// or its debug file when present, else from the built-in table for its
-// version and arch.
+// or its debug file when present; else the built-in table of its version and
+// arch; else the table of the nearest patch release of the same minor line.
+// A table layout is a guess about this build (configure flags and patches
+// move members): it must pass Reader.CheckLayout against the live process
+// before use (NewReader does that); Layout.FromDWARF says which it is.
 func (b *Binary) Layout() (*Layout, error) {
 	l, dwarfErr := b.LayoutFromDWARF()
 	if dwarfErr == nil {
 		return l, nil
 	}
-	if row, ok := tableRow(b.Version, b.Arch); ok {
-		return resolveLayout(b.Version, b.Arch, "table:"+b.Version.String()+"/"+b.Arch, row.Structs, row.Constants)
+	if errors.Is(dwarfErr, errLayoutLacks) {
+		return nil, &UnsupportedError{Path: b.Path, Version: b.Version, Arch: b.Arch, Supported: tableKeys(),
+			Cause: dwarfErr, DWARFLacks: true}
+	}
+	if v, ok := nearestTable(b.Version, b.Arch); ok {
+		row, _ := tableRow(v, b.Arch)
+		source := "table:" + v.String() + "/" + b.Arch
+		if v != b.Version {
+			source += " (nearest to " + b.Version.String() + ")"
+		}
+		return resolveLayout(b.Version, b.Arch, source, row.Structs, row.Constants)
+	}
+	if errors.Is(dwarfErr, errNoDWARF) {
+		id := b.BuildID
+		if id == "" {
+			id = "none"
+		}
+		dwarfErr = fmt.Errorf("no DWARF in the file and no separate debug file found (build-id %s)", id)
 	}
 	return nil, &UnsupportedError{Path: b.Path, Version: b.Version, Arch: b.Arch, Supported: tableKeys(), Cause: dwarfErr}
+}
+
+// FromDWARF says the layout was read from this build's own debug
+// information rather than guessed from a table.
+func (l *Layout) FromDWARF() bool { return strings.HasPrefix(l.Source, "dwarf:") }
+
+// nearestTable picks the built-in table for v: its own version, else the
+// newest earlier patch release of the same minor line (members only move
+// forward), else the oldest later one.
+func nearestTable(v Version, arch string) (Version, bool) {
+	var below, above Version
+	haveBelow, haveAbove := false, false
+	for _, key := range tableKeys() {
+		vs, a, ok := strings.Cut(key, "/")
+		if !ok || a != arch {
+			continue
+		}
+		t, err := ParseVersion(vs)
+		if err != nil || t.Major != v.Major || t.Minor != v.Minor {
+			continue
+		}
+		switch {
+		case t == v:
+			return t, true
+		case t.Less(v) && (!haveBelow || below.Less(t)):
+			below, haveBelow = t, true
+		case v.Less(t) && (!haveAbove || t.Less(above)):
+			above, haveAbove = t, true
+		}
+	}
+	if haveBelow {
+		return below, true
+	}
+	return above, haveAbove
 }
 
 // LayoutFromDWARF reads the layout from DWARF only.
@@ -141,6 +207,9 @@ func (b *Binary) dwarfStructs() (Structs, map[string]int64, string, error) {
 			continue
 		}
 		d, infoBytes, err := e.loadDWARF()
+		if errors.Is(err, errNoDWARF) {
+			continue // no DWARF at all in this file: not a failure to report
+		}
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -165,21 +234,3 @@ func (b *Binary) dwarfStructs() (Structs, map[string]int64, string, error) {
 // Anchors finds the symbols the profiler needs. The layout is used by the
 // disassembly fallbacks (it says how far apart the fields they look for are).
 func (b *Binary) Anchors(l *Layout) Anchors { return b.findAnchors(l) }
-
-func tableKeys() []string {
-	var out []string
-	for _, r := range builtinLayouts {
-		out = append(out, r.Version+"/"+r.Arch)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func tableRow(v Version, arch string) (tableLayout, bool) {
-	for _, r := range builtinLayouts {
-		if r.Version == v.String() && r.Arch == arch {
-			return r, true
-		}
-	}
-	return tableLayout{}, false
-}

@@ -54,8 +54,8 @@ func TestErrors(t *testing.T) {
 // the DWARF build of the same version, plus the live thread-pointer offset
 // and the EC it leads to.
 func TestOffsetsLiveDebian(t *testing.T) {
-	deb := testruby.Get(t, "3.1.2-debian")
-	dwarfRep := offsetsJSON(t, testruby.Get(t, "3.1.2-shared").VM)
+	deb := testruby.Get(t, "debian-3.1")
+	dwarfRep := offsetsJSON(t, testruby.Get(t, "source-3.1-shared").VM)
 	cmd := testruby.Start(t, deb, "-e", `STDOUT.sync = true; puts "ready"; sleep`)
 	rep := offsetsJSON(t, "-p", strconv.Itoa(cmd.Process.Pid))
 	if rep.Process == nil {
@@ -64,8 +64,8 @@ func TestOffsetsLiveDebian(t *testing.T) {
 	if rep.Process.Error != "" {
 		testruby.Privileged(t, errorString(rep.Process.Error))
 	}
-	if rep.Source != "table:3.1.2/x86_64" {
-		t.Errorf("source %q, want the built-in table", rep.Source)
+	if !strings.HasPrefix(rep.Source, "table:3.1.") {
+		t.Errorf("source %q, want a built-in 3.1 table", rep.Source)
 	}
 	ec, want := rep.Symbols["ruby_current_ec"], dwarfRep.Symbols["ruby_current_ec"]
 	if ec.TLSOffset == nil || want.TLSOffset == nil || *ec.TLSOffset != *want.TLSOffset {

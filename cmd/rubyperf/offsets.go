@@ -12,25 +12,36 @@ import (
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
-func runOffsets(args []string, stdout, _ io.Writer) error {
+func runOffsets(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("offsets", flag.ContinueOnError)
 	pid := fs.Int("p", 0, "pid of a running Ruby")
 	format := fs.String("format", "text", "text, json or go")
 	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the binary")
+	source := fs.String("source", "", "with --format go: what the tables were generated from (default: the DWARF files)")
+	configure := fs.String("configure", "", "with --format go: the configure flags the layouts assume, recorded in the table")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	switch {
-	case *pid != 0 && len(pos) > 0:
-		return usageError{"give a BINARY or -p PID, not both"}
-	case *pid == 0 && len(pos) != 1:
-		return usageError{"give one BINARY or -p PID"}
-	}
 	if *format != "text" && *format != "json" && *format != "go" {
 		return usageError{fmt.Sprintf("--format %q must be one of: text, json, go", *format)}
 	}
-	opts := rubystack.OpenOptions{DebugFile: *debugFile}
+	switch {
+	case *pid != 0 && len(pos) > 0:
+		return usageError{"give a BINARY or -p PID, not both"}
+	case *format == "go" && *pid == 0 && len(pos) == 0:
+		return usageError{"give one or more BINARY (or layout probe OBJECT) files, or -p PID"}
+	case *format != "go" && *pid == 0 && len(pos) != 1:
+		return usageError{"give one BINARY or -p PID"}
+	case *format != "go" && (*source != "" || *configure != ""):
+		return usageError{"--source and --configure go with --format go"}
+	case len(pos) > 1 && *debugFile != "":
+		return usageError{"--debug-file goes with one BINARY"}
+	}
+	opts := rubystack.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)}
+	if *format == "go" && *pid == 0 {
+		return writeGoTables(pos, opts, *source, *configure, stdout, stderr)
+	}
 
 	var (
 		bin  *rubystack.Binary
@@ -54,17 +65,24 @@ func runOffsets(args []string, stdout, _ io.Writer) error {
 		}
 		defer bin.Close()
 	}
+	if *format == "go" {
+		return writeGoTable([]*rubystack.Binary{bin}, *source, *configure, stdout, stderr)
+	}
 	layout, err := bin.Layout()
 	if err != nil {
+		if proc != nil {
+			return fmt.Errorf("pid %d: %w", proc.PID, err)
+		}
 		return err
 	}
-	if *format == "go" {
-		src, err := layout.GoTable(fmt.Sprintf("Ruby %s %s, DWARF of %s", layout.Version, layout.Arch, filepath.Base(bin.Path)))
+	if proc != nil {
+		// A layout that is not the build's own DWARF must fit the live process.
+		mem := &rubystack.ProcessMemory{PID: proc.PID}
+		_, err := rubystack.NewReaderFor(proc, mem, rubystack.UseSnapshot|rubystack.UseRecord)
+		mem.Close()
 		if err != nil {
-			return err
+			return fmt.Errorf("pid %d: %w", proc.PID, err)
 		}
-		_, err = stdout.Write(src)
-		return err
 	}
 	rep := newOffsetsReport(bin, layout)
 	if proc != nil {
@@ -73,10 +91,71 @@ func runOffsets(args []string, stdout, _ io.Writer) error {
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		rep.writeText(stdout)
 	}
-	rep.writeText(stdout)
+	// The report says what was found; the exit status says whether this
+	// build can be profiled at all.
+	a := bin.Anchors(layout)
+	if err := a.Usable(rubystack.UseSnapshot | rubystack.UseRecord); err != nil {
+		return fmt.Errorf("Ruby %s (%s, %s): %w; install its debug symbols (e.g. the -dbgsym package), "+
+			"pass --debug-file, or set DEBUGINFOD_URLS", bin.Version, bin.Arch, bin.Path, err)
+	}
 	return nil
+}
+
+// writeGoTables writes the built-in layout table of the Rubies at paths
+// (linked binaries with DWARF, or the relocatable layout probes of
+// scripts/gen-tables.sh): one Go file in which builds with identical layouts
+// share a row.
+func writeGoTables(paths []string, opts rubystack.OpenOptions, source, configure string, stdout, stderr io.Writer) error {
+	var bins []*rubystack.Binary
+	defer func() {
+		for _, b := range bins {
+			b.Close()
+		}
+	}()
+	for _, path := range paths {
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real // name the file itself, not a link to it
+		}
+		bin, err := rubystack.OpenBinary(path, opts)
+		if err != nil {
+			return err
+		}
+		bins = append(bins, bin)
+	}
+	return writeGoTable(bins, source, configure, stdout, stderr)
+}
+
+// writeGoTable writes the table rows of opened Rubies. A build the current
+// Layout cannot be resolved from still gets its row (tables store the raw
+// structs, and the walker may learn that Ruby later); a warning names what
+// it lacks.
+func writeGoTable(bins []*rubystack.Binary, source, configure string, stdout, stderr io.Writer) error {
+	var inputs []rubystack.TableInput
+	for _, bin := range bins {
+		in, err := bin.TableInput()
+		if err != nil {
+			return fmt.Errorf("%s: %w", bin.Path, err)
+		}
+		if err := in.Check(); err != nil {
+			fmt.Fprintf(stderr, "rubyperf: warning: Ruby %s (%s): the walker cannot use this layout yet: %v\n",
+				in.Version, in.Arch, err)
+		}
+		// Name the file alone, so a table does not depend on where the build lives.
+		in.Source = "DWARF of " + filepath.Base(in.Source)
+		inputs = append(inputs, in)
+	}
+	src, err := rubystack.GoTables(inputs, source, configure)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(src)
+	return err
 }
 
 // offsetsReport is the JSON document of `rubyperf offsets --format json`.

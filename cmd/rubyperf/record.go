@@ -31,7 +31,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	opts := recording.Options{All: *all, Frequency: *freq, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
-		Command: cmdArgs}
+		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: stderr}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
 			continue

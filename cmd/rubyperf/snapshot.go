@@ -9,7 +9,7 @@ import (
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
-func runSnapshot(args []string, stdout, _ io.Writer) error {
+func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	pid := fs.Int("p", 0, "pid of a running Ruby")
 	format := fs.String("format", "text", "text or json")
@@ -27,14 +27,14 @@ func runSnapshot(args []string, stdout, _ io.Writer) error {
 	case *format != "text" && *format != "json":
 		return usageError{fmt.Sprintf("--format %q must be one of: text, json", *format)}
 	}
-	proc, err := rubystack.OpenProcess(*pid, rubystack.OpenOptions{DebugFile: *debugFile})
+	proc, err := rubystack.OpenProcess(*pid, rubystack.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
 	if err != nil {
 		return err
 	}
 	defer proc.Close()
 	mem := &rubystack.ProcessMemory{PID: *pid}
 	defer mem.Close()
-	r, err := rubystack.NewReader(proc, mem)
+	r, err := rubystack.NewReaderFor(proc, mem, rubystack.UseSnapshot)
 	if err != nil {
 		return fmt.Errorf("pid %d: %w", *pid, err)
 	}

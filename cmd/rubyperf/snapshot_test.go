@@ -17,7 +17,7 @@ import (
 const parkScript = `def park = (STDOUT.puts("ready"); STDOUT.flush; sleep); park`
 
 func TestSnapshotJSON(t *testing.T) {
-	r := testruby.Get(t, "3.3.8-static")
+	r := testruby.Get(t, "source-3.3-static")
 	cmd := testruby.Start(t, r, "-e", parkScript)
 	pid := strconv.Itoa(cmd.Process.Pid)
 	var stdout, stderr bytes.Buffer
@@ -29,7 +29,7 @@ func TestSnapshotJSON(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.PID != cmd.Process.Pid || doc.Version != "3.3.8" || len(doc.Threads) != 1 {
+	if doc.PID != cmd.Process.Pid || doc.Version != r.Version || len(doc.Threads) != 1 {
 		t.Fatalf("document %+v", doc)
 	}
 	th := doc.Threads[0]
@@ -80,7 +80,7 @@ func TestSnapshotNoPermission(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testruby.Privileged(t, errorString("needs root to run a process as another user"))
 	}
-	r := testruby.Get(t, "3.1.2-debian")
+	r := testruby.Get(t, "debian-3.1")
 	cmd := testruby.Start(t, r, "-e", parkScript)
 	dir, err := os.MkdirTemp("", "rubyperf-nobody-")
 	if err != nil {
