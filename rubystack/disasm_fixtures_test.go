@@ -134,9 +134,26 @@ func tlsModels() map[string]*fixEnv {
 	}
 }
 
+// Ruby 4.0.5 built from source with its default flags (gcc 12, -O3 -ggdb3):
+// rb_thread_current spills the EC to the stack and reloads it.
+func source405() *fixEnv {
+	return &fixEnv{
+		funcs: map[string]fixFunc{
+			// sub $0x18,%rsp; data16 lea GOTPAIR(%rip),%rdi; data16 data16 rex.W call __tls_get_addr@plt;
+			// mov (%rax),%rax; mov %rax,0x8(%rsp); mov 0x8(%rsp),%rax; mov 0x30(%rax),%rax; mov 0x10(%rax),%rax
+			"rb_thread_current": {0x2fb890, "4883ec1866488d3d6c8f3e00666648e84cedd4ff488b004889442408488b442408488b4030488b40104883c418c3"},
+		},
+		slots: map[uint64]slot{
+			0x6e4808: {kind: slotTLSModule, value: 0x38, ok: true}, // R_X86_64_DTPMOD64; the next slot holds 0x38
+		},
+		callees: map[uint64]string{0x4a5f0: "__tls_get_addr"},
+		data:    [2]uint64{0x6e0000, 0x700000},
+	}
+}
+
 func TestDisassemblyFixturesCurrentEC(t *testing.T) {
 	l := anchorLayout("3.3.8")
-	for name, env := range map[string]*fixEnv{"3.3.8": debian338(), "3.4.11": debian3411(), "3.1.2": debian312()} {
+	for name, env := range map[string]*fixEnv{"3.3.8": debian338(), "3.4.11": debian3411(), "3.1.2": debian312(), "4.0.5": source405()} {
 		tv, how, err := findCurrentEC(env, l)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -146,6 +163,7 @@ func TestDisassemblyFixturesCurrentEC(t *testing.T) {
 			"3.3.8":  {model: "general-dynamic", offset: 0x10, hasOffset: true, modGOT: 0x45aad0},
 			"3.4.11": {model: "general-dynamic", offset: 0x10, hasOffset: true, modGOT: 0x4dbac8},
 			"3.1.2":  {model: "general-dynamic", offset: 0x8, hasOffset: true, modGOT: 0x3ada48},
+			"4.0.5":  {model: "general-dynamic", offset: 0x38, hasOffset: true, modGOT: 0x6e4808},
 		}[name]
 		if tv != want {
 			t.Errorf("%s: %+v (%s), want %+v", name, tv, how, want)

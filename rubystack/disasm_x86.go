@@ -231,7 +231,11 @@ type evaluator struct {
 	env        codeEnv
 	start, end uint64
 	regs       [16]val
-	out        trace
+	// slots holds what was stored in the stack frame, by offset from %rsp:
+	// compilers spill a loaded pointer and reload it (mov %rax,8(%rsp);
+	// mov 8(%rsp),%rax). Anything that moves %rsp forgets them.
+	slots map[int64]val
+	out   trace
 }
 
 // evaluate sweeps code (the function at pc, code being all of it) with the
@@ -273,7 +277,19 @@ func (e *evaluator) set(a x86asm.Arg, v val) {
 	e.regs[f] = v
 }
 
-func (e *evaluator) clearAll() { e.regs = [16]val{} }
+func (e *evaluator) clearAll() { e.regs = [16]val{}; e.slots = nil }
+
+// maxSlots bounds the stack slots remembered in one function.
+const maxSlots = 64
+
+// stackSlot is the %rsp offset of a plain 8-byte stack operand.
+func stackSlot(a x86asm.Arg) (int64, bool) {
+	m, ok := a.(x86asm.Mem)
+	if !ok || m.Base != x86asm.RSP || m.Index != 0 || m.Segment != 0 {
+		return 0, false
+	}
+	return memDisp(m), true
+}
 
 // callerSaved are clobbered by a call (System V AMD64).
 var callerSaved = []x86asm.Reg{x86asm.RAX, x86asm.RCX, x86asm.RDX, x86asm.RSI, x86asm.RDI,
@@ -367,6 +383,13 @@ func (e *evaluator) step(i insn) {
 			e.out.accesses = append(e.out.accesses, access{pc: i.pc, via: via, disp: disp, bytes: n, indexed: m.Index != 0})
 		}
 	}
+	if r, ok := in.Args[0].(x86asm.Reg); ok && r == x86asm.RSP {
+		e.slots = nil // the frame moved: offsets no longer name the same slots
+	}
+	switch in.Op {
+	case x86asm.PUSH, x86asm.POP:
+		e.slots = nil
+	}
 	switch in.Op {
 	case x86asm.RET, x86asm.UD2, x86asm.HLT:
 		e.clearAll()
@@ -417,8 +440,26 @@ func (e *evaluator) step(i insn) {
 func (e *evaluator) mov(i insn) {
 	in := i.inst
 	dst, src := in.Args[0], in.Args[1]
+	if off, ok := stackSlot(dst); ok {
+		// A spill: remember an 8-byte register stored to the frame.
+		v := val{}
+		if r, ok := src.(x86asm.Reg); ok && is64(r) && in.MemBytes == 8 {
+			v = e.get(r)
+		}
+		if e.slots == nil {
+			e.slots = map[int64]val{}
+		}
+		if _, have := e.slots[off]; have || len(e.slots) < maxSlots {
+			e.slots[off] = v
+		}
+		return
+	}
 	if _, ok := dst.(x86asm.Reg); !ok {
 		return // a store
+	}
+	if off, ok := stackSlot(src); ok && in.MemBytes == 8 {
+		e.set(dst, e.slots[off]) // a reload of a spill, or nothing known
+		return
 	}
 	switch s := src.(type) {
 	case x86asm.Reg:

@@ -8,14 +8,16 @@
 #   scripts/mirror-rubies.sh /path/to/ruby.git 4.0        # only source-4.0-shared
 #
 #   ruby/source-3.2-shared   v3_2_11, --enable-shared (libruby.so.3.2.11 with DWARF)
+#   ruby/source-3.4-shared   v3_4_9,  --enable-shared (libruby.so.3.4.9 with DWARF)
 #   ruby/source-4.0-shared   v4.0.5,  --enable-shared (libruby.so.4.0.5 with DWARF)
+#   ruby/source-X-shared-stripped   strip --strip-all of that libruby, run in its place
 #
 # Each finished flavor has a "manifest" (key=value lines: version, exe, vm, dwarf, symtab, kind, local=1
 # meaning built from a mirror and absent in CI) and "ok", written last. Bundled gems (Fiddle from 4.0 on)
 # are not installed: the build is offline, and the tests' oracle uses testdata/ruby/oracle_ext instead.
 set -euo pipefail
 
-[ $# -ge 1 ] || { echo "usage: $0 RUBY_GIT_DIR [3.2|4.0]..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 RUBY_GIT_DIR [3.2|3.4|4.0]..." >&2; exit 2; }
 mirror=$1; shift
 git --git-dir="$mirror" rev-parse --git-dir >/dev/null 2>&1 || { echo "mirror-rubies: $mirror: not a git directory" >&2; exit 1; }
 
@@ -78,11 +80,43 @@ MANIFEST
   log "$name: ready"
 }
 
-want=("$@"); [ ${#want[@]} -gt 0 ] || want=(3.2 4.0)
+# stripped NAME: ruby/NAME-stripped, the build's ruby running a strip --strip-all copy of its
+# libruby (the library search path comes before the executable's RUNPATH): a distro-shaped
+# libruby whose layout must come from a table and whose anchors from disassembly.
+stripped() {
+  local src=$root/$1 d=$root/$1-stripped
+  if [ -f "$d/ok" ]; then log "$1-stripped: present"; return 0; fi
+  local vm; vm=$(sed -n 's/^vm=//p' "$src/manifest")
+  local version; version=$(sed -n 's/^version=//p' "$src/manifest")
+  local so; so=$(basename "$vm")
+  rm -rf "$d"; mkdir -p "$d"
+  strip --strip-all -o "$d/$so" "$vm"
+  local soname; soname=$(readelf -d "$d/$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  ln -sf "$so" "$d/$soname"
+  printf '#!/bin/bash\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$d" "$src/bin/ruby" >"$d/ruby"
+  chmod +x "$d/ruby"
+  cat >"$d/manifest" <<MANIFEST
+version=$version
+exe=$d/ruby
+vm=$d/$so
+dwarf=0
+symtab=0
+kind=source
+local=1
+MANIFEST
+  local got; got=$("$d/ruby" -e 'print RUBY_VERSION')
+  [ "$got" = "$version" ] || { log "$1-stripped: runs as '$got', want $version"; return 1; }
+  touch "$d/ok"
+  log "$1-stripped: ready"
+}
+
+want=("$@"); [ ${#want[@]} -gt 0 ] || want=(3.2 3.4 4.0)
 for w in "${want[@]}"; do
   case $w in
     3.2) build_mirror_flavor source-3.2-shared v3_2_11 3.2.11 libruby.so.3.2.11 ;;
+    3.4) build_mirror_flavor source-3.4-shared v3_4_9 3.4.9 libruby.so.3.4.9 ;;
     4.0) build_mirror_flavor source-4.0-shared v4.0.5 4.0.5 libruby.so.4.0.5 ;;
-    *) log "unknown flavor $w (3.2 or 4.0)"; exit 2 ;;
+    *) log "unknown flavor $w (3.2, 3.4 or 4.0)"; exit 2 ;;
   esac
+  stripped "source-$w-shared"
 done
