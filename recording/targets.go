@@ -83,6 +83,7 @@ func (t *Target) Close() {
 func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (*Target, error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
+	var last error
 	for {
 		t, err := Attach(pid, opts)
 		if err == nil {
@@ -93,9 +94,10 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (
 		if !starting || !alive(pid) {
 			return nil, err
 		}
+		last = err
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("pid %d: no Ruby VM appeared: %w", pid, ctx.Err())
+			return nil, fmt.Errorf("pid %d: no Ruby VM was ready in time (%v): %w", pid, last, ctx.Err())
 		case <-tick.C:
 		}
 	}

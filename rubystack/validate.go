@@ -68,6 +68,9 @@ func (r *Reader) CheckLayout() error {
 		return ErrVMNotReady
 	}
 	if err := r.checkMainThread(vm); err != nil {
+		if errors.Is(err, ErrVMNotReady) {
+			return err
+		}
 		return fail("%v", err)
 	}
 	threads, err := r.Threads()
@@ -109,16 +112,22 @@ func (r *Reader) CheckLayout() error {
 func (r *Reader) checkMainThread(vm uint64) error {
 	L := r.Layout
 	th, err := r.o.word(vm + uint64(L.VM.MainThread))
-	if err != nil || th == 0 {
-		return fmt.Errorf("the VM's main thread cannot be read (%#x, %v)", th, err)
+	if err != nil {
+		return fmt.Errorf("the VM's main thread cannot be read: %v", err)
+	}
+	if th == 0 {
+		return ErrVMNotReady // a process still starting: vm is allocated before its main thread
 	}
 	back, err := r.o.word(th + uint64(L.Thread.VM))
 	if err != nil || back != vm {
 		return fmt.Errorf("the main thread %#x names VM %#x, not %#x", th, back, vm)
 	}
 	ec, err := r.o.word(th + uint64(L.Thread.EC))
-	if err != nil || ec == 0 {
-		return fmt.Errorf("the main thread %#x has no execution context (%v)", th, err)
+	if err != nil {
+		return fmt.Errorf("the main thread %#x: execution context: %v", th, err)
+	}
+	if ec == 0 {
+		return ErrVMNotReady
 	}
 	if owner, err := r.o.word(ec + uint64(L.ExecutionContext.ThreadPtr)); err != nil || owner != th {
 		return fmt.Errorf("the main thread's execution context %#x names thread %#x, not %#x", ec, owner, th)
