@@ -44,14 +44,16 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./perfmap
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodePayload$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./bpf
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeSample$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./bpf
+	$(GO) test -run='^$$' -fuzz='^FuzzReadIdentity$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./debuginfo
 
 demo: rubies build
 	@bash scripts/demo.sh
 
-# Regenerate the built-in layout tables from the DWARF of the source-built Rubies.
-tables: rubies build
-	$(BIN) offsets --format go $(RUBYPERF_CACHE)/ruby/3.1.2-shared/vm > rubystack/table_3_1_2_x86_64.go
-	$(BIN) offsets --format go $(RUBYPERF_CACHE)/ruby/3.3.8-static/vm > rubystack/table_3_3_8_x86_64.go
+# Regenerate the built-in layout tables (rubystack/table_*.go) from the configured Ruby
+# source trees in $(RUBYPERF_CACHE)/tables, in seconds; versions without a tree are
+# noted and left out. `scripts/gen-tables.sh prepare [VERSION..]` makes the trees, once.
+tables: build
+	@bash scripts/gen-tables.sh tables
 
 bench: rubies
 	$(GO) test -run='^$$' -bench=. -benchmem ./rubystack

@@ -28,6 +28,9 @@ var errNoDWARF = errors.New("no DWARF type information")
 // SHF_COMPRESSED (zlib, zstd) and legacy .zdebug sections, never more than
 // maxDWARFBytes in all.
 func (e *elfFile) loadDWARF() (*dwarf.Data, int, error) {
+	if e.isRelocatable() {
+		return e.loadRelocatedDWARF()
+	}
 	data := map[string][]byte{}
 	var total uint64
 	for _, name := range dwarfSections {
