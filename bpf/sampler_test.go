@@ -10,6 +10,7 @@ import (
 
 	perf "github.com/elastic/go-perf"
 
+	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -114,7 +115,7 @@ func TestBPFStacksEqualSnapshot(t *testing.T) {
 		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber"} {
 			t.Run(r.Name+"/"+sc, func(t *testing.T) {
 				script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))
-				cmd := testruby.Start(t, r, script)
+				cmd := testruby.Start(t, r, append(rubyoracle.Args(t, r.Exe), script)...)
 				tg := prepare(t, cmd.Process.Pid)
 				samples, counts := sample(t, 1500*time.Millisecond, DefaultOptions, tg)
 				thaw, err := rubystack.Freeze(tg.pid)

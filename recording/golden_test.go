@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/merge"
 )
@@ -30,7 +31,7 @@ func TestMergedStacksGolden(t *testing.T) {
 	for _, sc := range []string{"methods", "dynamic", "deep", "fiber", "threads"} {
 		t.Run(sc, func(t *testing.T) {
 			script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))
-			cmd := testruby.Start(t, r, script)
+			cmd := testruby.Start(t, r, append(rubyoracle.Args(t, r.Exe), script)...)
 			out := filepath.Join(t.TempDir(), "rubyperf.data")
 			d := 1500 * time.Millisecond
 			if sc == "threads" {

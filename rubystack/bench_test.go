@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 )
 
@@ -57,7 +58,7 @@ func BenchmarkSnapshotDeep(b *testing.B) {
 		b.Run(flavor, func(b *testing.B) {
 			r := testruby.Get(b, flavor)
 			script, _ := filepath.Abs("../testdata/ruby/deep.rb")
-			cmd := testruby.Start(b, r, script)
+			cmd := testruby.Start(b, r, append(rubyoracle.Args(b, r.Exe), script)...)
 			rd := liveReader(b, cmd.Process.Pid)
 			stacks, err := rd.Snapshot() // warm the caches
 			if err != nil {
