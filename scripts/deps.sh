@@ -10,6 +10,7 @@ pkgs=(
   autoconf bison pkg-config libffi-dev libssl-dev libyaml-dev zlib1g-dev libgmp-dev  # Ruby build deps (Fiddle needs libffi)
   binutils xz-utils
   linux-perf         # stock perf: the oracle for perf.data and native unwinding
+  libc6-dbg          # libc's debug file: native frames in libc are named from it (the goldens show them)
   clang-14 llvm libbpf-dev  # compile bpf/ruby.bpf.c (make generate; make test checks it is fresh)
   debuginfod iproute2  # elfutils' debuginfod server, run by the debuginfo tests in a network namespace
 )
