@@ -5,12 +5,12 @@
 # committed replay fixtures under rubystack/testdata/replay come from these builds.
 #
 #   scripts/mirror-rubies.sh /path/to/ruby.git            # every mirror flavor below
-#   scripts/mirror-rubies.sh /path/to/ruby.git 4.0        # only source-4.0-shared
+#   scripts/mirror-rubies.sh /path/to/ruby.git 4.0        # only mirror-4.0-shared
 #
-#   ruby/source-3.2-shared   v3_2_11, --enable-shared (libruby.so.3.2.11 with DWARF)
-#   ruby/source-3.4-shared   v3_4_9,  --enable-shared (libruby.so.3.4.9 with DWARF)
-#   ruby/source-4.0-shared   v4.0.5,  --enable-shared (libruby.so.4.0.5 with DWARF)
-#   ruby/source-X-shared-stripped   strip --strip-all of that libruby, run in its place
+#   ruby/mirror-3.2-shared   v3_2_11, --enable-shared (libruby.so.3.2.11 with DWARF)
+#   ruby/mirror-3.4-shared   v3_4_9,  --enable-shared (libruby.so.3.4.9 with DWARF)
+#   ruby/mirror-4.0-shared   v4.0.5,  --enable-shared (libruby.so.4.0.5 with DWARF)
+#   ruby/mirror-X-shared-stripped   strip --strip-all of that libruby, run in its place
 #
 # Each finished flavor has a "manifest" (key=value lines: version, exe, vm, dwarf, symtab, kind, local=1
 # meaning built from a mirror and absent in CI) and "ok", written last. Bundled gems (Fiddle from 4.0 on)
@@ -113,10 +113,10 @@ MANIFEST
 want=("$@"); [ ${#want[@]} -gt 0 ] || want=(3.2 3.4 4.0)
 for w in "${want[@]}"; do
   case $w in
-    3.2) build_mirror_flavor source-3.2-shared v3_2_11 3.2.11 libruby.so.3.2.11 ;;
-    3.4) build_mirror_flavor source-3.4-shared v3_4_9 3.4.9 libruby.so.3.4.9 ;;
-    4.0) build_mirror_flavor source-4.0-shared v4.0.5 4.0.5 libruby.so.4.0.5 ;;
+    3.2) build_mirror_flavor mirror-3.2-shared v3_2_11 3.2.11 libruby.so.3.2.11 ;;
+    3.4) build_mirror_flavor mirror-3.4-shared v3_4_9 3.4.9 libruby.so.3.4.9 ;;
+    4.0) build_mirror_flavor mirror-4.0-shared v4.0.5 4.0.5 libruby.so.4.0.5 ;;
     *) log "unknown flavor $w (3.2, 3.4 or 4.0)"; exit 2 ;;
   esac
-  stripped "source-$w-shared"
+  stripped "mirror-$w-shared"
 done

@@ -267,7 +267,9 @@ rm -rf "$srcdir"
 
 # Flavors built by hand from Ruby's repository (local=1) join the matrix when present.
 for m in "$root"/*/manifest; do
-  grep -qx 'local=1' "$m" 2>/dev/null && [ -f "$(dirname "$m")/ok" ] && matrix+=("$(basename "$(dirname "$m")")")
+  d=$(dirname "$m")
+  [ -L "$d" ] && continue # another name for a flavor listed under its own
+  grep -qx 'local=1' "$m" 2>/dev/null && [ -f "$d/ok" ] && matrix+=("$(basename "$d")")
 done
 printf '%s\n' "${matrix[@]}" >"$root/matrix.new" && mv "$root/matrix.new" "$root/matrix"
 log "ready in $root: ${matrix[*]}"
