@@ -35,7 +35,7 @@ echo
 start_ruby() {
   local flavor=$1; shift
   local ready; ready=$(mktemp)
-  "$root/$flavor/ruby" "$@" > "$ready" &
+  "$(field "$flavor" exe)" "$@" > "$ready" &
   pid=$!
   pids="${pids:-} $pid"
   for _ in $(seq 100); do grep -q ready "$ready" 2>/dev/null && break; sleep 0.1; done
@@ -60,7 +60,7 @@ done
 
 echo
 echo "== rubyperf record: 5 s of the bundled workload on Debian's ruby3.1 ($debian31), at 99 Hz =="
-"$bin" record -F 99 -d 5 -o "$out/rubyperf.data" -- "$root/$debian31/ruby" testdata/ruby/workload.rb 30 >/dev/null
+"$bin" record -F 99 -d 5 -o "$out/rubyperf.data" -- "$(field "$debian31" exe)" testdata/ruby/workload.rb 30 >/dev/null
 echo
 echo "-- stock perf script reads it (first sample):"
 perf script -i "$out/rubyperf.data" -F comm,pid,tid,event,ip,sym,dso 2>/dev/null | awk 'NR>1 && /ruby-cpu:/{exit} {print}' || true
