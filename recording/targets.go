@@ -90,7 +90,9 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (
 			return t, nil
 		}
 		starting := strings.Contains(err.Error(), "not a Ruby process") || errors.Is(err, rubystack.ErrTLSNotReady) ||
-			errors.Is(err, rubystack.ErrVMNotReady)
+			errors.Is(err, rubystack.ErrVMNotReady) ||
+			// A process still exec'ing can drop a mapping between reading its maps and opening it.
+			(strings.Contains(err.Error(), "/map_files/") && strings.Contains(err.Error(), "no such file"))
 		if !starting || !alive(pid) {
 			return nil, err
 		}
