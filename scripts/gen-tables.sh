@@ -15,7 +15,8 @@
 #
 # Sources: the tags of a CRuby mirror (RUBY_MIRROR, a bare git directory), 4.0
 # releases by the subject of their release commit, and Debian source packages for
-# the versions Debian serves that the mirror lacks. Every tree is configured with
+# the versions the mirror lacks, found in the archive's source indexes that day
+# (scripts/debian-archive.sh; nothing here names a Debian package version). Every tree is configured with
 # the same flags ($configure_flags, recorded in each table): Debian's choice of no
 # YJIT (rustc on the generating machine must not decide a layout), no docs.
 #
@@ -29,7 +30,7 @@ set -euo pipefail
 : "${RUBYPERF_CACHE:=$HOME/.cache/rubyperf}"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
-mirror=${RUBY_MIRROR:-/work/.mirror/Shopify+ruby/repo}
+mirror=${RUBY_MIRROR:-} # a bare git copy of Ruby's repository; without it only Debian's sources are used
 baseruby=${BASERUBY:-/usr/bin/ruby3.1}
 trees=$RUBYPERF_CACHE/tables
 bin=$repo/bin/rubyperf
@@ -37,38 +38,59 @@ probe=$here/layout-probe.c
 configure_flags="--disable-install-doc --disable-yjit"
 arch=x86_64
 
-# Most valuable first: the versions Debian serves, the newest patch of each line,
-# then the rest (those that can reuse a configured tree's results first).
-versions_debian="3.1.2 3.1.7 3.3.8 3.3.14 3.4.11"
+# Ruby's own releases, most valuable first: those Debian shipped, the newest patch of
+# each line, then the rest (those that can reuse a configured tree's results first).
+# Debian's newer uploads are added by debian_listed when preparing.
+versions_debian="3.1.2 3.1.7 3.3.8"
 versions_newest="3.2.11 3.3.11 3.4.9 4.0.5"
 versions_rest="3.1.0 3.1.1 3.1.5 3.1.6 3.2.9 3.2.10 3.3.5 3.3.6 3.3.7 3.4.8 4.0.4
   4.0.0 4.0.1 4.0.2 4.0.3 3.3.9 3.3.10 3.4.5 3.4.6 3.4.7 3.4.2 3.4.3 3.4.4 3.4.0 3.4.1
   3.2.6 3.2.7 3.2.8 3.2.0 3.2.1 3.2.2 3.2.3 3.2.4 3.2.5 3.3.0 3.3.1 3.3.2 3.3.3 3.3.4
   3.1.3 3.1.4"
-all_versions() { echo $versions_debian $versions_newest $versions_rest; }
-
-# Debian source packages for the versions the mirror lacks.
-debian_package() {
-  case $1 in
-    3.3.14) echo ruby3.3=3.3.14-0+deb13u1 ;;
-    3.4.11) echo ruby3.4=3.4.11-1~exp1 ;;
-  esac
+# all_versions: the releases above and every version whose tree was prepared.
+all_versions() {
+  { echo $versions_debian $versions_newest $versions_rest | tr ' ' '\n'
+    ls "$trees" 2>/dev/null | grep -E '^[0-9]+\.[0-9]+\.[0-9]+$' || true; } | awk 'NF && !seen[$0]++' | tr '\n' ' '
 }
+
+debian_ready=
+debian_init() {
+  [ -n "$debian_ready" ] && return 0
+  # shellcheck source=debian-archive.sh
+  source "$here/debian-archive.sh"
+  debian_archive_init && debian_ready=1
+}
+
+# debian_sources MINOR: "UPSTREAM PKG=VERSION" for each ruby$MINOR source the archive lists.
+debian_sources() {
+  debian_init || return 0
+  debian_cache showsrc "ruby$1" 2>/dev/null | awk -v p="ruby$1" '/^Version:/ {
+      u = $2; sub(/^[0-9]+:/, "", u); sub(/-[^-]*$/, "", u); print u, p "=" $2 }' | sort -u
+}
+
+# debian_listed: the upstream versions Debian lists sources for.
+debian_listed() { for m in 3.1 3.2 3.3 3.4 4.0; do debian_sources "$m"; done | awk '{print $1}' | sort -uV; }
+
+# debian_package VERSION: the newest Debian source package of that upstream version.
+debian_package() { debian_sources "${1%.*}" | awk -v v="$1" '$1 == v {print $2}' | sort -V | tail -1; }
 
 log() { echo "gen-tables: $*" >&2; }
 
 # origin VERSION: "git COMMIT" or "debian PKG=VER", or nothing.
 origin() {
-  local v=$1 pkg rev
-  pkg=$(debian_package "$v")
-  if [ -n "$pkg" ]; then echo "debian $pkg"; return; fi
-  if [ "${v%%.*}" -ge 4 ]; then
+  local v=$1 pkg rev=
+  if [ -z "$mirror" ]; then
+    :
+  elif [ "${v%%.*}" -ge 4 ]; then
     # 4.x releases are found by the subject of their release commit ("v4.0.5").
     rev=$(git --git-dir="$mirror" log --all -E --grep="^v${v//./\\.}\$" --format=%H -1 2>/dev/null || true)
   else
     rev=$(git --git-dir="$mirror" rev-parse -q --verify "v${v//./_}^{commit}" 2>/dev/null || true)
   fi
-  [ -n "$rev" ] && echo "git $rev"
+  if [ -n "$rev" ]; then echo "git $rev"; return; fi
+  pkg=$(debian_package "$v")
+  [ -n "$pkg" ] && echo "debian $pkg"
+  return 0
 }
 
 # fetch VERSION DIR: unpack the source into DIR/src, with a configure script.
@@ -82,9 +104,7 @@ fetch() {
       (cd "$dir/src" && ./autogen.sh >"$dir/autogen.log" 2>&1) ||
         { tail -5 "$dir/autogen.log" >&2; return 1; } ;;
     debian\ *)
-      # shellcheck source=debian-archive.sh
-      source "$here/debian-archive.sh"
-      debian_archive_init
+      debian_init
       debian_fetch_source "${o#debian }" "$dir/deb" || return 1
       mv "$dir/deb/src" "$dir/src"; rm -rf "$dir/deb"
       # Debian's patches touch configure.ac: regenerate configure so it matches.
@@ -209,8 +229,10 @@ tables() {
 }
 
 case ${1:-} in
-  prepare) shift; if [ $# -eq 0 ]; then set -- $(all_versions); fi; prepare "$@" ;;
+  prepare) shift; if [ $# -eq 0 ]; then set -- $(all_versions) $(debian_listed); fi
+    prepare $(echo "$@" | tr ' ' '\n' | awk 'NF && !seen[$0]++') ;;
   tables) tables ;;
-  list) for v in $(all_versions); do echo "$v $(origin "$v")"; done ;;
+  list) for v in $(echo $(all_versions) $(debian_listed) | tr ' ' '\n' | awk 'NF && !seen[$0]++'); do
+      echo "$v $(origin "$v")"; done ;;
   *) sed -n '2,/^set -e/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
