@@ -32,29 +32,39 @@ func recordWorkload(t *testing.T, ruby string, d time.Duration) string {
 }
 
 // perfUserFrames runs stock perf script (DWARF unwinding of the same stack
-// copies) and returns each sample's user frames as "dso+relative address".
-func perfUserFrames(t *testing.T, file string) [][]string {
+// copies) and returns each sample's user frames as "dso+relative address",
+// keyed by sampleKey. perf script prints samples in time order, which is not
+// the file's order when several CPUs' buffers interleave, so samples are
+// matched by thread and time, never by position.
+func perfUserFrames(t *testing.T, file string) map[string][]string {
 	t.Helper()
-	out, err := exec.Command("perf", "script", "-F", "ip,dso", "-i", file).Output()
+	out, err := exec.Command("perf", "script", "--ns", "-F", "tid,time,ip,dso", "-i", file).Output()
 	if err != nil {
 		t.Fatalf("perf script: %v", err)
 	}
-	var all [][]string
+	all := map[string][]string{}
+	key := ""
 	var cur []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+		line := sc.Text()
+		f := strings.Fields(line)
 		if len(f) == 0 {
-			if cur != nil {
-				all = append(all, cur)
+			continue
+		}
+		if !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, " \t") && strings.HasSuffix(f[len(f)-1], ":") && len(f) == 2 {
+			// a sample's header: "tid sec.nsec:"
+			if key != "" {
+				all[key] = cur
 			}
-			cur = nil
+			tid, _ := strconv.Atoi(f[0])
+			sec, nsec, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), ".")
+			s, _ := strconv.ParseUint(sec, 10, 64)
+			ns, _ := strconv.ParseUint(nsec, 10, 64)
+			key, cur = sampleKey(tid, s*1e9+ns), []string{}
 			continue
 		}
 		if len(f) < 2 || strings.HasPrefix(f[0], "ffffffff") {
-			if cur == nil {
-				cur = []string{} // a sample with kernel frames only so far
-			}
 			continue // kernel frames and perf's end marker
 		}
 		addr, err := strconv.ParseUint(f[0], 16, 64)
@@ -63,11 +73,13 @@ func perfUserFrames(t *testing.T, file string) [][]string {
 		}
 		cur = append(cur, fmt.Sprintf("%#x", addr)) // the object may print as "(inlined)": compare addresses
 	}
-	if cur != nil {
-		all = append(all, cur)
+	if key != "" {
+		all[key] = cur
 	}
 	return all
 }
+
+func sampleKey(tid int, ns uint64) string { return fmt.Sprintf("%d/%d", tid, ns) }
 
 // TestNativeFramesMatchPerf: for at least 99% of the workload's samples on
 // Debian's ruby3.1, the native frames rubyperf unwinds are the ones stock
@@ -75,45 +87,60 @@ func perfUserFrames(t *testing.T, file string) [][]string {
 // rubyperf may go on: those frames are counted, not held against it.
 func TestNativeFramesMatchPerf(t *testing.T) {
 	file := recordWorkload(t, "debian-3.1", 3*time.Second)
-	var ours [][]string
+	ours := map[string][]string{}
 	_, err := ReadStacks(file, ReadOptions{NativeOnly: true}, func(s merge.Stack) error {
-		var fs []string
+		fs := []string{}
 		for _, f := range s.Frames {
 			if f.Kind == merge.KindNative {
 				fs = append(fs, fmt.Sprintf("%#x", f.Addr-f.MapStart+f.MapOffset))
 			}
 		}
-		ours = append(ours, fs)
+		ours[sampleKey(s.TID, s.Time)] = fs
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	theirs := perfUserFrames(t, file)
-	if len(ours) != len(theirs) || len(ours) < 200 {
-		t.Fatalf("%d samples read, perf script shows %d", len(ours), len(theirs))
+	if len(theirs) < 200 {
+		t.Fatalf("perf script shows only %d samples", len(theirs))
 	}
-	same, deeper, shown := 0, 0, 0
-	for i := range ours {
+	same, deeper, shown, missing := 0, 0, 0, 0
+	for k, th := range theirs {
+		o, ok := ours[k]
+		if !ok {
+			missing++
+			if shown < 3 {
+				shown++
+				t.Logf("sample %s: perf script shows it, rubyperf does not", k)
+			}
+			continue
+		}
 		// perf lists the user leaf twice when the sample interrupted a
 		// system call (once from the user registers, once unwound).
-		if th := theirs[i]; len(th) > 1 && th[0] == th[1] && (len(ours[i]) < 2 || ours[i][0] != ours[i][1]) {
-			theirs[i] = th[1:]
+		if len(th) > 1 && th[0] == th[1] && (len(o) < 2 || o[0] != o[1]) {
+			th = th[1:]
 		}
-		a, b := strings.Join(ours[i], "\n"), strings.Join(theirs[i], "\n")
-		if a == b || strings.HasPrefix(a, b+"\n") && len(theirs[i]) > 0 {
+		a, b := strings.Join(o, "\n"), strings.Join(th, "\n")
+		if a == b || strings.HasPrefix(a, b+"\n") && len(th) > 0 {
 			same++
 			if a != b {
 				deeper++
 			}
 		} else if shown < 3 {
 			shown++
-			t.Logf("sample %d differs:\nrubyperf:\n%s\nperf:\n%s", i, a, b)
+			t.Logf("sample %s differs:\nrubyperf:\n%s\nperf:\n%s", k, a, b)
 		}
 	}
-	frac := float64(same) / float64(len(ours))
+	if missing > 0 {
+		t.Errorf("%d of perf script's %d samples are missing from rubyperf's reading", missing, len(theirs))
+	}
+	if extra := len(ours) - (len(theirs) - missing); extra > len(theirs)/100 {
+		t.Errorf("rubyperf reads %d samples perf script does not show", extra)
+	}
+	frac := float64(same) / float64(len(theirs))
 	t.Logf("%d of %d samples (%.2f%%) have the native frames perf script shows (%d go deeper than perf)",
-		same, len(ours), 100*frac, deeper)
+		same, len(theirs), 100*frac, deeper)
 	if frac < 0.99 {
 		t.Errorf("only %.2f%% of samples agree with perf", 100*frac)
 	}
