@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -89,10 +90,10 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (
 		if err == nil {
 			return t, nil
 		}
-		starting := strings.Contains(err.Error(), "not a Ruby process") || errors.Is(err, rubystack.ErrTLSNotReady) ||
-			errors.Is(err, rubystack.ErrVMNotReady) ||
-			// A process still exec'ing can drop a mapping between reading its maps and opening it.
-			(strings.Contains(err.Error(), "/map_files/") && strings.Contains(err.Error(), "no such file"))
+		// Still starting: Ruby not mapped yet, its TLS or VM not set up yet, or
+		// a mapping dropped by exec between reading the maps and opening it.
+		starting := errors.Is(err, rubystack.ErrNotRuby) || errors.Is(err, rubystack.ErrTLSNotReady) ||
+			errors.Is(err, rubystack.ErrVMNotReady) || goneFromProc(err)
 		if !starting || !alive(pid) {
 			return nil, err
 		}
@@ -103,6 +104,13 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (
 		case <-tick.C:
 		}
 	}
+}
+
+// goneFromProc: a file under /proc vanished (a mapping dropped by exec),
+// not a file the user named.
+func goneFromProc(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && errors.Is(pe.Err, fs.ErrNotExist) && strings.HasPrefix(pe.Path, "/proc/")
 }
 
 func alive(pid int) bool {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/rubyperf/rubyperf/debuginfo"
 )
@@ -20,6 +21,17 @@ type Binary struct {
 	debug  *elfFile // separate debug file, or nil
 	syms   map[string]symbol
 	relocs []relocation
+
+	// Layout and Anchors are worked out once: DWARF parsing and the
+	// disassembly fallbacks cost milliseconds, and attaching asks for both
+	// several times.
+	mu           sync.Mutex
+	layout       *Layout
+	layoutErr    error
+	layoutDone   bool
+	anchors      Anchors
+	anchorsFor   *Layout
+	anchorsValid bool
 }
 
 // OpenOptions tune how a Binary's debug information is found.
@@ -114,9 +126,17 @@ func (e *UnsupportedError) Error() string {
 		return fmt.Sprintf("Ruby %s (%s, %s): its VM is not one rubyperf knows: %v; "+
 			"a newer rubyperf may support it", e.Version, e.Arch, e.Path, e.Cause)
 	}
-	return fmt.Sprintf("Ruby %s (%s, %s): no layout for this build: %v, and no built-in table for Ruby %d.%d/%s; "+
-		"install its debug symbols (e.g. the -dbgsym package), pass --debug-file, or set DEBUGINFOD_URLS",
-		e.Version, e.Arch, e.Path, e.Cause, e.Version.Major, e.Version.Minor, e.Arch)
+	return fmt.Sprintf("Ruby %s (%s, %s): no layout for this build: %v, and no built-in table for Ruby %d.%d/%s; %s",
+		e.Version, e.Arch, e.Path, e.Cause, e.Version.Major, e.Version.Minor, e.Arch, fixAdvice)
+}
+
+// fixAdvice is what a user can do about a build rubyperf cannot read.
+const fixAdvice = "install its debug symbols (e.g. the -dbgsym package), pass --debug-file, or set DEBUGINFOD_URLS"
+
+// Refuse words err as a refusal of this build, in the one shape every
+// refusal has: "Ruby V (arch, path): what is wrong; what to do".
+func (b *Binary) Refuse(err error) error {
+	return fmt.Errorf("Ruby %s (%s, %s): %w; %s", b.Version, b.Arch, b.Path, err, fixAdvice)
 }
 
 // ErrUnsupported is matched by errors.Is for an *UnsupportedError.
@@ -131,6 +151,16 @@ func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupport
 // move members): it must pass Reader.CheckLayout against the live process
 // before use (NewReader does that); Layout.FromDWARF says which it is.
 func (b *Binary) Layout() (*Layout, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.layoutDone {
+		b.layout, b.layoutErr = b.findLayout()
+		b.layoutDone = true
+	}
+	return b.layout, b.layoutErr
+}
+
+func (b *Binary) findLayout() (*Layout, error) {
 	l, dwarfErr := b.LayoutFromDWARF()
 	if dwarfErr == nil {
 		return l, nil
@@ -233,4 +263,11 @@ func (b *Binary) dwarfStructs() (Structs, map[string]int64, string, error) {
 
 // Anchors finds the symbols the profiler needs. The layout is used by the
 // disassembly fallbacks (it says how far apart the fields they look for are).
-func (b *Binary) Anchors(l *Layout) Anchors { return b.findAnchors(l) }
+func (b *Binary) Anchors(l *Layout) Anchors {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.anchorsValid || b.anchorsFor != l {
+		b.anchors, b.anchorsFor, b.anchorsValid = b.findAnchors(l), l, true
+	}
+	return b.anchors
+}

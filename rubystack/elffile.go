@@ -262,6 +262,18 @@ func (e *elfFile) firstLoadVaddr() uint64 {
 	return 0
 }
 
+// loadEnd is the end of the image's highest PT_LOAD segment in memory,
+// zero-filled data (.bss) included.
+func (e *elfFile) loadEnd() uint64 {
+	var end uint64
+	for _, p := range e.f.Progs {
+		if p.Type == elf.PT_LOAD && p.Vaddr+p.Memsz > end && p.Vaddr+p.Memsz >= p.Vaddr {
+			end = p.Vaddr + p.Memsz
+		}
+	}
+	return end
+}
+
 // sectionAt names the section holding virtual address addr, or "".
 func (e *elfFile) sectionAt(addr uint64) string {
 	for _, s := range e.f.Sections {

@@ -129,7 +129,7 @@ func OpenProcess(pid int, opts OpenOptions) (*Process, error) {
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
 		add(strings.TrimSuffix(exe, " (deleted)"))
 	}
-	var tried []string
+	var tried errorList
 	for _, path := range cands {
 		first, ok := firstMapping(maps, path)
 		if !ok {
@@ -142,17 +142,64 @@ func OpenProcess(pid int, opts OpenOptions) (*Process, error) {
 			if errors.Is(err, errNotRuby) {
 				continue
 			}
-			tried = append(tried, err.Error())
+			tried = append(tried, err)
 			continue
 		}
 		return &Process{PID: pid, Binary: b, MappedPath: path, Maps: maps,
 			Bias: first.Start - first.Offset - b.elf.firstLoadVaddr()}, nil
 	}
 	if len(tried) > 0 {
-		return nil, fmt.Errorf("pid %d: %s", pid, strings.Join(tried, "; "))
+		return nil, fmt.Errorf("pid %d: %w", pid, tried)
 	}
-	return nil, fmt.Errorf("pid %d: not a Ruby process (no libruby or Ruby executable is mapped); check the pid", pid)
+	return nil, fmt.Errorf("pid %d: %w (no libruby or Ruby executable is mapped); check the pid", pid, ErrNotRuby)
 }
+
+// loaded returns ErrVMNotReady while addr, an address inside the binary's
+// image, is not mapped yet: the loader maps a shared libruby's segments one
+// after another, its zero-filled data (where ruby_current_vm_ptr lives)
+// last, so a process that was just started can show libruby without it.
+// An address outside the image is left for CheckLayout to refuse.
+func (p *Process) loaded(addr uint64) error {
+	covered := func(maps []Mapping) bool {
+		for _, m := range maps {
+			if addr >= m.Start && addr+8 <= m.End {
+				return true
+			}
+		}
+		return false
+	}
+	if addr == 0 || covered(p.Maps) {
+		return nil
+	}
+	if maps, err := ReadMaps(p.PID); err == nil {
+		if covered(maps) {
+			p.Maps = maps
+			return nil
+		}
+	}
+	lo := p.Bias + p.Binary.elf.firstLoadVaddr()
+	if addr >= lo && addr-p.Bias < p.Binary.elf.loadEnd() {
+		return fmt.Errorf("%w: pid %d: %#x in %s is not mapped yet", ErrVMNotReady, p.PID, addr, p.MappedPath)
+	}
+	return nil
+}
+
+// ErrNotRuby says a process maps no Ruby (yet: a process that was just
+// started maps libruby a moment after exec).
+var ErrNotRuby = errors.New("not a Ruby process")
+
+// errorList is several errors in one line, each still matched by errors.Is.
+type errorList []error
+
+func (l errorList) Error() string {
+	s := make([]string, len(l))
+	for i, e := range l {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (l errorList) Unwrap() []error { return l }
 
 // Close releases the binary.
 func (p *Process) Close() error { return p.Binary.Close() }

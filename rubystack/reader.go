@@ -54,9 +54,7 @@ func NewReaderFor(p *Process, mem Memory, use Use) (*Reader, error) {
 	}
 	a := p.Binary.Anchors(l)
 	if err := a.Usable(use); err != nil {
-		b := p.Binary
-		return nil, fmt.Errorf("Ruby %s (%s, %s): %w; install its debug symbols (e.g. the -dbgsym package), "+
-			"pass --debug-file, or set DEBUGINFOD_URLS", b.Version, b.Arch, b.Path, err)
+		return nil, p.Binary.Refuse(err)
 	}
 	at := func(x Anchor) uint64 {
 		if x.Found {
@@ -71,6 +69,9 @@ func NewReaderFor(p *Process, mem Memory, use Use) (*Reader, error) {
 			shapes, shapesStruct = p.Bias+sym.Value, true
 		}
 	}
+	if err := p.loaded(at(a.VMPtr)); err != nil {
+		return nil, err
+	}
 	r := newReader(p.PID, mem, l, at(a.GlobalSymbols), at(a.VMPtr), shapes)
 	r.shapesStruct = shapesStruct
 	if !l.FromDWARF() {
@@ -78,10 +79,7 @@ func NewReaderFor(p *Process, mem Memory, use Use) (*Reader, error) {
 			if errors.Is(err, ErrVMNotReady) {
 				return nil, err
 			}
-			b := p.Binary
-			return nil, fmt.Errorf("Ruby %s (%s, %s): %w; reading it would give wrong stacks: "+
-				"install its debug symbols (e.g. the -dbgsym package), pass --debug-file, or set DEBUGINFOD_URLS",
-				b.Version, b.Arch, b.Path, err)
+			return nil, p.Binary.Refuse(err)
 		}
 	}
 	return r, nil

@@ -31,7 +31,7 @@ type LayoutMismatchError struct {
 }
 
 func (e *LayoutMismatchError) Error() string {
-	return fmt.Sprintf("layout %s does not fit this process (%s)", e.Source, e.Reason)
+	return fmt.Sprintf("layout %s does not fit this process (%s); reading it would give wrong stacks", e.Source, e.Reason)
 }
 
 // ErrLayoutMismatch is matched by errors.Is for a *LayoutMismatchError.

@@ -101,8 +101,7 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 	// build can be profiled at all.
 	a := bin.Anchors(layout)
 	if err := a.Usable(rubystack.UseSnapshot | rubystack.UseRecord); err != nil {
-		return fmt.Errorf("Ruby %s (%s, %s): %w; install its debug symbols (e.g. the -dbgsym package), "+
-			"pass --debug-file, or set DEBUGINFOD_URLS", bin.Version, bin.Arch, bin.Path, err)
+		return bin.Refuse(err)
 	}
 	return nil
 }

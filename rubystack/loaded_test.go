@@ -1,0 +1,39 @@
+package rubystack
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+)
+
+// TestLoadedWhileLoaderWorks: an address inside libruby's image that no
+// mapping covers yet (the loader maps the zero-filled data last) means the
+// VM is not ready; an address outside the image is left for the layout
+// check to refuse; a covered address is fine.
+func TestLoadedWhileLoaderWorks(t *testing.T) {
+	b, err := OpenBinary(testruby.Get(t, "source-3.1-shared").VM, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const bias = 0x7f0000000000
+	end := b.elf.loadEnd()
+	if end == 0 {
+		t.Fatal("no PT_LOAD end")
+	}
+	bss := bias + end - 16
+	// pid 0 has no /proc maps, so only the snapshot below counts.
+	p := &Process{PID: 0, Binary: b, Bias: bias,
+		Maps: []Mapping{{Start: bias, End: bias + 0x1000, Path: "libruby.so"}}}
+	if err := p.loaded(bss); !errors.Is(err, ErrVMNotReady) {
+		t.Errorf("unmapped address inside the image: %v, want ErrVMNotReady", err)
+	}
+	if err := p.loaded(bias + end + 0x100000); err != nil {
+		t.Errorf("address outside the image: %v, want nil (CheckLayout refuses it)", err)
+	}
+	p.Maps = append(p.Maps, Mapping{Start: bias + end - 0x1000, End: bias + end})
+	if err := p.loaded(bss); err != nil {
+		t.Errorf("mapped address: %v", err)
+	}
+}
