@@ -31,16 +31,16 @@ generate: deps
 	cd bpf && $(GO) generate ./...
 
 check-generated: generate
-	@git diff --quiet --exit-code -- bpf/ || { git --no-pager diff --stat -- bpf/; \
+	@git diff --quiet --exit-code -- 'bpf/*_bpfel.go' 'bpf/*_bpfel.o' || { git --no-pager diff --stat -- 'bpf/*_bpfel.*'; \
 	  echo "bpf/ generated files are stale: run 'make generate' and commit them"; exit 1; }
 
 # Every byte parser is fuzzed briefly on each test run; longer with FUZZTIME=10m.
 fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzOpenBinary$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzOpenBinary$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubybuild
 	$(GO) test -run='^$$' -fuzz='^FuzzParseMaps$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
-	$(GO) test -run='^$$' -fuzz='^FuzzParseVersion$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzParseVersion$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubybuild
 	$(GO) test -run='^$$' -fuzz='^FuzzReplay$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
-	$(GO) test -run='^$$' -fuzz='^FuzzDisassemblyFinders$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
+	$(GO) test -run='^$$' -fuzz='^FuzzDisassemblyFinders$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubybuild
 	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./perfdata
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./perfmap
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodePayload$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./bpf
@@ -50,14 +50,14 @@ fuzz:
 demo: rubies build
 	@bash scripts/demo.sh
 
-# Regenerate the built-in layout tables (rubystack/table_*.go) from the configured Ruby
+# Regenerate the built-in layout tables (rubybuild/table_*.go) from the configured Ruby
 # source trees in $(RUBYPERF_CACHE)/tables, in seconds; versions without a tree are
 # noted and left out. `scripts/gen-tables.sh prepare [VERSION..]` makes the trees, once.
 tables: build
 	@bash scripts/gen-tables.sh tables
 
 bench: rubies
-	$(GO) test -run='^$$' -bench=. -benchmem ./rubystack
+	$(GO) test -run='^$$' -bench=. -benchmem ./rubybuild ./rubystack
 
 clean:
 	rm -rf bin demo-out

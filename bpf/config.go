@@ -3,16 +3,16 @@ package bpf
 import (
 	"fmt"
 
-	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // ProcessConfig is what the BPF walker needs to know about one Ruby process,
-// converted from its rubystack.Layout: the C struct proc_config.
+// converted from its rubybuild.Layout: the C struct proc_config.
 type ProcessConfig = rubyProcConfig
 
 // ConfigFor converts a Layout and the thread-pointer offset of
 // ruby_current_ec into the program's per-process configuration.
-func ConfigFor(l *rubystack.Layout, ecTPOffset int64) (ProcessConfig, error) {
+func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	c := l.Constants
 	cfg := ProcessConfig{
 		EcTpOffset:    ecTPOffset,

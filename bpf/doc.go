@@ -2,6 +2,6 @@
 // the bpf2go output committed beside it), perf_event setup per CPU, and
 // reading the records it writes.
 //
-// It takes a rubystack.Layout and converts it to the program's configuration;
+// It takes a rubybuild.Layout and converts it to the program's configuration;
 // it must not know about output formats or perf.data encoding.
 package bpf

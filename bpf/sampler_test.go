@@ -12,6 +12,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -26,7 +27,7 @@ func prepare(t *testing.T, pid int) target { return prepareTB(t, pid) }
 
 func prepareTB(t testing.TB, pid int) target {
 	t.Helper()
-	p, err := rubystack.OpenProcess(pid, rubystack.OpenOptions{})
+	p, err := rubystack.OpenProcess(pid, rubybuild.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -144,7 +145,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		// main thread with ptrace, and as its parent a concurrent wait
 		// would take that stop for itself.
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		t, err := AttachWhenReady(actx, cmd.Process.Pid, rubystack.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
+		t, err := AttachWhenReady(actx, cmd.Process.Pid, rubybuild.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
 		cancel()
 		go func() { cmdDone <- cmd.Wait() }()
 		if err != nil {
@@ -161,7 +162,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, err
 		}
 		for _, pid := range pids {
-			t, err := Attach(pid, rubystack.OpenOptions{Debuginfo: s.opts.Debuginfo})
+			t, err := Attach(pid, rubybuild.OpenOptions{Debuginfo: s.opts.Debuginfo})
 			if err != nil {
 				s.skipped(pid, err)
 				continue
@@ -172,7 +173,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		}
 	default:
 		for _, pid := range opts.PIDs {
-			t, err := Attach(pid, rubystack.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
+			t, err := Attach(pid, rubybuild.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
 			if err != nil {
 				return nil, err
 			}
@@ -470,13 +471,13 @@ func (s *session) discover(ctx context.Context) {
 			if known || !looksLikeRuby(pid) {
 				continue
 			}
-			t, err := Attach(pid, rubystack.OpenOptions{Debuginfo: s.opts.Debuginfo})
+			t, err := Attach(pid, rubybuild.OpenOptions{Debuginfo: s.opts.Debuginfo})
 			if err != nil {
 				s.mu.Lock()
 				_, retry := s.pending[pid]
 				s.mu.Unlock()
 				// A process that just exec'd may not have mapped its Ruby yet.
-				if !retry || errors.Is(err, rubystack.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch) {
+				if !retry || errors.Is(err, rubybuild.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch) {
 					s.skipped(pid, err)
 				}
 				continue

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -100,7 +101,7 @@ func (s *session) noteBuildID(pid int, m rubystack.Mapping) {
 		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End),
 		filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.Path),
 	} {
-		if id, err := rubystack.BuildID(p); err == nil && id != "" {
+		if id, err := rubybuild.BuildID(p); err == nil && id != "" {
 			b, _ := hex.DecodeString(id)
 			s.buildIDs[m.Path] = b
 			return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -33,7 +34,7 @@ type Target struct {
 // Attach prepares pid for sampling: its Ruby binary and Layout, and the
 // thread-pointer offset of ruby_current_ec, read once from the main thread
 // (it is the same in every thread of a process).
-func Attach(pid int, opts rubystack.OpenOptions) (*Target, error) {
+func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) {
 	p, err := rubystack.OpenProcess(pid, opts)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func Attach(pid int, opts rubystack.OpenOptions) (*Target, error) {
 			t.Close()
 		}
 	}()
-	if t.Reader, err = rubystack.NewReaderFor(p, t.mem, rubystack.UseRecord); err != nil {
+	if t.Reader, err = rubystack.NewReaderFor(p, t.mem, rubybuild.UseRecord); err != nil {
 		return nil, pidErr(err)
 	}
 	ec := p.Binary.Anchors(t.Reader.Layout).CurrentEC
@@ -81,7 +82,7 @@ func (t *Target) Close() {
 
 // AttachWhenReady attaches to a process that was just started, waiting
 // until it has mapped its Ruby (a shared libruby is loaded after exec).
-func AttachWhenReady(ctx context.Context, pid int, opts rubystack.OpenOptions) (*Target, error) {
+func AttachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions) (*Target, error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	var last error

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
-	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // TestAttachWhenReadyRace attaches to Rubies the instant they start, when
@@ -22,7 +22,7 @@ func TestAttachWhenReadyRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		tg, err := AttachWhenReady(ctx, cmd.Process.Pid, rubystack.OpenOptions{})
+		tg, err := AttachWhenReady(ctx, cmd.Process.Pid, rubybuild.OpenOptions{})
 		cancel()
 		if err == nil {
 			tg.Close()

@@ -2,6 +2,7 @@ package rubystack
 
 import (
 	"encoding/binary"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"regexp"
 	"strconv"
 	"testing"
@@ -12,17 +13,13 @@ import (
 // TestAnchorsLiveDebian checks the anchors the disassembly finds in Debian's
 // stripped libruby against a running Debian Ruby, with what Ruby itself
 // says: the main Thread's address (Thread#inspect), the shape count
-// (RubyVM.stat), and the VM's own pointers. It needs only the anchor
-// offsets, not a full Layout, so it also covers Rubies with no table yet.
+// (RubyVM.stat), and the VM's own pointers. The Layout is the one a user
+// gets: the version's table, or the nearest one of its line.
 func TestAnchorsLiveDebian(t *testing.T) {
 	for _, flavor := range []string{"debian-3.1-bookworm", "debian-3.1-bookworm-security", "debian-3.3-trixie",
 		"debian-3.3-trixie-security", "debian-3.4-experimental"} {
 		t.Run(flavor, func(t *testing.T) {
 			r := testruby.Get(t, flavor)
-			l := anchorLayout(r.Version)
-			if l == nil {
-				t.Skipf("no anchor offsets for Ruby %s", r.Version)
-			}
 			cmd, lines := testruby.StartOutput(t, r, "-e", `
 				puts Thread.main.inspect
 				puts(RubyVM.stat.key?(:next_shape_id) ? RubyVM.stat(:next_shape_id) : -1)
@@ -40,15 +37,19 @@ func TestAnchorsLiveDebian(t *testing.T) {
 			nextShape, _ := strconv.ParseInt(lines[1], 10, 64)
 
 			pid := cmd.Process.Pid
-			p, err := OpenProcess(pid, OpenOptions{})
+			p, err := OpenProcess(pid, rubybuild.OpenOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer p.Close()
+			l, err := p.Binary.Layout()
+			if err != nil {
+				t.Fatal(err)
+			}
 			mem := &ProcessMemory{PID: pid}
 			defer mem.Close()
 			a := p.Binary.Anchors(l)
-			if err := a.Usable(UseRecord | UseSnapshot); err != nil {
+			if err := a.Usable(rubybuild.UseRecord | rubybuild.UseSnapshot); err != nil {
 				t.Fatal(err)
 			}
 			for _, x := range a.List() {
@@ -101,7 +102,7 @@ func TestAnchorsLiveDebian(t *testing.T) {
 
 			// rb_shape_tree_ptr: next_shape_id (after shape_list and
 			// root_shape) is what RubyVM.stat says.
-			if a.needShapeTree {
+			if a.ShapeTree.Found && !a.ShapeTreeIsStruct {
 				tree := word(p.Bias + a.ShapeTree.Address)
 				if err := mem.ReadAt(b4[:], tree+16); err != nil {
 					t.Fatal(err)

@@ -1,16 +1,14 @@
-// Package rubystack owns all knowledge of CRuby: finding Ruby in a process or
-// a file, its version and arch, the struct Layout of its VM (from DWARF first,
-// from built-in tables generated from DWARF second), and the anchors through
-// which the VM is reached (the thread-local ruby_current_ec, the VM pointer,
-// the global symbol table, rb_vm_exec), each with how it was found.
+// Package rubystack reads the Ruby VM of a live process from outside: it
+// finds the build a process runs (through rubybuild), checks that build's
+// Layout against the live VM before trusting it, locates every thread and
+// its execution context, walks control frames, and symbolizes them (labels,
+// paths, lines, class paths) with caches that survive GC compaction. It also
+// saves and replays memory snapshots, so walks can be tested without a Ruby.
 //
-// Later it also owns locating every thread's execution context, the reference
-// stack walk, and symbolization of frames.
+// Everything it reads from a target is untrusted: every read, loop and
+// allocation is bounded, and a read that tears is retried or reported.
 //
-// Separate debug files are found through package debuginfo (build-id,
-// .gnu_debuglink, --debug-file, debuginfod); rubystack only says which file
-// it wants them for and reads their DWARF and symbols.
-//
-// It must not know about perf, eBPF, or output formats. It imports only the
-// standard library, golang.org/x (sys, arch), and debuginfo.
+// It must not know about ELF, DWARF, tables or disassembly (rubybuild's
+// trade), nor about perf, eBPF, or output formats. It imports only the
+// standard library, golang.org/x/sys and rubybuild.
 package rubystack

@@ -2,6 +2,7 @@ package rubystack
 
 import (
 	"errors"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
@@ -12,13 +13,13 @@ import (
 // VM is not ready; an address outside the image is left for the layout
 // check to refuse; a covered address is fine.
 func TestLoadedWhileLoaderWorks(t *testing.T) {
-	b, err := OpenBinary(testruby.Get(t, "source-3.1-shared").VM, OpenOptions{})
+	b, err := rubybuild.OpenBinary(testruby.Get(t, "source-3.1-shared").VM, rubybuild.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	const bias = 0x7f0000000000
-	end := b.elf.loadEnd()
+	_, end := b.Image()
 	if end == 0 {
 		t.Fatal("no PT_LOAD end")
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"io"
 	"sort"
 )
@@ -160,7 +161,7 @@ func (m *SavedMemory) ReadAt(p []byte, addr uint64) error {
 
 // ReplayReader reads a saved memory snapshot with layout l, as NewReader
 // would have read the live process.
-func ReplayReader(m *SavedMemory, l *Layout) *Reader {
+func ReplayReader(m *SavedMemory, l *rubybuild.Layout) *Reader {
 	h := m.Header
 	r := newReader(h.PID, m, l, h.GlobalSymbols, h.VMPtr, h.ShapeTree)
 	r.shapesStruct = h.ShapeTreeStruct
@@ -171,17 +172,4 @@ func ReplayReader(m *SavedMemory, l *Layout) *Reader {
 func (r *Reader) SavedHeader() SavedHeader {
 	return SavedHeader{PID: r.PID, Version: r.Layout.Version.String(), Arch: r.Layout.Arch,
 		GlobalSymbols: r.syms.addr, VMPtr: r.vmPtr, ShapeTree: r.shapes, ShapeTreeStruct: r.shapesStruct}
-}
-
-// BuiltinLayout returns the built-in table layout for a version and arch.
-func BuiltinLayout(version, arch string) (*Layout, error) {
-	v, err := ParseVersion(version)
-	if err != nil {
-		return nil, err
-	}
-	row, ok := tableRow(v, arch)
-	if !ok {
-		return nil, fmt.Errorf("no built-in layout for Ruby %s %s", version, arch)
-	}
-	return resolveLayout(v, arch, "table:"+version+"/"+arch, row.Structs, row.Constants)
 }

@@ -3,6 +3,7 @@ package rubystack
 import (
 	"bytes"
 	"flag"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"reflect"
 	"testing"
@@ -22,7 +23,7 @@ func TestReplaySnapshot(t *testing.T) {
 	cmd, _ := startScenario(t, r, "methods")
 	live := parkedSnapshot(t, cmd.Process.Pid)
 
-	p, err := OpenProcess(cmd.Process.Pid, OpenOptions{})
+	p, err := OpenProcess(cmd.Process.Pid, rubybuild.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestReplayFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := BuiltinLayout(m.Header.Version, m.Header.Arch)
+	l, err := rubybuild.BuiltinLayout(m.Header.Version, m.Header.Arch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func FuzzReplay(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(seed)
-	l, err := BuiltinLayout("3.3.8", "x86_64")
+	l, err := rubybuild.BuiltinLayout("3.3.8", "x86_64")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // Bounds on what is read from a target process for one object.
@@ -22,7 +23,7 @@ var errTorn = errors.New("inconsistent target memory")
 // objects reads Ruby objects from a target's memory through a Layout.
 type objects struct {
 	mem Memory
-	l   *Layout
+	l   *rubybuild.Layout
 	// constants used on every read
 	tMask, tString, tArray, tClass, tModule, tIClass, tIMemo uint64
 	flUShift, qnil, qfalse, immMask                          uint64
@@ -30,7 +31,7 @@ type objects struct {
 	aryEmbed, aryEmbedLenMask, aryEmbedLenShift              uint64
 }
 
-func newObjects(mem Memory, l *Layout) *objects {
+func newObjects(mem Memory, l *rubybuild.Layout) *objects {
 	c := func(name string) uint64 { return uint64(l.Constants[name]) }
 	return &objects{
 		mem: mem, l: l,
@@ -223,3 +224,6 @@ func (t *idTable) name(id uint64) (string, error) {
 	}
 	return s, nil
 }
+
+// le64 decodes a little-endian word of target memory.
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"io"
 	"io/fs"
 	"os"
@@ -91,7 +92,7 @@ func parseMapsLine(line string) (Mapping, bool) {
 // Process is a running Ruby: the binary holding its VM and where it is loaded.
 type Process struct {
 	PID    int
-	Binary *Binary
+	Binary *rubybuild.Binary
 	// Bias is added to a file virtual address to get the address in the process.
 	Bias uint64
 	// MappedPath is the binary's path as the process sees it.
@@ -102,7 +103,7 @@ type Process struct {
 // OpenProcess finds the Ruby VM in process pid: a mapped libruby, or the
 // executable itself for a static ruby. Files are opened through
 // /proc/PID/map_files (deleted files) or /proc/PID/root (containers).
-func OpenProcess(pid int, opts OpenOptions) (*Process, error) {
+func OpenProcess(pid int, opts rubybuild.OpenOptions) (*Process, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("pid %d: not a process id", pid)
 	}
@@ -136,17 +137,17 @@ func OpenProcess(pid int, opts OpenOptions) (*Process, error) {
 			continue
 		}
 		o := opts
-		o.mappedAs = path
-		b, err := OpenBinary(openablePath(pid, opts.Root, first), o)
+		o.MappedAs = path
+		b, err := rubybuild.OpenBinary(openablePath(pid, opts.Root, first), o)
 		if err != nil {
-			if errors.Is(err, errNotRuby) {
+			if errors.Is(err, rubybuild.ErrNotRuby) {
 				continue
 			}
 			tried = append(tried, err)
 			continue
 		}
 		return &Process{PID: pid, Binary: b, MappedPath: path, Maps: maps,
-			Bias: first.Start - first.Offset - b.elf.firstLoadVaddr()}, nil
+			Bias: first.Start - first.Offset - imageStart(b)}, nil
 	}
 	if len(tried) > 0 {
 		return nil, fmt.Errorf("pid %d: %w", pid, tried)
@@ -177,8 +178,8 @@ func (p *Process) loaded(addr uint64) error {
 			return nil
 		}
 	}
-	lo := p.Bias + p.Binary.elf.firstLoadVaddr()
-	if addr >= lo && addr-p.Bias < p.Binary.elf.loadEnd() {
+	start, end := p.Binary.Image()
+	if addr >= p.Bias+start && addr-p.Bias < end {
 		return fmt.Errorf("%w: pid %d: %#x in %s is not mapped yet", ErrVMNotReady, p.PID, addr, p.MappedPath)
 	}
 	return nil
@@ -205,6 +206,11 @@ func (l errorList) Unwrap() []error { return l }
 func (p *Process) Close() error { return p.Binary.Close() }
 
 // firstMapping is the lowest mapping of path (its ELF header, offset 0).
+func imageStart(b *rubybuild.Binary) uint64 {
+	start, _ := b.Image()
+	return start
+}
+
 func firstMapping(maps []Mapping, path string) (Mapping, bool) {
 	for _, m := range maps {
 		if m.Path == path && m.Offset == 0 {

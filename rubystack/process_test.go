@@ -2,6 +2,7 @@ package rubystack
 
 import (
 	"bytes"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,7 @@ func TestDeletedBinary(t *testing.T) {
 	src := testruby.Get(t, "source-3.3-static-stripped")
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "ruby")
-	copyFile(t, src.Exe, exe)
+	testruby.CopyFile(t, src.Exe, exe)
 	if err := os.Chmod(exe, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -26,14 +27,14 @@ func TestDeletedBinary(t *testing.T) {
 	if err := os.Remove(exe); err != nil {
 		t.Fatal(err)
 	}
-	p, err := OpenProcess(cmd.Process.Pid, OpenOptions{})
+	p, err := OpenProcess(cmd.Process.Pid, rubybuild.OpenOptions{})
 	testruby.Privileged(t, permissionOnly(err))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.MappedPath != exe || !strings.Contains(p.Binary.elf.path, "map_files") {
-		t.Errorf("mapped %q opened through %q", p.MappedPath, p.Binary.elf.path)
+	if p.MappedPath != exe || !strings.Contains(p.Binary.File(), "map_files") {
+		t.Errorf("mapped %q opened through %q", p.MappedPath, p.Binary.File())
 	}
 	stacks := parkedSnapshot(t, cmd.Process.Pid)
 	if len(stacks) != 1 || len(stacks[0].Frames) < 2 || stacks[0].Frames[1].Label != "Object#parked" {
@@ -45,14 +46,14 @@ func TestDeletedBinary(t *testing.T) {
 // process_vm_readv.
 func TestProcMemFallback(t *testing.T) {
 	cmd := testruby.Start(t, testruby.Get(t, "debian-3.1"), "-e", `STDOUT.puts "ready"; STDOUT.flush; sleep`)
-	p, err := OpenProcess(cmd.Process.Pid, OpenOptions{})
+	p, err := OpenProcess(cmd.Process.Pid, rubybuild.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	m := &ProcessMemory{PID: p.PID}
 	defer m.Close()
-	addr := p.Bias + p.Binary.elf.firstLoadVaddr()
+	addr := p.Bias + imageStart(p.Binary)
 	a, b := make([]byte, 4096), make([]byte, 4096)
 	err = m.ReadAt(a, addr)
 	testruby.Privileged(t, permissionOnly(err))

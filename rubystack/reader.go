@@ -3,6 +3,7 @@ package rubystack
 import (
 	"errors"
 	"fmt"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // maxCacheEntries bounds each symbolization cache; a full cache is dropped
@@ -14,7 +15,7 @@ const maxCacheEntries = 1 << 16
 // address and validated on every use, because GC compaction moves objects.
 type Reader struct {
 	PID    int
-	Layout *Layout
+	Layout *rubybuild.Layout
 
 	mem     *pageCache // reads during a snapshot, page-cached
 	direct  *objects   // uncached reads, for checks that must see the present
@@ -47,7 +48,7 @@ func NewReader(p *Process, mem Memory) (*Reader, error) { return NewReaderFor(p,
 
 // NewReaderFor is NewReader that also refuses a build lacking the anchors
 // use needs (UseSnapshot, UseRecord), in the same one-line shape.
-func NewReaderFor(p *Process, mem Memory, use Use) (*Reader, error) {
+func NewReaderFor(p *Process, mem Memory, use rubybuild.Use) (*Reader, error) {
 	l, err := p.Binary.Layout()
 	if err != nil {
 		return nil, err
@@ -56,19 +57,13 @@ func NewReaderFor(p *Process, mem Memory, use Use) (*Reader, error) {
 	if err := a.Usable(use); err != nil {
 		return nil, p.Binary.Refuse(err)
 	}
-	at := func(x Anchor) uint64 {
+	at := func(x rubybuild.Anchor) uint64 {
 		if x.Found {
 			return p.Bias + x.Address
 		}
 		return 0
 	}
-	shapes, shapesStruct := at(a.ShapeTree), false
-	if !a.ShapeTree.Found {
-		// 4.0+ keeps the shape tree in an exported global struct.
-		if sym, ok := p.Binary.symbol(shapeTreeStructSymbol); ok {
-			shapes, shapesStruct = p.Bias+sym.Value, true
-		}
-	}
+	shapes, shapesStruct := at(a.ShapeTree), a.ShapeTreeIsStruct
 	if err := p.loaded(at(a.VMPtr)); err != nil {
 		return nil, err
 	}
@@ -85,32 +80,7 @@ func NewReaderFor(p *Process, mem Memory, use Use) (*Reader, error) {
 	return r, nil
 }
 
-// shapeTreeStructSymbol is the global rb_shape_tree_t of 4.0+ (3.3 and 3.4
-// have the pointer rb_shape_tree_ptr, an anchor).
-const shapeTreeStructSymbol = "rb_shape_tree"
-
-// symbol looks one data symbol up in the binary's symbol tables and its
-// debug file's.
-func (b *Binary) symbol(name string) (symbol, bool) {
-	want := map[string]bool{name: true}
-	for _, e := range []*elfFile{b.elf, b.debug} {
-		if e == nil {
-			continue
-		}
-		from := fromSymtab
-		if e == b.debug {
-			from = fromDebugFile
-		}
-		if syms, err := e.symbols(want, from); err == nil {
-			if s, ok := syms[name]; ok && s.Value != 0 {
-				return s, true
-			}
-		}
-	}
-	return symbol{}, false
-}
-
-func newReader(pid int, mem Memory, l *Layout, globalSymbols, vmPtr, shapeTree uint64) *Reader {
+func newReader(pid int, mem Memory, l *rubybuild.Layout, globalSymbols, vmPtr, shapeTree uint64) *Reader {
 	r := &Reader{PID: pid, Layout: l, vmPtr: vmPtr, shapes: shapeTree,
 		iseqs: map[uint64]*iseq{}, cmes: map[uint64]*methodEntry{}, classes: map[uint64]classEntry{}}
 	cm := &countingMemory{inner: mem, reads: &r.Stats.Reads}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,42 +31,24 @@ var replayVersions = []string{"3.2.11", "4.0.5"}
 // savedLayout is a layout-ARCH.json: the raw structs and constants a Layout
 // is resolved from, kept to the members the Layout reads.
 type savedLayout struct {
-	Version   string           `json:"version"`
-	Arch      string           `json:"arch"`
-	Source    string           `json:"source"`
-	Structs   Structs          `json:"structs"`
-	Constants map[string]int64 `json:"constants"`
+	Version   string            `json:"version"`
+	Arch      string            `json:"arch"`
+	Source    string            `json:"source"`
+	Structs   rubybuild.Structs `json:"structs"`
+	Constants map[string]int64  `json:"constants"`
 }
 
-func newSavedLayout(l *Layout, source string) savedLayout {
-	used := usedMembers()
-	out := savedLayout{Version: l.Version.String(), Arch: l.Arch, Source: source, Structs: Structs{},
-		Constants: map[string]int64{}}
-	for name, sl := range l.Structs {
-		if !used[name+"."] && !hasPrefixIn(used, name+".") {
-			continue
-		}
-		kept := StructLayout{Size: sl.Size, Members: map[string]Member{}}
-		for m, mm := range sl.Members {
-			if used[name+"."+m] {
-				kept.Members[m] = mm
-			}
-		}
-		out.Structs[name] = kept
-	}
-	for n, v := range l.Constants {
-		if wantedConstants[n] {
-			out.Constants[n] = v
-		}
-	}
-	return out
+func newSavedLayout(l *rubybuild.Layout, source string) savedLayout {
+	in := l.TableInput().Trimmed()
+	return savedLayout{Version: l.Version.String(), Arch: l.Arch, Source: source, Structs: in.Structs,
+		Constants: in.Constants}
 }
 
 // fixtureLayout is the layout a replay uses: the built-in table of the
 // version when there is one, else the fixture's saved layout.
-func fixtureLayout(t *testing.T, dir, version, arch string) *Layout {
+func fixtureLayout(t *testing.T, dir, version, arch string) *rubybuild.Layout {
 	t.Helper()
-	if l, err := BuiltinLayout(version, arch); err == nil {
+	if l, err := rubybuild.BuiltinLayout(version, arch); err == nil {
 		return l
 	}
 	path := filepath.Join(dir, "layout-"+arch+".json")
@@ -77,14 +60,15 @@ func fixtureLayout(t *testing.T, dir, version, arch string) *Layout {
 	if err := json.Unmarshal(b, &sl); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	v, err := ParseVersion(sl.Version)
+	v, err := rubybuild.ParseVersion(sl.Version)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	if sl.Version != version || sl.Arch != arch {
 		t.Fatalf("%s is for %s/%s, the snapshot for %s/%s", path, sl.Version, sl.Arch, version, arch)
 	}
-	l, err := resolveLayout(v, sl.Arch, "fixture:"+path, sl.Structs, sl.Constants)
+	in := rubybuild.TableInput{Version: v, Arch: sl.Arch, Structs: sl.Structs, Constants: sl.Constants}
+	l, err := in.Resolve("fixture:" + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +160,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 				pid := cmd.Process.Pid
 				parkedSnapshot(t, pid)
 
-				p, err := OpenProcess(pid, OpenOptions{})
+				p, err := OpenProcess(pid, rubybuild.OpenOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -218,7 +202,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 	}
 }
 
-func writeFixture(t *testing.T, dir, scenario string, l *Layout, bin *Binary, mem []byte, answers map[int]oracleAnswer) {
+func writeFixture(t *testing.T, dir, scenario string, l *rubybuild.Layout, bin *rubybuild.Binary, mem []byte, answers map[int]oracleAnswer) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

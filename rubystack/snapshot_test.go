@@ -3,6 +3,7 @@ package rubystack
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -141,7 +142,7 @@ func parkedSnapshot(t *testing.T, pid int) []ThreadStack {
 // liveReader opens a Reader on a live process for the rest of the test.
 func liveReader(tb testing.TB, pid int) *Reader {
 	tb.Helper()
-	p, err := OpenProcess(pid, OpenOptions{})
+	p, err := OpenProcess(pid, rubybuild.OpenOptions{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package rubystack
 import (
 	"errors"
 	"fmt"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // ErrTLSNotReady says a process has mapped libruby but the dynamic linker
@@ -17,7 +18,7 @@ var ErrTLSNotReady = errors.New("libruby's thread-local storage is not set up ye
 // that is read once through the DTV of one thread (x86_64, TLS variant II:
 // dtv = *(TP+8); block = dtv[modid].val, 16-byte entries) and holds for every
 // thread, because a library loaded at start-up gets static TLS at one offset.
-func (p *Process) CurrentECOffset(mem Memory, ec Anchor, tp uint64) (int64, error) {
+func (p *Process) CurrentECOffset(mem Memory, ec rubybuild.Anchor, tp uint64) (int64, error) {
 	if !ec.Found {
 		return 0, fmt.Errorf("pid %d: ruby_current_ec not found: %s", p.PID, ec.Why)
 	}

@@ -1,6 +1,7 @@
 package rubystack
 
 import (
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"strconv"
 	"strings"
@@ -19,7 +20,7 @@ func TestCurrentECLive(t *testing.T) {
 		t.Run(r.Name, func(t *testing.T) {
 			cmd := testruby.Start(t, r, "-e", `STDOUT.sync = true; puts "ready"; sleep`)
 			pid := cmd.Process.Pid
-			p, err := OpenProcess(pid, OpenOptions{})
+			p, err := OpenProcess(pid, rubybuild.OpenOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,11 +78,11 @@ func TestCurrentECLive(t *testing.T) {
 
 // TestOpenProcessErrors: a dead pid and a process that is not Ruby.
 func TestOpenProcessErrors(t *testing.T) {
-	_, err := OpenProcess(1<<22+12345, OpenOptions{})
+	_, err := OpenProcess(1<<22+12345, rubybuild.OpenOptions{})
 	if err == nil || !strings.Contains(err.Error(), "no such process") {
 		t.Errorf("dead pid: %v", err)
 	}
-	_, err = OpenProcess(os.Getpid(), OpenOptions{})
+	_, err = OpenProcess(os.Getpid(), rubybuild.OpenOptions{})
 	if err == nil || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())+": not a Ruby process") {
 		t.Errorf("go test binary: %v", err)
 	}

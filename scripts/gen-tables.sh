@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Built-in layout tables (rubystack/table_<major>_<minor>_<arch>.go) for every Ruby
+# Built-in layout tables (rubybuild/table_<major>_<minor>_<arch>.go) for every Ruby
 # patch release, from the DWARF of scripts/layout-probe.c compiled inside each
 # release's configured source tree. No Ruby is built: a release needs
 # configure, the few generated headers its internal headers include, and four
@@ -220,7 +220,7 @@ tables() {
       log "$line: no tree at all: its table is left as it is"
       continue
     fi
-    out=$repo/rubystack/table_${line//./_}_${arch}.go
+    out=$repo/rubybuild/table_${line//./_}_${arch}.go
     "$bin" offsets --format go --configure "$flags" \
       --source "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree" \
       "${objs[@]}" >"$out.tmp" && mv "$out.tmp" "$out" || { rm -f "$out.tmp"; return 1; }

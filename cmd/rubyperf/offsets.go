@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -38,13 +39,13 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 	case len(pos) > 1 && *debugFile != "":
 		return usageError{"--debug-file goes with one BINARY"}
 	}
-	opts := rubystack.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)}
+	opts := rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)}
 	if *format == "go" && *pid == 0 {
 		return writeGoTables(pos, opts, *source, *configure, stdout, stderr)
 	}
 
 	var (
-		bin  *rubystack.Binary
+		bin  *rubybuild.Binary
 		proc *rubystack.Process
 	)
 	if *pid != 0 {
@@ -59,14 +60,14 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 		if real, err := filepath.EvalSymlinks(path); err == nil {
 			path = real // name the file itself, not a link to it
 		}
-		bin, err = rubystack.OpenBinary(path, opts)
+		bin, err = rubybuild.OpenBinary(path, opts)
 		if err != nil {
 			return err
 		}
 		defer bin.Close()
 	}
 	if *format == "go" {
-		return writeGoTable([]*rubystack.Binary{bin}, *source, *configure, stdout, stderr)
+		return writeGoTable([]*rubybuild.Binary{bin}, *source, *configure, stdout, stderr)
 	}
 	layout, err := bin.Layout()
 	if err != nil {
@@ -78,7 +79,7 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 	if proc != nil {
 		// A layout that is not the build's own DWARF must fit the live process.
 		mem := &rubystack.ProcessMemory{PID: proc.PID}
-		_, err := rubystack.NewReaderFor(proc, mem, rubystack.UseSnapshot|rubystack.UseRecord)
+		_, err := rubystack.NewReaderFor(proc, mem, rubybuild.UseSnapshot|rubybuild.UseRecord)
 		mem.Close()
 		if err != nil {
 			return fmt.Errorf("pid %d: %w", proc.PID, err)
@@ -100,7 +101,7 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 	// The report says what was found; the exit status says whether this
 	// build can be profiled at all.
 	a := bin.Anchors(layout)
-	if err := a.Usable(rubystack.UseSnapshot | rubystack.UseRecord); err != nil {
+	if err := a.Usable(rubybuild.UseSnapshot | rubybuild.UseRecord); err != nil {
 		return bin.Refuse(err)
 	}
 	return nil
@@ -110,8 +111,8 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 // (linked binaries with DWARF, or the relocatable layout probes of
 // scripts/gen-tables.sh): one Go file in which builds with identical layouts
 // share a row.
-func writeGoTables(paths []string, opts rubystack.OpenOptions, source, configure string, stdout, stderr io.Writer) error {
-	var bins []*rubystack.Binary
+func writeGoTables(paths []string, opts rubybuild.OpenOptions, source, configure string, stdout, stderr io.Writer) error {
+	var bins []*rubybuild.Binary
 	defer func() {
 		for _, b := range bins {
 			b.Close()
@@ -121,7 +122,7 @@ func writeGoTables(paths []string, opts rubystack.OpenOptions, source, configure
 		if real, err := filepath.EvalSymlinks(path); err == nil {
 			path = real // name the file itself, not a link to it
 		}
-		bin, err := rubystack.OpenBinary(path, opts)
+		bin, err := rubybuild.OpenBinary(path, opts)
 		if err != nil {
 			return err
 		}
@@ -134,8 +135,8 @@ func writeGoTables(paths []string, opts rubystack.OpenOptions, source, configure
 // Layout cannot be resolved from still gets its row (tables store the raw
 // structs, and the walker may learn that Ruby later); a warning names what
 // it lacks.
-func writeGoTable(bins []*rubystack.Binary, source, configure string, stdout, stderr io.Writer) error {
-	var inputs []rubystack.TableInput
+func writeGoTable(bins []*rubybuild.Binary, source, configure string, stdout, stderr io.Writer) error {
+	var inputs []rubybuild.TableInput
 	for _, bin := range bins {
 		in, err := bin.TableInput()
 		if err != nil {
@@ -149,7 +150,7 @@ func writeGoTable(bins []*rubystack.Binary, source, configure string, stdout, st
 		in.Source = "DWARF of " + filepath.Base(in.Source)
 		inputs = append(inputs, in)
 	}
-	src, err := rubystack.GoTables(inputs, source, configure)
+	src, err := rubybuild.GoTables(inputs, source, configure)
 	if err != nil {
 		return err
 	}
@@ -167,7 +168,7 @@ type offsetsReport struct {
 	DebugFile    string                  `json:"debug_file,omitempty"`
 	Structs      map[string]structReport `json:"structs"`
 	Constants    map[string]int64        `json:"constants"`
-	Capabilities rubystack.Capabilities  `json:"capabilities"`
+	Capabilities rubybuild.Capabilities  `json:"capabilities"`
 	Symbols      map[string]symbolReport `json:"symbols"`
 	Process      *processReport          `json:"process,omitempty"`
 }
@@ -197,7 +198,7 @@ type processReport struct {
 	Error         string `json:"error,omitempty"`
 }
 
-func newOffsetsReport(bin *rubystack.Binary, l *rubystack.Layout) *offsetsReport {
+func newOffsetsReport(bin *rubybuild.Binary, l *rubybuild.Layout) *offsetsReport {
 	r := &offsetsReport{
 		Version: l.Version.String(), Arch: l.Arch, Source: l.Source, Binary: bin.Path, BuildID: bin.BuildID,
 		DebugFile: bin.DebugFile, Structs: map[string]structReport{}, Constants: l.Constants,

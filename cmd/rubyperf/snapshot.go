@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -27,14 +28,14 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	case *format != "text" && *format != "json":
 		return usageError{fmt.Sprintf("--format %q must be one of: text, json", *format)}
 	}
-	proc, err := rubystack.OpenProcess(*pid, rubystack.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
+	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
 	if err != nil {
 		return err
 	}
 	defer proc.Close()
 	mem := &rubystack.ProcessMemory{PID: *pid}
 	defer mem.Close()
-	r, err := rubystack.NewReaderFor(proc, mem, rubystack.UseSnapshot)
+	r, err := rubystack.NewReaderFor(proc, mem, rubybuild.UseSnapshot)
 	if err != nil {
 		return fmt.Errorf("pid %d: %w", *pid, err)
 	}

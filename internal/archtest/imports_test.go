@@ -16,12 +16,13 @@ const module = "github.com/rubyperf/rubyperf/"
 // Test files may also import the test helpers in testHelpers.
 var allowed = map[string][]string{
 	"debuginfo":         {},
-	"rubystack":         {"debuginfo"},
-	"bpf":               {"rubystack"},
+	"rubybuild":         {"debuginfo"},
+	"rubystack":         {"rubybuild"},
+	"bpf":               {"rubybuild", "rubystack"},
 	"perfdata":          {},
 	"perfmap":           {},
 	"merge":             {"rubystack"},
-	"recording":         {"bpf", "rubystack", "perfdata", "native", "merge", "debuginfo"},
+	"recording":         {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo"},
 	"native":            {"debuginfo"},
 	"export":            {"merge"},
 	"cmd/rubyperf":      {"*"},
@@ -37,7 +38,7 @@ var allowed = map[string][]string{
 var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfodtest": true, "internal/rubyoracle": true}
 
 // stdlibOnly packages may import nothing outside the standard library
-// (golang.org/x is allowed to rubystack for sys and arch).
+// (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
 var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true}
 
 // externalOnly packages may import, outside the standard library, only

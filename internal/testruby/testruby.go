@@ -197,3 +197,18 @@ func StartOutput(t testing.TB, r Ruby, args ...string) (*exec.Cmd, []string) {
 	}
 	return cmd, lines
 }
+
+// CopyFile copies a test input, making the directories it goes in.
+func CopyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

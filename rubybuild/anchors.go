@@ -1,4 +1,4 @@
-package rubystack
+package rubybuild
 
 import (
 	"debug/elf"
@@ -36,7 +36,10 @@ type Anchors struct {
 	GlobalSymbols    Anchor // ruby_global_symbols: id2str for cfunc names
 	VMExec           Anchor // rb_vm_exec: one native frame per VM entry
 	VMExecCore       Anchor // vm_exec_core, where not inlined
-	ShapeTree        Anchor // rb_shape_tree_ptr: object shapes (3.3+), for class ivars
+	ShapeTree        Anchor // rb_shape_tree_ptr (3.3, 3.4) or rb_shape_tree (4.0+): object shapes, for class ivars
+	// ShapeTreeIsStruct: ShapeTree is the rb_shape_tree struct itself (4.0+
+	// exports it), not a pointer to it.
+	ShapeTreeIsStruct bool
 
 	// needShapeTree: the Layout keeps class ivars in object shapes, so
 	// naming frames needs ShapeTree.
@@ -112,18 +115,19 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 	// rb_shape_tree_ptr is needed where class ivars live in shapes, except
 	// 3.2 (the shape list is in the VM) and 4.0+ (rb_shape_tree, a struct,
 	// is exported; the Reader uses that symbol).
-	_, treeStruct := b.symbol(shapeTreeStructSymbol)
-	a.needShapeTree = l != nil && l.Capabilities.ClassIvarsInShapes && !l.Capabilities.ShapeListInVM && !treeStruct
+	tree, treeStruct := b.symbol(shapeTreeStructSymbol)
+	a.needShapeTree = l != nil && l.Capabilities.ClassIvarsInShapes && !l.Capabilities.ShapeListInVM
 	switch {
 	case a.ShapeTree.Found:
+	case treeStruct:
+		a.ShapeTree = Anchor{Name: tree.Name, Found: true, Address: tree.Value, Size: tree.Size, How: string(tree.From)}
+		a.ShapeTreeIsStruct = true
 	case l == nil:
 		a.ShapeTree.Why = noLayout
 	case !l.Capabilities.ClassIvarsInShapes:
 		a.ShapeTree.Why = "not used by this Ruby (no object shapes for class ivars)"
 	case l.Capabilities.ShapeListInVM:
 		a.ShapeTree.Why = "not used by this Ruby (the shape list is in the VM)"
-	case treeStruct:
-		a.ShapeTree.Why = "not used by this Ruby (it exports the " + shapeTreeStructSymbol + " struct)"
 	default:
 		if err := b.shapeTreeFromCode(env, &a.ShapeTree, l); err != nil {
 			a.ShapeTree.Why = err.Error()

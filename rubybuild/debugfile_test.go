@@ -1,4 +1,4 @@
-package rubystack
+package rubybuild
 
 import (
 	"os"
@@ -48,7 +48,7 @@ func TestDebugFiles(t *testing.T) {
 
 	layoutFrom := func(t *testing.T, opts OpenOptions) (*Layout, *Binary) {
 		t.Helper()
-		opts.mappedAs = inRoot
+		opts.MappedAs = inRoot
 		b, err := OpenBinary(lib, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -69,7 +69,7 @@ func TestDebugFiles(t *testing.T) {
 	})
 	t.Run("build-id", func(t *testing.T) {
 		p := filepath.Join(root, "usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
-		copyFile(t, dbg, p)
+		testruby.CopyFile(t, dbg, p)
 		defer os.Remove(p)
 		l, b := layoutFrom(t, OpenOptions{Root: root})
 		if l.Source != "dwarf:"+p || b.DebugFile != p {
@@ -81,7 +81,7 @@ func TestDebugFiles(t *testing.T) {
 	})
 	t.Run("debuglink", func(t *testing.T) {
 		p := filepath.Join(filepath.Dir(lib), ".debug", filepath.Base(dbg))
-		copyFile(t, dbg, p)
+		testruby.CopyFile(t, dbg, p)
 		defer os.Remove(p)
 		l, _ := layoutFrom(t, OpenOptions{Root: root})
 		if l.Source != "dwarf:"+p {
@@ -90,7 +90,7 @@ func TestDebugFiles(t *testing.T) {
 	})
 	t.Run("debuglink-crc-mismatch", func(t *testing.T) {
 		p := filepath.Join(filepath.Dir(lib), filepath.Base(dbg))
-		copyFile(t, testruby.Get(t, "source-3.3-static").VM, p) // right name, wrong file
+		testruby.CopyFile(t, testruby.Get(t, "source-3.3-static").VM, p) // right name, wrong file
 		defer os.Remove(p)
 		l, _ := layoutFrom(t, OpenOptions{Root: root})
 		if !strings.HasPrefix(l.Source, "table:") {
@@ -104,23 +104,9 @@ func TestDebugFiles(t *testing.T) {
 		}
 	})
 	t.Run("explicit-wrong-build", func(t *testing.T) {
-		_, err := OpenBinary(lib, OpenOptions{Root: root, DebugFile: testruby.Get(t, "source-3.3-static").VM, mappedAs: inRoot})
+		_, err := OpenBinary(lib, OpenOptions{Root: root, DebugFile: testruby.Get(t, "source-3.3-static").VM, MappedAs: inRoot})
 		if err == nil || !strings.Contains(err.Error(), "build-id") {
 			t.Errorf("err = %v, want a build-id mismatch", err)
 		}
 	})
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -1,4 +1,4 @@
-package rubystack
+package rubybuild
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func (e *elfFile) isRelocatable() bool { return e.f.Type == elf.ET_REL }
 func (e *elfFile) relocatableVersion() (Version, error) {
 	s := e.f.SectionByType(elf.SHT_SYMTAB)
 	if s == nil {
-		return Version{}, errNotRuby
+		return Version{}, ErrNotRuby
 	}
 	if s.Size/uint64(elf.Sym64Size) > maxSymbols {
 		return Version{}, fmt.Errorf("%s: %s has more than %d symbols", e.path, s.Name, maxSymbols)
@@ -62,7 +62,7 @@ func (e *elfFile) relocatableVersion() (Version, error) {
 		}
 		return ParseVersion(string(b[:i]))
 	}
-	return Version{}, errNotRuby
+	return Version{}, ErrNotRuby
 }
 
 // loadRelocatedDWARF reads the DWARF of an object file with its relocations

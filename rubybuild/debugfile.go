@@ -1,4 +1,4 @@
-package rubystack
+package rubybuild
 
 import (
 	"encoding/binary"
@@ -24,14 +24,15 @@ func findDebugFile(e *elfFile, path string, opts OpenOptions) (string, error) {
 	})
 }
 
-var errNotRuby = errors.New("no ruby_version symbol: not a Ruby executable or libruby")
+// ErrNotRuby says a file is no Ruby build: it exports no ruby_version.
+var ErrNotRuby = errors.New("no ruby_version symbol: not a Ruby executable or libruby")
 
 // readVersion reads the ruby_version string (e.g. "3.3.8") that every Ruby
 // exports.
 func readVersion(e *elfFile, syms map[string]symbol) (Version, error) {
 	s, ok := syms["ruby_version"]
 	if !ok {
-		return Version{}, errNotRuby
+		return Version{}, ErrNotRuby
 	}
 	str, err := e.readCString(s.Value, 32)
 	if err != nil {

@@ -1,4 +1,4 @@
-package rubystack
+package rubybuild
 
 import (
 	"errors"
@@ -45,8 +45,8 @@ type OpenOptions struct {
 	// the local filesystem only.
 	Debuginfo *debuginfo.Finder
 
-	// mappedAs is the binary's path inside Root when path is a /proc alias.
-	mappedAs string
+	// MappedAs is the binary's path inside Root when path is a /proc alias.
+	MappedAs string
 }
 
 // OpenBinary opens path and reads what identifies it as Ruby.
@@ -56,8 +56,8 @@ func OpenBinary(path string, opts OpenOptions) (*Binary, error) {
 		return nil, err
 	}
 	b := &Binary{Path: path, elf: e, Arch: e.arch(), BuildID: e.buildID()}
-	if opts.mappedAs != "" {
-		b.Path = opts.mappedAs
+	if opts.MappedAs != "" {
+		b.Path = opts.MappedAs
 	}
 	ok := false
 	defer func() {
@@ -270,4 +270,40 @@ func (b *Binary) Anchors(l *Layout) Anchors {
 		b.anchors, b.anchorsFor, b.anchorsValid = b.findAnchors(l), l, true
 	}
 	return b.anchors
+}
+
+// File is the path the binary was opened through: Path itself, or a /proc
+// alias of a process's mapping (map_files, root).
+func (b *Binary) File() string { return b.elf.path }
+
+// Image is where the binary's PT_LOAD segments lie in memory before
+// relocation: from the first segment's page to the end of the highest one,
+// zero-filled data (.bss) included. A process maps it at a load bias.
+func (b *Binary) Image() (start, end uint64) {
+	return b.elf.firstLoadVaddr(), b.elf.loadEnd()
+}
+
+// shapeTreeStructSymbol is the global rb_shape_tree_t of 4.0+ (3.3 and 3.4
+// have the pointer rb_shape_tree_ptr, an anchor).
+const shapeTreeStructSymbol = "rb_shape_tree"
+
+// symbol looks one data symbol up in the binary's symbol tables and its
+// debug file's.
+func (b *Binary) symbol(name string) (symbol, bool) {
+	want := map[string]bool{name: true}
+	for _, e := range []*elfFile{b.elf, b.debug} {
+		if e == nil {
+			continue
+		}
+		from := fromSymtab
+		if e == b.debug {
+			from = fromDebugFile
+		}
+		if syms, err := e.symbols(want, from); err == nil {
+			if s, ok := syms[name]; ok && s.Value != 0 {
+				return s, true
+			}
+		}
+	}
+	return symbol{}, false
 }

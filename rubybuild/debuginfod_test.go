@@ -1,4 +1,4 @@
-package rubystack
+package rubybuild
 
 import (
 	"path/filepath"
@@ -53,7 +53,7 @@ func TestDebuginfodOpenBinary(t *testing.T) {
 		rep := &lines{}
 		f := &debuginfo.Finder{URLs: []string{fx.srv.URL}, CacheDir: cache, Timeout: 5 * time.Second, Report: rep.add}
 		start := time.Now()
-		b, err := OpenBinary(fx.stripped, OpenOptions{Root: fx.root, Debuginfo: f, mappedAs: fx.inRoot})
+		b, err := OpenBinary(fx.stripped, OpenOptions{Root: fx.root, Debuginfo: f, MappedAs: fx.inRoot})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestDebuginfodOpenBinary(t *testing.T) {
 		rep = &lines{}
 		f = &debuginfo.Finder{URLs: []string{down}, CacheDir: t.TempDir(), Timeout: time.Second, Report: rep.add}
 		start = time.Now()
-		b2, err := OpenBinary(fx.stripped, OpenOptions{Root: fx.root, Debuginfo: f, mappedAs: fx.inRoot})
+		b2, err := OpenBinary(fx.stripped, OpenOptions{Root: fx.root, Debuginfo: f, MappedAs: fx.inRoot})
 		took := time.Since(start)
 		if err != nil {
 			t.Fatal(err)
@@ -105,7 +105,7 @@ func TestDebuginfodOpenBinary(t *testing.T) {
 		}
 		// A second open in the same run costs nothing and says nothing more.
 		start = time.Now()
-		b3, err := OpenBinary(fx.stripped, OpenOptions{Root: fx.root, Debuginfo: f, mappedAs: fx.inRoot})
+		b3, err := OpenBinary(fx.stripped, OpenOptions{Root: fx.root, Debuginfo: f, MappedAs: fx.inRoot})
 		if err == nil {
 			b3.Close()
 		}

@@ -1,4 +1,4 @@
-package rubystack
+package rubybuild
 
 import "sort"
 
