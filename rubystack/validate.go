@@ -14,10 +14,14 @@ import (
 
 // Bounds on the check: it reads a few threads' newest frames, a few times.
 const (
-	checkThreads     = 32   // threads checked
-	checkFrames      = 4096 // control frames checked per thread
-	checkTries       = 5    // attempts per thread: a running thread can tear a read
-	checkRetryPause  = 2 * time.Millisecond
+	checkThreads    = 32   // threads checked
+	checkFrames     = 4096 // control frames checked per thread
+	checkTries      = 5    // attempts per thread: a running thread can tear a read
+	checkRetryPause = 2 * time.Millisecond
+	// minSettled: of a running thread whose newest frames changed under the
+	// read, this many of its oldest frames (one of them a named Ruby frame)
+	// must pass for the read to count as a tear rather than a wrong layout.
+	minSettled       = 3
 	minVMStackWords  = 64
 	maxVMStackWords  = 64 << 20 / 8
 	maxCheckedString = 1 << 16
@@ -85,20 +89,32 @@ func (r *Reader) CheckLayout() error {
 		if i == checkThreads {
 			break
 		}
+		// A thread that runs pushes and pops frames while they are read,
+		// so its newest frames can tear every time (a deep recursion does
+		// millions a second). A wrong layout fails the oldest frames as well,
+		// which stay put: when no read is clean, one whose failure is above
+		// minSettled passing oldest frames, in a thread seen to move, is a tear.
 		var last error
+		tornNamed, torn := 0, false
 		for try := 0; try < checkTries; try++ {
 			if try > 0 {
 				r.mem.start()
 				time.Sleep(checkRetryPause)
 			}
-			var n int
-			if n, last = r.checkFrames(th.EC); last == nil {
-				named += n
+			c := r.checkFrames(th.EC)
+			if last = c.err; last == nil {
+				named += c.named
 				break
 			}
+			if c.settled >= minSettled && c.named > 0 && r.moved(th.EC, c.cfp) {
+				tornNamed, torn = c.named, true
+			}
+		}
+		if last != nil && !torn {
+			return fail("thread %d: %v", th.TID, last)
 		}
 		if last != nil {
-			return fail("thread %d: %v", th.TID, last)
+			named += tornNamed
 		}
 	}
 	if named == 0 {
@@ -142,9 +158,26 @@ func (r *Reader) checkMainThread(vm uint64) error {
 	return nil
 }
 
-// checkFrames checks the control frames of the execution context at ec and
-// returns how many frames had a readable label and path.
-func (r *Reader) checkFrames(ec uint64) (int, error) {
+// frameCheck is the outcome of checking one thread's control frames once.
+type frameCheck struct {
+	err error  // the newest frame's failure, or nil
+	cfp uint64 // ec->cfp as read
+	// settled frames passed, oldest first (all of them when err is nil);
+	// named of them had a readable label and path.
+	settled, named int
+}
+
+// moved says whether the thread's newest frame is no longer the one read:
+// the thread runs, so a check of its newest frames may have torn.
+func (r *Reader) moved(ec, cfp uint64) bool {
+	now, err := r.direct.word(ec + uint64(r.Layout.ExecutionContext.CFP))
+	return err == nil && now != cfp
+}
+
+// checkFrames checks the control frames of the execution context at ec,
+// oldest first: the oldest frames of a running thread stay put while its
+// newest change.
+func (r *Reader) checkFrames(ec uint64) (c frameCheck) {
 	L := r.Layout
 	w := func(off int64) uint64 {
 		v, err := r.o.word(ec + uint64(off))
@@ -154,16 +187,21 @@ func (r *Reader) checkFrames(ec uint64) (int, error) {
 		return v
 	}
 	vmStack, size, cfp := w(L.ExecutionContext.VMStack), w(L.ExecutionContext.VMStackSize), w(L.ExecutionContext.CFP)
+	c.cfp = cfp
+	fail := func(format string, args ...any) frameCheck {
+		c.err = fmt.Errorf(format, args...)
+		return c
+	}
 	if vmStack == 0 && cfp == 0 {
-		return 0, nil // a thread being created
+		return c // a thread being created
 	}
 	if size < minVMStackWords || size > maxVMStackWords {
-		return 0, fmt.Errorf("execution context %#x: VM stack of %d words", ec, size)
+		return fail("execution context %#x: VM stack of %d words", ec, size)
 	}
 	end := vmStack + 8*size
 	frameSize := uint64(L.ControlFrame.Size)
 	if frameSize == 0 || cfp < vmStack || cfp >= end || (end-cfp)%frameSize != 0 {
-		return 0, fmt.Errorf("execution context %#x: control frame %#x does not tile the VM stack [%#x, %#x) in %d-byte frames",
+		return fail("execution context %#x: control frame %#x does not tile the VM stack [%#x, %#x) in %d-byte frames",
 			ec, cfp, vmStack, end, frameSize)
 	}
 	magics := map[uint64]bool{}
@@ -172,46 +210,46 @@ func (r *Reader) checkFrames(ec uint64) (int, error) {
 			magics[uint64(v)] = true
 		}
 	}
-	c := L.Constants
-	mask, cframe, escaped := uint64(c["VM_FRAME_MAGIC_MASK"]), uint64(c["VM_FRAME_FLAG_CFRAME"]), uint64(c["VM_ENV_FLAG_ESCAPED"])
+	k := L.Constants
+	mask, cframe, escaped := uint64(k["VM_FRAME_MAGIC_MASK"]), uint64(k["VM_FRAME_FLAG_CFRAME"]), uint64(k["VM_ENV_FLAG_ESCAPED"])
 	n := (end - cfp) / frameSize
 	if n > checkFrames {
 		n = checkFrames
 	}
 	buf := make([]byte, n*frameSize)
 	if err := r.o.mem.ReadAt(buf, cfp); err != nil {
-		return 0, fmt.Errorf("control frames at %#x: %v", cfp, err)
+		return fail("control frames at %#x: %v", cfp, err)
 	}
-	named := 0
-	for i := uint64(0); i < n; i++ {
+	for j := uint64(0); j < n; j++ {
+		i := n - 1 - j // frame i counts from the newest
 		f := buf[i*frameSize:]
 		at := cfp + i*frameSize
 		pc, sp, is, ep := le64(f[L.ControlFrame.PC:]), le64(f[L.ControlFrame.SP:]), le64(f[L.ControlFrame.Iseq:]), le64(f[L.ControlFrame.EP:])
 		if sp < vmStack || sp > at {
-			return 0, fmt.Errorf("control frame %d at %#x: sp %#x is outside its value stack [%#x, %#x)", i, at, sp, vmStack, at)
+			return fail("control frame %d at %#x: sp %#x is outside its value stack [%#x, %#x)", i, at, sp, vmStack, at)
 		}
 		flags, err := r.o.word(ep)
 		if err != nil {
-			return 0, fmt.Errorf("control frame %d at %#x: ep %#x cannot be read", i, at, ep)
+			return fail("control frame %d at %#x: ep %#x cannot be read", i, at, ep)
 		}
 		if (ep < vmStack || ep >= at) && flags&escaped == 0 {
-			return 0, fmt.Errorf("control frame %d at %#x: ep %#x is neither on the VM stack nor an escaped env", i, at, ep)
+			return fail("control frame %d at %#x: ep %#x is neither on the VM stack nor an escaped env", i, at, ep)
 		}
 		if !magics[flags&mask] {
-			return 0, fmt.Errorf("control frame %d at %#x: frame magic %#x is not one of Ruby's", i, at, flags&mask)
+			return fail("control frame %d at %#x: frame magic %#x is not one of Ruby's", i, at, flags&mask)
 		}
-		if flags&cframe != 0 || is == 0 {
-			continue
+		if flags&cframe == 0 && is != 0 {
+			if err := r.checkIseq(is, pc); err != nil {
+				return fail("control frame %d at %#x: %v", i, at, err)
+			}
+			if seq, err := r.iseq(is); err == nil && seq.label != "" && seq.path != "" &&
+				len(seq.label) < maxCheckedString && len(seq.path) < maxCheckedString {
+				c.named++
+			}
 		}
-		if err := r.checkIseq(is, pc); err != nil {
-			return 0, fmt.Errorf("control frame %d at %#x: %v", i, at, err)
-		}
-		if seq, err := r.iseq(is); err == nil && seq.label != "" && seq.path != "" &&
-			len(seq.label) < maxCheckedString && len(seq.path) < maxCheckedString {
-			named++
-		}
+		c.settled++
 	}
-	return named, nil
+	return c
 }
 
 // checkIseq: is is an imemo_iseq object whose instructions contain pc.

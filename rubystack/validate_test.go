@@ -1,0 +1,42 @@
+package rubystack
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
+)
+
+// TestCheckLayoutBusyThread: the layout check of a table layout passes,
+// every time, on a thread that pushes and pops frames as fast as Ruby can
+// (the workload's recursion tears its newest frames under most reads). Each
+// Debian Ruby is stripped, so its layout is a table's and is checked live.
+func TestCheckLayoutBusyThread(t *testing.T) {
+	script, _ := filepath.Abs("../testdata/ruby/workload.rb")
+	for _, flavor := range []string{"debian-3.1-bookworm", "debian-3.1-bookworm-security", "debian-3.3-trixie-security",
+		"debian-3.4-experimental"} {
+		t.Run(flavor, func(t *testing.T) {
+			r := testruby.Get(t, flavor)
+			cmd := testruby.Start(t, r, script, "60")
+			p, err := OpenProcess(cmd.Process.Pid, rubybuild.OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			mem := &ProcessMemory{PID: p.PID}
+			defer mem.Close()
+			const tries = 40
+			for i := 0; i < tries; i++ {
+				rd, err := NewReader(p, mem)
+				testruby.Privileged(t, permissionOnly(err))
+				if err != nil {
+					t.Fatalf("check %d of %d: %v", i+1, tries, err)
+				}
+				if rd.Layout.FromDWARF() {
+					t.Fatalf("the layout of %s came from DWARF: nothing was checked", r.VM)
+				}
+			}
+		})
+	}
+}
