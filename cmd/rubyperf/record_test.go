@@ -209,6 +209,17 @@ func TestRecordInterrupted(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Interrupt two seconds into the recording, not into the start-up (a
+	// loaded machine can spend a second starting): the recording has begun
+	// when its temporary output exists.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if tmp, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".rubyperf.data.*.tmp")); len(tmp) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recording began in 30s: %s", stderr.String())
+		}
+	}
 	time.Sleep(2 * time.Second)
 	c.Process.Signal(syscall.SIGINT)
 	if err := c.Wait(); err != nil {
