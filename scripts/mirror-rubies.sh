@@ -27,6 +27,8 @@ mkdir -p "$root"
 baseruby=${BASERUBY:-$(command -v ruby3.1 || command -v ruby || true)}
 [ -n "$baseruby" ] || { echo "mirror-rubies: need a Ruby to build Ruby (BASERUBY)" >&2; exit 1; }
 log() { echo "mirror-rubies: $*" >&2; }
+# shellcheck source=stripped-libruby.sh
+source "$(dirname "${BASH_SOURCE[0]}")/stripped-libruby.sh"
 
 # resolve REF: a tag, or a release commit found by its subject ("v4.0.5").
 resolve() {
@@ -90,11 +92,7 @@ stripped() {
   local version; version=$(sed -n 's/^version=//p' "$src/manifest")
   local so; so=$(basename "$vm")
   rm -rf "$d"; mkdir -p "$d"
-  strip --strip-all -o "$d/$so" "$vm"
-  local soname; soname=$(readelf -d "$d/$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-  ln -sf "$so" "$d/$soname"
-  printf '#!/bin/bash\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$d" "$src/bin/ruby" >"$d/ruby"
-  chmod +x "$d/ruby"
+  stripped_libruby "$vm" "$src/bin/ruby" "$d"
   cat >"$d/manifest" <<MANIFEST
 version=$version
 exe=$d/ruby

@@ -25,6 +25,8 @@ root=$RUBYPERF_CACHE/ruby
 mkdir -p "$root"
 exec 9>"$root/.lock"
 flock 9
+# shellcheck source=stripped-libruby.sh
+. scripts/stripped-libruby.sh
 # shellcheck source=debian-archive.sh
 . scripts/debian-archive.sh
 
@@ -238,13 +240,7 @@ if ! current source-3.3-cet-stripped "$v33"; then
   so=$(cd "$root/source-3.3-cet/lib" && ls libruby.so.3.3.* | head -1)
   finish source-3.3-cet "$v33" source "" "$root/source-3.3-cet/ruby" "$root/source-3.3-cet/lib/$so" 1 1
   d=$root/source-3.3-cet-stripped; rm -rf "$d"; mkdir -p "$d"
-  strip --strip-all -o "$d/$so" "$root/source-3.3-cet/lib/$so"
-  soname=$(readelf -d "$d/$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-  ln -sf "$so" "$d/$soname"
-  # Run the build's ruby with the stripped libruby in its place (the search path
-  # comes before the executable's RUNPATH).
-  printf '#!/bin/bash\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$d" "$root/source-3.3-cet/bin/ruby" >"$d/ruby"
-  chmod +x "$d/ruby"
+  stripped_libruby "$root/source-3.3-cet/lib/$so" "$root/source-3.3-cet/bin/ruby" "$d"
   finish source-3.3-cet-stripped "$v33" source "" "$d/ruby" "$d/$so" 0 0
 fi
 matrix+=(source-3.3-cet source-3.3-cet-stripped)
