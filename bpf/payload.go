@@ -102,9 +102,10 @@ var errNotRubyFrame = errors.New("not a frame rb_profile_frames reports")
 // through r from the live process or a recorded symbol table.
 func (p *Payload) RawFrames(r *rubystack.Reader) []rubystack.RawFrame {
 	out := make([]rubystack.RawFrame, 0, len(p.Frames))
-	for _, f := range p.Frames {
+	for i, f := range p.Frames {
 		rf, err := toRawFrame(r, f)
 		if err == nil {
+			rf.Top = i == 0 // the walk starts at ec->cfp, whose pc a JIT may leave stale
 			out = append(out, rf)
 		}
 	}
