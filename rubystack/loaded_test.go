@@ -33,7 +33,12 @@ func TestLoadedWhileLoaderWorks(t *testing.T) {
 	if err := p.loaded(bias + end + 0x100000); err != nil {
 		t.Errorf("address outside the image: %v, want nil (CheckLayout refuses it)", err)
 	}
-	p.Maps = append(p.Maps, Mapping{Start: bias + end - 0x1000, End: bias + end})
+	// The loader's first reservation of the image: mapped, not yet readable.
+	p.Maps = []Mapping{{Start: bias, End: bias + end, Perms: "r--p", Path: "libruby.so"}}
+	if err := p.loaded(bss); !errors.Is(err, ErrVMNotReady) {
+		t.Errorf("address under the loader's reservation: %v, want ErrVMNotReady", err)
+	}
+	p.Maps = append([]Mapping{{Start: bias + end - 0x1000, End: bias + end, Perms: "rw-p"}}, p.Maps...)
 	if err := p.loaded(bss); err != nil {
 		t.Errorf("mapped address: %v", err)
 	}

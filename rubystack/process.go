@@ -155,16 +155,19 @@ func OpenProcess(pid int, opts rubybuild.OpenOptions) (*Process, error) {
 	return nil, fmt.Errorf("pid %d: %w (no libruby or Ruby executable is mapped); check the pid", pid, ErrNotRuby)
 }
 
-// loaded returns ErrVMNotReady while addr, an address inside the binary's
+// loaded returns ErrVMNotReady while addr, a variable inside the binary's
 // image, is not mapped yet: the loader maps a shared libruby's segments one
 // after another, its zero-filled data (where ruby_current_vm_ptr lives)
 // last, so a process that was just started can show libruby without it.
 // An address outside the image is left for CheckLayout to refuse.
 func (p *Process) loaded(addr uint64) error {
+	// The loader first reserves the whole image with one mapping of the
+	// file, then maps each segment over it: the variable is in place once a
+	// writable mapping holds it.
 	covered := func(maps []Mapping) bool {
 		for _, m := range maps {
 			if addr >= m.Start && addr+8 <= m.End {
-				return true
+				return strings.Contains(m.Perms, "w")
 			}
 		}
 		return false

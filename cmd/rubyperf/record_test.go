@@ -210,10 +210,10 @@ func TestRecordInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Interrupt two seconds into the recording, not into the start-up (a
-	// loaded machine can spend a second starting): the recording has begun
-	// when its temporary output exists.
+	// loaded machine can spend a second starting): the output is put in
+	// place once the target is attached.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if tmp, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".rubyperf.data.*.tmp")); len(tmp) > 0 {
+		if _, err := os.Stat(out); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
