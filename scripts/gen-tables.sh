@@ -120,6 +120,11 @@ flags_for() { # SRCDIR: the configure flags for that tree (4.0+ also has ZJIT)
   echo "$f"
 }
 
+# dev_build DIR: "yes" when the tree's version.h says a development build.
+dev_build() {
+  if grep -q '^#define RUBY_PATCHLEVEL -1' "$1/src/version.h"; then echo yes; else echo no; fi
+}
+
 # configure_tree VERSION DIR: configure, or reuse the results of a configured
 # tree of the same line whose configure script is byte-identical.
 configure_tree() {
@@ -129,6 +134,9 @@ configure_tree() {
     d=${d%/}
     [ "$d" != "$dir" ] && [ -f "$d/ready" ] && [ ! -s "$d/config-from" ] || continue
     [ "$(cat "$d/flags")" = "$flags" ] && cmp -s "$d/src/configure" "$dir/src/configure" || continue
+    # configure also reads whether version.h is a development build (patch level
+    # -1 defines RUBY_ABI_VERSION in config.h): 3.4.0 was tagged as one, 3.4.1 not.
+    [ "$(dev_build "$d")" = "$(dev_build "$dir")" ] || continue
     log "$v: configure is identical to $(basename "$d")'s: reusing its results"
     # config.status holds configure's results; of this tree, only its path and its
     # patch number (read from version.h, as configure does) differ.
