@@ -4,7 +4,7 @@ export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
 FUZZTIME ?= 10s
 
-.PHONY: build deps rubies lint test fuzz demo tables bench clean generate check-generated
+.PHONY: build deps rubies lint test fuzz demo tables bench bench-micro clean generate check-generated
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rubyperf
@@ -56,7 +56,15 @@ demo: rubies build
 tables: build
 	@bash scripts/gen-tables.sh tables
 
-bench: rubies
+# One table of ratios against peers measured in the same run (bench/; about 15 minutes, root):
+# target slowdown vs stackprof and perf record, BPF cost, post-processing vs perf script,
+# attach time, recorder memory. BENCHFLAGS=-quick tries the harness in a minute.
+bench: rubies build
+	$(GO) run ./bench -o bench/RESULTS.md $(BENCHFLAGS) \
+	  -dwarf-ruby "$$(sed -n 's/^exe=//p' $(RUBYPERF_CACHE)/ruby/source-3.1-shared/manifest)"
+
+# Go micro-benchmarks of layout reading and snapshots.
+bench-micro: rubies
 	$(GO) test -run='^$$' -bench=. -benchmem ./rubybuild ./rubystack
 
 clean:

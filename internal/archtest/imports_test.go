@@ -32,6 +32,8 @@ var allowed = map[string][]string{
 	// internal/rubyoracle builds the C extension that asks Ruby for its own stack.
 	"internal/rubyoracle": {},
 	"internal/archtest":   {},
+	// bench runs the rubyperf binary and its peers as a user would.
+	"bench": {},
 }
 
 // testHelpers are the packages any test file may import.

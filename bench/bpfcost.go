@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// bpfRow is the BPF program's cost at one stack depth.
+type bpfRow struct {
+	depth                      int
+	nsPerSample, framesPerSamp float64
+}
+
+// bpfCost runs the bpf package's BenchmarkBPFRunTime (the kernel's own BPF
+// run-time statistics while a Ruby spins at 10, 200 and 2000 frames).
+func (b *bench) bpfCost() ([]bpfRow, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkBPFRunTime$", "-benchtime", "3x", "./bpf")
+	cmd.Dir = b.repo
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("BenchmarkBPFRunTime: %v: %s", err, lastLine(string(out)))
+	}
+	var rows []bpfRow
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "BenchmarkBPFRunTime/depth-") {
+			continue
+		}
+		d := strings.TrimPrefix(f[0], "BenchmarkBPFRunTime/depth-")
+		if i := strings.IndexByte(d, '-'); i >= 0 {
+			d = d[:i] // the GOMAXPROCS suffix
+		}
+		var r bpfRow
+		r.depth, _ = strconv.Atoi(d)
+		for i := 1; i+1 < len(f); i++ {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/sample":
+				r.nsPerSample = v
+			case "frames/sample":
+				r.framesPerSamp = v
+			}
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("BenchmarkBPFRunTime printed no results")
+	}
+	return rows, nil
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// bench is one benchmark run's settings and scratch space.
+type bench struct {
+	repo, rubyperf, ruby, workload, depthScript, tmp string
+	depths                                           []int
+	iterations                                       map[int]int
+	workSeconds                                      float64
+	rounds, postRounds, attachRounds                 int
+	postSamples, rssSeconds                          int
+	dwarfRuby                                        string // a Ruby whose libruby has DWARF, for attach time ("" to skip)
+	start                                            time.Time
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func main() {
+	b := &bench{start: time.Now(), depths: []int{10, 200}}
+	quick := flag.Bool("quick", false, "a short run to try the harness: 2 rounds, small recordings (not for the README)")
+	out := flag.String("o", "", "also write the table to this file")
+	flag.StringVar(&b.ruby, "ruby", "/usr/bin/ruby3.1", "the Ruby every tool profiles (stackprof must be installed for it)")
+	flag.StringVar(&b.rubyperf, "rubyperf", "bin/rubyperf", "the rubyperf binary")
+	flag.StringVar(&b.dwarfRuby, "dwarf-ruby", "", "a Ruby whose libruby carries DWARF, for the attach row")
+	flag.IntVar(&b.rounds, "rounds", 10, "interleaved rounds of the slowdown runs")
+	flag.Float64Var(&b.workSeconds, "work", 1.5, "seconds each unprofiled workload run works")
+	flag.IntVar(&b.postSamples, "post-samples", 50000, "samples in the post-processing recording")
+	flag.IntVar(&b.rssSeconds, "rss-seconds", 60, "length of the recording whose memory is followed")
+	flag.Parse()
+	if *quick {
+		b.rounds, b.workSeconds, b.postSamples, b.rssSeconds = 2, 0.5, 4000, 5
+	}
+	b.postRounds, b.attachRounds = 3, 5
+	if err := b.setup(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(b.tmp)
+	table, err := b.measure()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Print(table)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(table), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func (b *bench) setup() error {
+	var err error
+	if b.repo, err = os.Getwd(); err != nil {
+		return err
+	}
+	if b.rubyperf, err = filepath.Abs(b.rubyperf); err != nil {
+		return err
+	}
+	if _, err := os.Stat(b.rubyperf); err != nil {
+		return fmt.Errorf("%s: %w (run make build first)", b.rubyperf, err)
+	}
+	b.workload = filepath.Join(b.repo, "bench", "workload.rb")
+	b.depthScript = filepath.Join(b.repo, "testdata", "ruby", "depth.rb")
+	if out, err := exec.Command(b.ruby, "-rstackprof", "-e", "print StackProf::VERSION").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s has no stackprof (%s): install ruby-stackprof", b.ruby, strings.TrimSpace(string(out)))
+	}
+	if _, err := exec.LookPath("perf"); err != nil {
+		return fmt.Errorf("perf: %w (install linux-perf)", err)
+	}
+	b.tmp, err = os.MkdirTemp("", "rubyperf-bench-")
+	return err
+}
+
+// measure runs every part and returns the table.
+func (b *bench) measure() (string, error) {
+	t := &table{b: b}
+	var err error
+	if err = b.calibrate(); err != nil {
+		return "", err
+	}
+	b.logf("calibrated: %v iterations per depth for %.1fs of work", b.iterations, b.workSeconds)
+	tools := []tool{{"rubyperf", 99}, {"perf", 99}, {"stackprof", 99}, {"rubyperf", 999}, {"perf", 999}, {"stackprof", 999}}
+	if t.slow, err = b.slowdown(tools); err != nil {
+		return "", err
+	}
+	t.tools = tools
+	if t.bpf, err = b.bpfCost(); err != nil {
+		return "", err
+	}
+	b.logf("bpf: done")
+	if t.postSamples, t.postBytes, t.post, err = b.postprocess(); err != nil {
+		return "", err
+	}
+	if t.attachTable, err = b.attachTime(b.ruby); err != nil {
+		return "", err
+	}
+	if b.dwarfRuby != "" {
+		if t.attachDWARF, err = b.attachTime(b.dwarfRuby); err != nil {
+			return "", err
+		}
+	}
+	b.logf("attach: done")
+	if t.rss, t.rssSamples, err = b.rssSeries(); err != nil {
+		return "", err
+	}
+	return t.String(), nil
+}

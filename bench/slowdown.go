@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A profiler configuration the target runs under.
+type tool struct {
+	name string // "unprofiled", "rubyperf", "perf", "stackprof"
+	hz   int
+}
+
+func (t tool) String() string {
+	if t.hz == 0 {
+		return t.name
+	}
+	return fmt.Sprintf("%s %d Hz", t.name, t.hz)
+}
+
+// slowRun is one run of the workload under a tool.
+type slowRun struct {
+	work        workReport
+	samples     int
+	bytes       int64   // the recording's size
+	profilerCPU float64 // cores the profiler's own process used while the target worked
+	wakeups     float64 // the profiler's voluntary context switches per second meanwhile
+}
+
+// workReport is the workload's own account of its work (bench/workload.rb).
+type workReport struct {
+	seconds, cpu           float64
+	voluntary, involuntary int
+	samples                int // stackprof's
+}
+
+// runWorkload runs the workload at depth under t. For a profiler that is a
+// process of its own (rubyperf, perf), its CPU time and wake-ups are read
+// when the work begins and when it ends, so start-up and shutdown are not
+// counted as the cost of leaving it on.
+func (b *bench) runWorkload(t tool, depth int) (slowRun, error) {
+	work := []string{b.ruby, b.workload, strconv.Itoa(depth), strconv.Itoa(b.iterations[depth])}
+	out := filepath.Join(b.tmp, "slowdown.data")
+	os.Remove(out)
+	hz := strconv.Itoa(t.hz)
+	argv, env := work, []string(nil)
+	switch t.name {
+	case "rubyperf":
+		argv = append([]string{b.rubyperf, "record", "-F", hz, "-o", out, "--"}, work...)
+	case "perf":
+		argv = append([]string{"perf", "record", "-F", hz, "--call-graph", "dwarf", "-o", out, "--"}, work...)
+	case "stackprof":
+		env = []string{"BENCH_STACKPROF_HZ=" + hz}
+	}
+	separate := t.name == "rubyperf" || t.name == "perf"
+	var begin, end procSample
+	res, err := runLines(env, func(pid int, line string) {
+		if !separate {
+			return
+		}
+		if line == "begin" {
+			begin, _ = sampleProc(pid)
+		} else if !begin.at.IsZero() && end.at.IsZero() {
+			end, _ = sampleProc(pid)
+		}
+	}, argv...)
+	if err != nil {
+		return slowRun{}, err
+	}
+	r := slowRun{bytes: fileSize(out)}
+	if r.work, err = parseWork(res.stdout); err != nil {
+		return r, err
+	}
+	if separate && !begin.at.IsZero() && !end.at.IsZero() {
+		dt := end.at.Sub(begin.at).Seconds()
+		r.profilerCPU = (end.cpu - begin.cpu).Seconds() / dt
+		r.wakeups = float64(end.voluntary-begin.voluntary) / dt
+	}
+	switch t.name {
+	case "rubyperf":
+		r.samples, err = rubyperfSamples(res.stderr)
+	case "perf":
+		r.samples, err = perfSamples(res.stderr)
+	case "stackprof":
+		r.samples = r.work.samples
+	}
+	return r, err
+}
+
+// parseWork reads the workload's last line.
+func parseWork(stdout string) (workReport, error) {
+	var w workReport
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	last := lines[len(lines)-1]
+	if _, err := fmt.Sscanf(last, "%f %f %d %d %d", &w.seconds, &w.cpu, &w.voluntary, &w.involuntary, &w.samples); err != nil {
+		return w, fmt.Errorf("workload printed %q: %v", last, err)
+	}
+	return w, nil
+}
+
+// calibrate picks each depth's iterations so an unprofiled run works for
+// about b.workSeconds.
+func (b *bench) calibrate() error {
+	b.iterations = map[int]int{}
+	for _, depth := range b.depths {
+		const probe = 4000
+		b.iterations[depth] = probe
+		var took []float64
+		for range 3 {
+			r, err := b.runWorkload(tool{name: "unprofiled"}, depth)
+			if err != nil {
+				return err
+			}
+			took = append(took, r.work.seconds)
+		}
+		b.iterations[depth] = max(1, int(float64(probe)*b.workSeconds/median(took)))
+	}
+	return nil
+}
+
+// slowdownCell gathers one (tool, depth)'s rounds.
+type slowdownCell struct {
+	ratio, rate, preempted, profilerCPU, wakeups, bytesPerSample []float64
+}
+
+// slowdown runs every tool at every depth b.rounds times, interleaved: each
+// round runs every configuration once, in a new random order, and each run
+// is compared with the same round's unprofiled run at the same depth.
+func (b *bench) slowdown(tools []tool) (map[int]map[tool]*slowdownCell, error) {
+	cells := map[int]map[tool]*slowdownCell{}
+	for _, depth := range b.depths {
+		cells[depth] = map[tool]*slowdownCell{}
+		for _, t := range tools {
+			cells[depth][t] = &slowdownCell{}
+		}
+	}
+	base := tool{name: "unprofiled"}
+	for round := range b.rounds {
+		for _, depth := range b.depths {
+			order := append([]tool{base}, tools...)
+			rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			runs := map[tool]slowRun{}
+			for _, t := range order {
+				r, err := b.runWorkload(t, depth)
+				if err != nil {
+					return nil, fmt.Errorf("round %d, depth %d, %v: %w", round+1, depth, t, err)
+				}
+				runs[t] = r
+			}
+			bs := runs[base]
+			for _, t := range tools {
+				r, c := runs[t], cells[depth][t]
+				c.ratio = append(c.ratio, r.work.seconds/bs.work.seconds)
+				c.rate = append(c.rate, float64(r.samples)/r.work.seconds)
+				c.preempted = append(c.preempted, float64(r.work.involuntary-bs.work.involuntary)/r.work.seconds)
+				c.profilerCPU = append(c.profilerCPU, r.profilerCPU)
+				c.wakeups = append(c.wakeups, r.wakeups)
+				if r.samples > 0 && r.bytes > 0 {
+					c.bytesPerSample = append(c.bytesPerSample, float64(r.bytes)/float64(r.samples))
+				}
+			}
+		}
+		b.logf("slowdown: round %d of %d done (%s)", round+1, b.rounds, time.Since(b.start).Round(time.Second))
+	}
+	return cells, nil
+}
