@@ -55,7 +55,7 @@ func (t *table) String() string {
 		}
 	}
 	p("")
-	p("**BPF program run time per sample** (the kernel's BPF statistics, stack copy excluded; `BenchmarkBPFRunTime`, goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
+	p("**BPF program run time per sample** (the kernel's BPF statistics, the 8 KiB stack copy inside `bpf_perf_event_output` included; `BenchmarkBPFRunTime`; goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
 	p("")
 	p("| Ruby stack depth | frames read per sample | µs per sample |")
 	p("|---|---|---|")
