@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 	perf "github.com/elastic/go-perf"
-	"golang.org/x/sys/unix"
 )
 
 // Options configure sampling.
@@ -200,11 +199,11 @@ const trackingRingPages = 64
 // second per CPU at 999 Hz. Each drain reads the side-band rings first, so a
 // process's COMM and MMAP2 records come before its samples of the same drain.
 func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	ep, err := newRingPoll()
 	if err != nil {
-		return fmt.Errorf("epoll: %w", err)
+		return err
 	}
-	defer unix.Close(ep)
+	defer ep.close()
 	type ring struct {
 		cpu int
 		ev  *perf.Event
@@ -221,7 +220,7 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		if err != nil {
 			return err
 		}
-		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+		if err := ep.add(fd); err != nil {
 			return fmt.Errorf("epoll ring of CPU %d: %w", r.cpu, err)
 		}
 	}
@@ -239,13 +238,12 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		}
 		return nil
 	}
-	events := make([]unix.EpollEvent, len(rings))
 	for {
 		if ctx.Err() != nil {
 			return drain() // what is left after the end
 		}
-		if _, err := unix.EpollWait(ep, events, int(drainInterval/time.Millisecond)); err != nil && err != unix.EINTR {
-			return fmt.Errorf("epoll wait: %w", err)
+		if err := ep.wait(drainInterval); err != nil {
+			return fmt.Errorf("wait for the rings: %w", err)
 		}
 		if err := drain(); err != nil {
 			return err
