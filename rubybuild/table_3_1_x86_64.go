@@ -5,7 +5,7 @@ package rubybuild
 func init() {
 	builtinLayouts = append(builtinLayouts,
 		tableLayout{
-			Versions:  []string{"3.1.0", "3.1.1", "3.1.2"},
+			Versions:  []string{"3.1.0", "3.1.1", "3.1.2", "3.1.3", "3.1.4"},
 			Arch:      "x86_64",
 			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",

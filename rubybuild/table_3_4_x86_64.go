@@ -5,7 +5,7 @@ package rubybuild
 func init() {
 	builtinLayouts = append(builtinLayouts,
 		tableLayout{
-			Versions:  []string{"3.4.2", "3.4.3", "3.4.4", "3.4.5", "3.4.6", "3.4.7", "3.4.8", "3.4.9"},
+			Versions:  []string{"3.4.0", "3.4.1", "3.4.2", "3.4.3", "3.4.4", "3.4.5", "3.4.6", "3.4.7", "3.4.8", "3.4.9"},
 			Arch:      "x86_64",
 			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
