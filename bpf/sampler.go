@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 	perf "github.com/elastic/go-perf"
+	"golang.org/x/sys/unix"
 )
 
 // Options configure sampling.
@@ -199,11 +200,11 @@ const trackingRingPages = 64
 // second per CPU at 999 Hz. Each drain reads the side-band rings first, so a
 // process's COMM and MMAP2 records come before its samples of the same drain.
 func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
-	ep, err := newRingPoll()
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return err
+		return fmt.Errorf("epoll: %w", err)
 	}
-	defer ep.close()
+	defer unix.Close(ep)
 	type ring struct {
 		cpu int
 		ev  *perf.Event
@@ -220,7 +221,7 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		if err != nil {
 			return err
 		}
-		if err := ep.add(fd); err != nil {
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
 			return fmt.Errorf("epoll ring of CPU %d: %w", r.cpu, err)
 		}
 	}
@@ -238,12 +239,13 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		}
 		return nil
 	}
+	events := make([]unix.EpollEvent, len(rings))
 	for {
 		if ctx.Err() != nil {
 			return drain() // what is left after the end
 		}
-		if err := ep.wait(drainInterval); err != nil {
-			return fmt.Errorf("wait for the rings: %w", err)
+		if _, err := unix.EpollWait(ep, events, int(drainInterval/time.Millisecond)); err != nil && err != unix.EINTR {
+			return fmt.Errorf("epoll wait: %w", err)
 		}
 		if err := drain(); err != nil {
 			return err
