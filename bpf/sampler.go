@@ -7,12 +7,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 	perf "github.com/elastic/go-perf"
-	"golang.org/x/sys/unix"
 )
 
 // Options configure sampling.
@@ -106,16 +105,16 @@ func Open(opts Options) (_ *Sampler, err error) {
 		SampleStackUser:     opts.StackSize,
 	}
 	s.attr.SetSamplePeriod(1)
-	// Run drains every ring on a timer, so the kernel need not wake the
-	// recorder for each record: only when a ring is half full.
-	s.attr.SetWakeupWatermark(uint32(opts.RingPages * os.Getpagesize() / 2))
+	s.attr.SetWakeupEvents(1)
 	track := perf.Attr{
 		Label: "tracking", Type: perf.SoftwareEvent, Config: uint64(perf.Dummy),
 		SampleFormat: perf.SampleFormat{Tid: true, Time: true, CPU: true},
 		Options: perf.Options{SampleIDAll: true, Mmap: true, Mmap2: true, MmapData: true, Comm: true,
 			CommExec: true, Task: true},
 	}
-	track.SetWakeupWatermark(trackingRingPages * uint32(os.Getpagesize()) / 2)
+	// wakeup_events counts samples only: side-band records (COMM, MMAP2,
+	// EXIT) would wait until the ring fills. Wake on any byte instead.
+	track.SetWakeupWatermark(1)
 	clock := perf.Attr{Type: perf.SoftwareEvent, Config: uint64(perf.CPUClock), Options: perf.Options{Disabled: true}}
 	clock.SetSampleFreq(uint64(opts.Frequency))
 	for _, cpu := range s.cpus {
@@ -139,7 +138,7 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("open tracking event on CPU %d: %w", cpu, err)
 		}
 		s.trackers = append(s.trackers, tr)
-		if err := tr.MapRingNumPages(trackingRingPages); err != nil {
+		if err := tr.MapRingNumPages(16); err != nil {
 			return nil, fmt.Errorf("map tracking ring of CPU %d: %w", cpu, err)
 		}
 		ck, err := perf.Open(&clock, perf.AllThreads, cpu, nil)
@@ -181,76 +180,63 @@ func (s *Sampler) Stop() {
 	}
 }
 
-// drainInterval is how often Run empties the rings, whatever their fill:
-// it bounds how late a record is handled (a new process found by -a, the
-// status line). Between drains the kernel wakes Run only for a half-full ring.
-const drainInterval = 50 * time.Millisecond
-
-// trackingRingPages sizes each CPU's side-band ring (COMM, MMAP2, FORK,
-// EXIT of every process: a busy machine writes many between drains).
-const trackingRingPages = 64
-
 // Run reads every CPU's rings (samples, and COMM/MMAP2/FORK/EXIT of every
 // process) until ctx ends and the rings are drained, handing each record to
 // fn. fn is never called concurrently.
-//
-// One goroutine waits on all rings at once and drains them every
-// drainInterval or when one is half full: with a wake-up per record the
-// recorder would wake (and take a CPU from the target) a thousand times a
-// second per CPU at 999 Hz. Each drain reads the side-band rings first, so a
-// process's COMM and MMAP2 records come before its samples of the same drain.
 func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("epoll: %w", err)
-	}
-	defer unix.Close(ep)
-	type ring struct {
-		cpu int
-		ev  *perf.Event
-	}
-	var rings []ring
-	for i, ev := range s.trackers {
-		rings = append(rings, ring{s.cpus[i], ev})
-	}
-	for i, ev := range s.outputs {
-		rings = append(rings, ring{s.cpus[i], ev})
-	}
-	for _, r := range rings {
-		fd, err := r.ev.FD()
-		if err != nil {
-			return err
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		firstMu sync.Mutex
+		first   error
+	)
+	fail := func(err error) {
+		firstMu.Lock()
+		if first == nil {
+			first = err
 		}
-		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
-			return fmt.Errorf("epoll ring of CPU %d: %w", r.cpu, err)
-		}
+		firstMu.Unlock()
 	}
-	drain := func() error {
-		var raw perf.RawRecord
-		for _, r := range rings {
-			for r.ev.HasRecord() {
-				if err := r.ev.ReadRawRecord(context.Background(), &raw); err != nil {
-					return fmt.Errorf("read ring of CPU %d: %w", r.cpu, err)
+	rings := append(append([]*perf.Event{}, s.outputs...), s.trackers...)
+	for i, ev := range rings {
+		wg.Add(1)
+		go func(cpu int, ev *perf.Event) {
+			defer wg.Done()
+			var raw perf.RawRecord
+			for {
+				err := ev.ReadRawRecord(ctx, &raw)
+				if err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("read ring of CPU %d: %w", cpu, err))
+						return
+					}
+					// Drain what is left after the end.
+					for ev.HasRecord() {
+						if err := ev.ReadRawRecord(context.Background(), &raw); err != nil {
+							return
+						}
+						mu.Lock()
+						err = fn(Record{CPU: cpu, Header: raw.Header, Data: raw.Data})
+						mu.Unlock()
+						if err != nil {
+							fail(err)
+							return
+						}
+					}
+					return
 				}
-				if err := fn(Record{CPU: r.cpu, Header: raw.Header, Data: raw.Data}); err != nil {
-					return err
+				mu.Lock()
+				err = fn(Record{CPU: cpu, Header: raw.Header, Data: raw.Data})
+				mu.Unlock()
+				if err != nil {
+					fail(err)
+					return
 				}
 			}
-		}
-		return nil
+		}(s.cpus[i%len(s.cpus)], ev)
 	}
-	events := make([]unix.EpollEvent, len(rings))
-	for {
-		if ctx.Err() != nil {
-			return drain() // what is left after the end
-		}
-		if _, err := unix.EpollWait(ep, events, int(drainInterval/time.Millisecond)); err != nil && err != unix.EINTR {
-			return fmt.Errorf("epoll wait: %w", err)
-		}
-		if err := drain(); err != nil {
-			return err
-		}
-	}
+	wg.Wait()
+	return first
 }
 
 // Counts are the program's own counters.
