@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,24 +80,4 @@ func (b *bench) rssSeries() (series []float64, samples int, err error) {
 			}
 		}
 	}
-}
-
-// vmRSS reads VmRSS (KiB) from /proc/PID/status.
-func vmRSS(pid int) (int64, bool) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				n, err := strconv.ParseInt(f[0], 10, 64)
-				return n, err == nil
-			}
-		}
-	}
-	return 0, false
 }

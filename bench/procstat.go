@@ -46,15 +46,33 @@ func sampleProc(pid int) (procSample, error) {
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				s.voluntary += n
-			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				s.involuntary += n
+		v, _ := statusValue(b, "voluntary_ctxt_switches")
+		nv, _ := statusValue(b, "nonvoluntary_ctxt_switches")
+		s.voluntary += v
+		s.involuntary += nv
+	}
+	return s, nil
+}
+
+// statusValue is the number after "key:" in a /proc status file (for
+// VmRSS, in KiB).
+func statusValue(status []byte, key string) (int64, bool) {
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				n, err := strconv.ParseInt(f[0], 10, 64)
+				return n, err == nil
 			}
 		}
 	}
-	return s, nil
+	return 0, false
+}
+
+// vmRSS reads VmRSS (KiB) from /proc/PID/status.
+func vmRSS(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	return statusValue(b, "VmRSS")
 }

@@ -13,83 +13,64 @@ import (
 	"time"
 )
 
-// runLines is run with each line of stdout also given to line as it is
-// printed, with the command's pid.
-func runLines(env []string, line func(pid int, line string), argv ...string) (result, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return result{}, err
-	}
-	var errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = pw, &errb
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return result{}, err
-	}
-	pw.Close()
-	var out strings.Builder
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		line(cmd.Process.Pid, sc.Text())
-	}
-	pr.Close()
-	err = cmd.Wait()
-	r := finished(cmd, time.Since(start))
-	r.stdout, r.stderr = out.String(), errb.String()
-	if err != nil {
-		return r, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, lastLine(r.stderr))
-	}
-	return r, nil
-}
-
 // result is one finished command: what it printed and what it cost.
 type result struct {
 	stdout, stderr string
 	wall           time.Duration
-	cpu            time.Duration // user + system of the command itself (children included when waited for)
-	maxRSS         int64         // KiB
-	voluntary      int64         // context switches: waits (wake-ups)
-	involuntary    int64         // preemptions
+	maxRSS         int64 // KiB
 }
 
 // run executes argv with extra environment and returns its result; a
 // failure carries the command's stderr.
-func run(env []string, argv ...string) (result, error) { return runTo(nil, env, argv...) }
+func run(env []string, argv ...string) (result, error) { return execute(env, nil, nil, argv...) }
 
-// runTo is run with stdout sent to w (io.Discard for large outputs) instead
-// of kept.
-func runTo(w io.Writer, env []string, argv ...string) (result, error) {
+// runTo is run with stdout sent to w, an open file (os.DevNull for large
+// outputs: no pipe for the command to pay for), instead of kept.
+func runTo(w *os.File, env []string, argv ...string) (result, error) {
+	return execute(env, w, nil, argv...)
+}
+
+// runLines is run with each line of stdout also given to line as it is
+// printed, with the command's pid.
+func runLines(env []string, line func(pid int, line string), argv ...string) (result, error) {
+	return execute(env, nil, line, argv...)
+}
+
+func execute(env []string, to *os.File, line func(pid int, line string), argv ...string) (result, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if w != nil {
-		cmd.Stdout = w
+	var pr io.ReadCloser
+	switch {
+	case to != nil:
+		cmd.Stdout = to
+	case line != nil:
+		var err error
+		if pr, err = cmd.StdoutPipe(); err != nil {
+			return result{}, err
+		}
 	}
 	start := time.Now()
-	err := cmd.Run()
-	r := finished(cmd, time.Since(start))
-	r.stdout, r.stderr = out.String(), errb.String()
+	if err := cmd.Start(); err != nil {
+		return result{}, err
+	}
+	if pr != nil {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			line(cmd.Process.Pid, sc.Text())
+		}
+	}
+	err := cmd.Wait()
+	r := result{stdout: out.String(), stderr: errb.String(), wall: time.Since(start)}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSS = ru.Maxrss
+	}
 	if err != nil {
 		return r, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, lastLine(r.stderr))
 	}
 	return r, nil
-}
-
-func finished(cmd *exec.Cmd, wall time.Duration) result {
-	r := result{wall: wall}
-	if ps := cmd.ProcessState; ps != nil {
-		r.cpu = ps.UserTime() + ps.SystemTime()
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			r.maxRSS, r.voluntary, r.involuntary = ru.Maxrss, ru.Nvcsw, ru.Nivcsw
-		}
-	}
-	return r
 }
 
 func lastLine(s string) string {

@@ -52,8 +52,8 @@ func perfUserFrames(t *testing.T, file string) map[string][]string {
 		if len(f) == 0 {
 			continue
 		}
-		if !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, " \t") && strings.HasSuffix(f[len(f)-1], ":") && len(f) == 2 {
-			// a sample's header: "tid sec.nsec:"
+		if !strings.HasPrefix(line, "\t") && len(f) == 2 {
+			// a sample's header, "tid sec.nsec:" (its frames are indented by a tab)
 			if key != "" {
 				all[key] = cur
 			}

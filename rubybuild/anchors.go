@@ -58,7 +58,7 @@ var anchorSymbols = map[string]bool{
 	"vm_exec_core": true, "rb_thread_current": true, "rb_id2str": true, "rb_current_ec_noinline": true,
 	// exported functions the disassembly fallbacks read
 	"rb_iseq_eval": true, "rb_iseq_eval_main": true, "rb_during_gc": true,
-	"rb_shape_tree_ptr": true, "rb_shape_get_shape_by_id": true, "rb_shape_id": true,
+	"rb_shape_tree_ptr": true, "rb_shape_tree": true, "rb_shape_get_shape_by_id": true, "rb_shape_id": true,
 	"rb_block_given_p": true, "rb_keyword_given_p": true, "rb_errinfo": true,
 	"rb_gc_count": true, "rb_gc_latest_gc_info": true, "rb_gc_get_objspace": true,
 	"rb_sym_immortal_count": true,
@@ -112,10 +112,11 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 			}
 		}
 	}
-	// rb_shape_tree_ptr is needed where class ivars live in shapes, except
-	// 3.2 (the shape list is in the VM) and 4.0+ (rb_shape_tree, a struct,
-	// is exported; the Reader uses that symbol).
-	tree, treeStruct := b.symbol(shapeTreeStructSymbol)
+	// The shape tree is needed where class ivars live in shapes, except 3.2
+	// (the shape list is in the VM). 3.3 and 3.4 point at it from
+	// rb_shape_tree_ptr; 4.0+ exports the struct itself, rb_shape_tree.
+	tree, treeStruct := b.syms[shapeTreeStructSymbol]
+	treeStruct = treeStruct && tree.Value != 0
 	a.needShapeTree = l != nil && l.Capabilities.ClassIvarsInShapes && !l.Capabilities.ShapeListInVM
 	switch {
 	case a.ShapeTree.Found:

@@ -284,26 +284,5 @@ func (b *Binary) Image() (start, end uint64) {
 }
 
 // shapeTreeStructSymbol is the global rb_shape_tree_t of 4.0+ (3.3 and 3.4
-// have the pointer rb_shape_tree_ptr, an anchor).
+// have the pointer rb_shape_tree_ptr).
 const shapeTreeStructSymbol = "rb_shape_tree"
-
-// symbol looks one data symbol up in the binary's symbol tables and its
-// debug file's.
-func (b *Binary) symbol(name string) (symbol, bool) {
-	want := map[string]bool{name: true}
-	for _, e := range []*elfFile{b.elf, b.debug} {
-		if e == nil {
-			continue
-		}
-		from := fromSymtab
-		if e == b.debug {
-			from = fromDebugFile
-		}
-		if syms, err := e.symbols(want, from); err == nil {
-			if s, ok := syms[name]; ok && s.Value != 0 {
-				return s, true
-			}
-		}
-	}
-	return symbol{}, false
-}

@@ -2,12 +2,12 @@ package rubystack
 
 import (
 	"encoding/binary"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"regexp"
 	"strconv"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // TestAnchorsLiveDebian checks the anchors the disassembly finds in Debian's

@@ -2,10 +2,10 @@ package rubystack
 
 import (
 	"errors"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // TestLoadedWhileLoaderWorks: an address inside libruby's image that no

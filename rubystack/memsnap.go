@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"io"
 	"sort"
+
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // A memory snapshot file holds what a walk read from a process, so the same

@@ -3,13 +3,13 @@ package rubystack
 import (
 	"bytes"
 	"flag"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata fixtures from live processes")

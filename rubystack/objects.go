@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 

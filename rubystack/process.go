@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // Limits on /proc/PID/maps: a process with a million mappings is not Ruby's shape.
@@ -146,8 +147,8 @@ func OpenProcess(pid int, opts rubybuild.OpenOptions) (*Process, error) {
 			tried = append(tried, err)
 			continue
 		}
-		return &Process{PID: pid, Binary: b, MappedPath: path, Maps: maps,
-			Bias: first.Start - first.Offset - imageStart(b)}, nil
+		start, _ := b.Image()
+		return &Process{PID: pid, Binary: b, MappedPath: path, Maps: maps, Bias: first.Start - first.Offset - start}, nil
 	}
 	if len(tried) > 0 {
 		return nil, fmt.Errorf("pid %d: %w", pid, tried)
@@ -209,11 +210,6 @@ func (l errorList) Unwrap() []error { return l }
 func (p *Process) Close() error { return p.Binary.Close() }
 
 // firstMapping is the lowest mapping of path (its ELF header, offset 0).
-func imageStart(b *rubybuild.Binary) uint64 {
-	start, _ := b.Image()
-	return start
-}
-
 func firstMapping(maps []Mapping, path string) (Mapping, bool) {
 	for _, m := range maps {
 		if m.Path == path && m.Offset == 0 {

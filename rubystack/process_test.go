@@ -2,13 +2,13 @@ package rubystack
 
 import (
 	"bytes"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // TestDeletedBinary: a Ruby whose executable was deleted after it started
@@ -53,7 +53,8 @@ func TestProcMemFallback(t *testing.T) {
 	defer p.Close()
 	m := &ProcessMemory{PID: p.PID}
 	defer m.Close()
-	addr := p.Bias + imageStart(p.Binary)
+	start, _ := p.Binary.Image()
+	addr := p.Bias + start
 	a, b := make([]byte, 4096), make([]byte, 4096)
 	err = m.ReadAt(a, addr)
 	testruby.Privileged(t, permissionOnly(err))

@@ -3,6 +3,7 @@ package rubystack
 import (
 	"errors"
 	"fmt"
+
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // Replay fixtures let CI test Rubies it cannot build (versions without a

@@ -3,7 +3,6 @@ package rubystack
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // oracleAnswer is one thread's answer from testdata/ruby/oracle.rb.

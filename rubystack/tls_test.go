@@ -1,13 +1,13 @@
 package rubystack
 
 import (
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // TestCurrentECLive reads each test Ruby's ruby_current_ec through the thread

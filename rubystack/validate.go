@@ -95,7 +95,7 @@ func (r *Reader) CheckLayout() error {
 		// which stay put: when no read is clean, one whose failure is above
 		// minSettled passing oldest frames, in a thread seen to move, is a tear.
 		var last error
-		tornNamed, torn := 0, false
+		passed := -1 // named frames of a clean read, else of one that tore; -1: neither
 		for try := 0; try < checkTries; try++ {
 			if try > 0 {
 				r.mem.start()
@@ -103,19 +103,17 @@ func (r *Reader) CheckLayout() error {
 			}
 			c := r.checkFrames(th.EC)
 			if last = c.err; last == nil {
-				named += c.named
+				passed = c.named
 				break
 			}
 			if c.settled >= minSettled && c.named > 0 && r.moved(th.EC, c.cfp) {
-				tornNamed, torn = c.named, true
+				passed = c.named
 			}
 		}
-		if last != nil && !torn {
+		if passed < 0 {
 			return fail("thread %d: %v", th.TID, last)
 		}
-		if last != nil {
-			named += tornNamed
-		}
+		named += passed
 	}
 	if named == 0 {
 		return fail("no frame of any thread has a readable label and path")
@@ -160,7 +158,7 @@ func (r *Reader) checkMainThread(vm uint64) error {
 
 // frameCheck is the outcome of checking one thread's control frames once.
 type frameCheck struct {
-	err error  // the newest frame's failure, or nil
+	err error  // the first failure, counting from the oldest frame, or nil
 	cfp uint64 // ec->cfp as read
 	// settled frames passed, oldest first (all of them when err is nil);
 	// named of them had a readable label and path.
