@@ -40,7 +40,7 @@ func execute(env []string, to *os.File, line func(pid int, line string), argv ..
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Stderr = &errb
 	var pr io.ReadCloser
 	switch {
 	case to != nil:
@@ -50,6 +50,8 @@ func execute(env []string, to *os.File, line func(pid int, line string), argv ..
 		if pr, err = cmd.StdoutPipe(); err != nil {
 			return result{}, err
 		}
+	default:
+		cmd.Stdout = &out
 	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
