@@ -26,7 +26,11 @@ module Oracle
     FULL_LABEL = Fiddle::Function.new(H['rb_profile_frame_full_label'], [VP], VP)
     PATH = Fiddle::Function.new(H['rb_profile_frame_path'], [VP], VP)
 
+    # A label is a new string that only Fiddle's integer holds until
+    # dlunwrap: a GC in between (the next call allocates) would free it and
+    # crash later (seen in JSON.generate), so GC waits.
     def self.raw_frames
+      was_disabled = GC.disable
       buf = Fiddle::Pointer.malloc(8 * MAX)
       lines = Fiddle::Pointer.malloc(4 * MAX)
       n = PROFILE_FRAMES.call(0, MAX, buf, lines)
@@ -35,6 +39,8 @@ module Oracle
       values.zip(lns).map do |v, line|
         [Fiddle.dlunwrap(FULL_LABEL.call(v).to_i), Fiddle.dlunwrap(PATH.call(v).to_i), line]
       end
+    ensure
+      GC.enable unless was_disabled
     end
 
     def self.object_at(address) = Fiddle.dlunwrap(address)

@@ -1,0 +1,46 @@
+package rubyoracle
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+)
+
+// TestFiddleOracleSurvivesGC: the Fiddle fallback of oracle.rb, asked for
+// frames while every allocation runs the GC, returns labels that are still
+// valid strings afterwards. Holding a label only as Fiddle's integer let the
+// GC free it, and Ruby crashed later in JSON.generate.
+func TestFiddleOracleSurvivesGC(t *testing.T) {
+	src, err := sourcePath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracle := filepath.Join(filepath.Dir(src), "..", "oracle.rb")
+	script := `require ARGV[0]
+def outer = inner
+def inner
+  GC.stress = true
+  frames = Oracle.raw_frames
+  GC.stress = false
+  GC.start
+  JSON.generate(frames)
+end
+20.times { outer }
+labels = outer
+abort "no inner frame in #{labels}" unless labels.include?('Object#inner')
+puts 'fine'`
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			if exec.Command(r.Exe, "-e", "require 'fiddle'").Run() != nil {
+				t.Skip("no Fiddle in this build: the oracle uses its C extension")
+			}
+			out, err := exec.Command(r.Exe, "-e", script, oracle).CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != "fine" {
+				t.Fatalf("%v\n%.2000s", err, out)
+			}
+		})
+	}
+}
