@@ -29,7 +29,7 @@ func BenchmarkBPFRunTime(b *testing.B) {
 		b.Run(fmt.Sprintf("depth-%d", depth), func(b *testing.B) {
 			cmd := testruby.Start(b, r, script, fmt.Sprint(depth))
 			tg := prepareTB(b, cmd.Process.Pid)
-			s, err := Open(Options{Frequency: 999, RingPages: 256, StackSize: 8192})
+			s, err := Open(Options{Frequency: 999, StackSize: 8192})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -17,8 +17,9 @@ import (
 // Options configure sampling.
 type Options struct {
 	Frequency int // samples per second per CPU (perf's -F)
-	// RingPages is the size of each CPU's ring in pages (a power of two). A
-	// sample with a deep stack and a stack copy takes up to 64 KiB.
+	// RingPages is the size of each CPU's ring of samples in pages (a power
+	// of two); 0 sizes it by the number of CPUs (RingPagesFor). A sample with
+	// a deep stack and a stack copy takes up to 64 KiB.
 	RingPages int
 	// StackSize is how many bytes of the user stack each sample copies, for
 	// native unwinding afterwards (perf's --call-graph dwarf,SIZE).
@@ -26,7 +27,36 @@ type Options struct {
 }
 
 // DefaultOptions are perf's defaults where perf has one.
-var DefaultOptions = Options{Frequency: 99, RingPages: 256, StackSize: 8192}
+var DefaultOptions = Options{Frequency: 99, StackSize: 8192}
+
+// Ring budgets: what all CPUs' rings may take together, and the bounds of
+// one CPU's ring. A ring holds what arrives while the reader is not running;
+// on a loaded machine that can be a tenth of a second, about 100 samples
+// with 8 KiB stack copies at 999 Hz.
+const (
+	sampleRingBudget   = 32 << 20
+	sampleRingMax      = 2 << 20
+	sampleRingMin      = 256 << 10
+	sideBandRingBudget = 16 << 20
+	sideBandRingMax    = 1 << 20
+	sideBandRingMin    = 64 << 10
+)
+
+// RingPagesFor is the largest power-of-two number of pages per CPU within
+// budget over ncpu rings, clamped to [min, max] bytes.
+func RingPagesFor(ncpu, budget, lo, hi int) int {
+	page := os.Getpagesize()
+	per := hi
+	if ncpu > 0 {
+		per = min(hi, budget/ncpu)
+	}
+	per = max(per, lo)
+	pages := 1
+	for pages*2*page <= per {
+		pages *= 2
+	}
+	return pages
+}
 
 // UserRegisters is the register set each sample copies: on x86_64 every
 // general-purpose register perf's DWARF unwinder uses (PERF_REG_X86_64 mask
@@ -48,9 +78,12 @@ type Sampler struct {
 // Record is one raw record read from a CPU's ring: its header and data,
 // exactly as the kernel wrote them.
 type Record struct {
-	CPU    int
-	Header perf.RecordHeader
-	Data   []byte
+	CPU int
+	// SideBand: the record comes from the ring of COMM, MMAP2, FORK and EXIT
+	// records of every process, not from the ring of samples.
+	SideBand bool
+	Header   perf.RecordHeader
+	Data     []byte
 }
 
 // Open loads the program and starts sampling on every online CPU. No
@@ -89,6 +122,10 @@ func Open(opts Options) (_ *Sampler, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.RingPages <= 0 {
+		opts.RingPages = RingPagesFor(len(s.cpus), sampleRingBudget, sampleRingMin, sampleRingMax)
+	}
+	sideBandPages := RingPagesFor(len(s.cpus), sideBandRingBudget, sideBandRingMin, sideBandRingMax)
 	s.attr = perf.Attr{
 		Label:  "ruby-cpu",
 		Type:   perf.SoftwareEvent,
@@ -138,7 +175,11 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("open tracking event on CPU %d: %w", cpu, err)
 		}
 		s.trackers = append(s.trackers, tr)
-		if err := tr.MapRingNumPages(16); err != nil {
+		// Every process on the machine writes here: process starts and
+		// library loads come in bursts, and a lost MMAP2 of a target leaves
+		// its native frames unnamed. 64 KiB lost records while a Ruby
+		// started; 1 MiB lost none.
+		if err := tr.MapRingNumPages(sideBandPages); err != nil {
 			return nil, fmt.Errorf("map tracking ring of CPU %d: %w", cpu, err)
 		}
 		ck, err := perf.Open(&clock, perf.AllThreads, cpu, nil)
@@ -200,6 +241,7 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	rings := append(append([]*perf.Event{}, s.outputs...), s.trackers...)
 	for i, ev := range rings {
 		wg.Add(1)
+		sideBand := i >= len(s.outputs)
 		go func(cpu int, ev *perf.Event) {
 			defer wg.Done()
 			var raw perf.RawRecord
@@ -216,7 +258,7 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 							return
 						}
 						mu.Lock()
-						err = fn(Record{CPU: cpu, Header: raw.Header, Data: raw.Data})
+						err = fn(Record{CPU: cpu, SideBand: sideBand, Header: raw.Header, Data: raw.Data})
 						mu.Unlock()
 						if err != nil {
 							fail(err)
@@ -226,7 +268,7 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 					return
 				}
 				mu.Lock()
-				err = fn(Record{CPU: cpu, Header: raw.Header, Data: raw.Data})
+				err = fn(Record{CPU: cpu, SideBand: sideBand, Header: raw.Header, Data: raw.Data})
 				mu.Unlock()
 				if err != nil {
 					fail(err)

@@ -3,6 +3,7 @@ package bpf
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -226,5 +227,21 @@ func TestTruncation(t *testing.T) {
 				t.Errorf("%d samples, %d counted truncated", n, counts.Truncated)
 			}
 		})
+	}
+}
+
+func TestRingPagesFor(t *testing.T) {
+	page := os.Getpagesize()
+	for _, tc := range []struct{ ncpu, want int }{
+		{0, sampleRingMax}, {1, sampleRingMax}, {2, sampleRingMax}, {16, sampleRingMax},
+		{24, 1 << 20}, {64, 512 << 10}, {128, sampleRingMin}, {4096, sampleRingMin},
+	} {
+		got := RingPagesFor(tc.ncpu, sampleRingBudget, sampleRingMin, sampleRingMax) * page
+		if got != tc.want && page == 4096 {
+			t.Errorf("%d CPUs: %d bytes per ring, want %d", tc.ncpu, got, tc.want)
+		}
+		if n := RingPagesFor(tc.ncpu, sampleRingBudget, sampleRingMin, sampleRingMax); n&(n-1) != 0 {
+			t.Errorf("%d CPUs: %d pages is not a power of two", tc.ncpu, n)
+		}
 	}
 }

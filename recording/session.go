@@ -42,11 +42,15 @@ type Options struct {
 
 // Summary is what a recording did.
 type Summary struct {
-	Output        string
-	Targets       int
-	PIDs          []int  // the processes recorded
-	Samples       uint64 // samples written
-	Lost          uint64 // samples the kernel dropped (rings full)
+	Output  string
+	Targets int
+	PIDs    []int  // the processes recorded
+	Samples uint64 // samples written
+	Lost    uint64 // samples the kernel dropped (rings full)
+	// LostSideBand counts COMM, MMAP2, FORK and EXIT records of any process
+	// that the kernel dropped: native frames in code mapped meanwhile may
+	// stay unnamed.
+	LostSideBand  uint64
 	Truncated     uint64 // stacks deeper than bpf.MaxFrames
 	UnknownFrames uint64 // frames that could not be symbolized
 	Dropped       []int  // targets no longer sampled: most of their frames were implausible
@@ -230,7 +234,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	s.sum.Duration = time.Since(start)
 	if c, err := sampler.Counts(); err == nil {
 		s.sum.Truncated = c.Truncated
-		s.sum.Lost += c.OutputErrors
+		s.sum.Lost = max(s.sum.Lost, c.OutputErrors)
 	}
 	finErr := s.finish()
 	if runErr != nil {
@@ -376,7 +380,14 @@ func (s *session) handle(rec bpf.Record) error {
 		s.sum.Samples++
 	case recordLost:
 		if len(rec.Data) >= 16 {
-			s.sum.Lost += binary.LittleEndian.Uint64(rec.Data[8:]) // perf_record_lost: id, lost
+			n := binary.LittleEndian.Uint64(rec.Data[8:]) // perf_record_lost: id, lost
+			if rec.SideBand {
+				s.sum.LostSideBand += n
+			} else {
+				// The program counts these samples too (OutputErrors),
+				// which replaces this running count at the end.
+				s.sum.Lost += n
+			}
 		}
 	case recordComm, recordMmap, recordMmap2, recordFork, recordExit:
 		pid, tid := recordPID(rec)
