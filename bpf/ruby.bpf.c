@@ -26,6 +26,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define MAX_EP_CHECKS 10
 // CFP_READ is one read of a control frame: the largest frame (64 bytes, 3.1).
 #define CFP_READ 64
+// FRESH_FRAMES is how many frames from the top are looked up in known_frames.
+#define FRESH_FRAMES 8
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
 #define PAYLOAD_VERSION 1
@@ -101,10 +103,36 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } events SEC(".maps");
 
+// urgent_events: rings for samples that user space must read at once.
+// User space names a frame (iseq, pc) by reading the iseq's label and line
+// table from the live process; code that runs once (a required file's top
+// level, a class body, an eval) is garbage soon after. So a sample with a
+// frame near the top that user space has not named yet goes here, where
+// every sample wakes the reader; the rest go to events, read in batches.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} urgent_events SEC(".maps");
+
+struct frame_key {
+	__u32 pid, pad;
+	__u64 iseq, pc;
+};
+
+// known_frames: the Ruby frames user space has named, per process.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, struct frame_key);
+	__type(value, __u8);
+} known_frames SEC(".maps");
+
 // Counters for user space: index by the COUNT_* names.
 #define COUNT_SAMPLES 0
 #define COUNT_OUTPUT_ERRORS 1
 #define COUNT_TRUNCATED 2
+#define COUNT_URGENT 3
 #define COUNT_MAX 4
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -141,7 +169,9 @@ struct walk_ctx {
 	struct proc_config *cfg;
 	struct sample_buf *buf;
 	__u64 cfp, end;
+	__u32 pid;
 	__u32 stopped; // the last iteration wrote no frame
+	__u32 fresh;   // a frame near the top is one user space has not named
 };
 
 // check_method_entry: v is a method entry (imemo_ment), or with can_svar an
@@ -207,6 +237,11 @@ static long walk_frame(__u32 i, void *data)
 		ep = env[1] & ~3ULL; // VM_ENV_PREV_EP
 	}
 	f->cme_flags = (cme & ~FRAME_BITS) | bits;
+	if (i < FRESH_FRAMES && !w->fresh && f->iseq && !(bits & FRAME_CFRAME)) {
+		struct frame_key key = {.pid = w->pid, .iseq = f->iseq, .pc = f->pc};
+		if (!bpf_map_lookup_elem(&known_frames, &key))
+			w->fresh = 1;
+	}
 	return 0;
 }
 
@@ -243,6 +278,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	tp = BPF_CORE_READ((struct task_struct___arm64 *)task, thread.uw.tp_value);
 #endif
 	__u64 ec = 0;
+	__u32 fresh = 0;
 	if (!tp || bpf_probe_read_user(&ec, sizeof(ec), (void *)(tp + c->ec_tp_offset)))
 		buf->h.flags |= PAYLOAD_READ_ERROR;
 	else if (!ec)
@@ -263,8 +299,9 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 			if (cfp < stack || cfp > end || c->cfp_size == 0) {
 				buf->h.flags |= PAYLOAD_BAD_CFP;
 			} else {
-				struct walk_ctx w = {.cfg = c, .buf = buf, .cfp = cfp, .end = end};
+				struct walk_ctx w = {.cfg = c, .buf = buf, .cfp = cfp, .end = end, .pid = tgid};
 				long n = bpf_loop(MAX_FRAMES, walk_frame, &w, 0);
+				fresh = w.fresh;
 				if (n > 0 && w.stopped)
 					n--; // the iteration that stopped wrote nothing
 				if (n < 0)
@@ -284,7 +321,14 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	if (len > sizeof(*buf))
 		len = sizeof(*buf);
 	buf->h.length = len;
-	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, len))
+	long err;
+	if (fresh) {
+		count(COUNT_URGENT);
+		err = bpf_perf_event_output(ctx, &urgent_events, BPF_F_CURRENT_CPU, buf, len);
+	} else {
+		err = bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, buf, len);
+	}
+	if (err)
 		count(COUNT_OUTPUT_ERRORS);
 	return 0;
 }

@@ -20,6 +20,14 @@ type rubyFrame struct {
 	CmeFlags uint64
 }
 
+type rubyFrameKey struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Pad  uint32
+	Iseq uint64
+	Pc   uint64
+}
+
 type rubyPayloadHeader struct {
 	_          structs.HostLayout
 	Magic      uint32
@@ -71,11 +79,13 @@ type rubySampleBuf struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	rubyMapCounts      = "counts"
-	rubyMapEvents      = "events"
-	rubyMapProcs       = "procs"
-	rubyMapScratch     = "scratch"
-	rubyProgSampleRuby = "sample_ruby"
+	rubyMapCounts       = "counts"
+	rubyMapEvents       = "events"
+	rubyMapKnownFrames  = "known_frames"
+	rubyMapProcs        = "procs"
+	rubyMapScratch      = "scratch"
+	rubyMapUrgentEvents = "urgent_events"
+	rubyProgSampleRuby  = "sample_ruby"
 )
 
 // loadRuby returns the embedded CollectionSpec for ruby.
@@ -127,10 +137,12 @@ type rubyProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rubyMapSpecs struct {
-	Counts  *ebpf.MapSpec `ebpf:"counts"`
-	Events  *ebpf.MapSpec `ebpf:"events"`
-	Procs   *ebpf.MapSpec `ebpf:"procs"`
-	Scratch *ebpf.MapSpec `ebpf:"scratch"`
+	Counts       *ebpf.MapSpec `ebpf:"counts"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
+	KnownFrames  *ebpf.MapSpec `ebpf:"known_frames"`
+	Procs        *ebpf.MapSpec `ebpf:"procs"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
+	UrgentEvents *ebpf.MapSpec `ebpf:"urgent_events"`
 }
 
 // rubyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -159,18 +171,22 @@ func (o *rubyObjects) Close() error {
 //
 // It can be passed to loadRubyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rubyMaps struct {
-	Counts  *ebpf.Map `ebpf:"counts"`
-	Events  *ebpf.Map `ebpf:"events"`
-	Procs   *ebpf.Map `ebpf:"procs"`
-	Scratch *ebpf.Map `ebpf:"scratch"`
+	Counts       *ebpf.Map `ebpf:"counts"`
+	Events       *ebpf.Map `ebpf:"events"`
+	KnownFrames  *ebpf.Map `ebpf:"known_frames"`
+	Procs        *ebpf.Map `ebpf:"procs"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
+	UrgentEvents *ebpf.Map `ebpf:"urgent_events"`
 }
 
 func (m *rubyMaps) Close() error {
 	return _RubyClose(
 		m.Counts,
 		m.Events,
+		m.KnownFrames,
 		m.Procs,
 		m.Scratch,
+		m.UrgentEvents,
 	)
 }
 

@@ -7,11 +7,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 	perf "github.com/elastic/go-perf"
+	"golang.org/x/sys/unix"
 )
 
 // Options configure sampling.
@@ -40,6 +41,9 @@ const (
 	sideBandRingBudget = 16 << 20
 	sideBandRingMax    = 1 << 20
 	sideBandRingMin    = 64 << 10
+	urgentRingBudget   = 16 << 20
+	urgentRingMax      = 1 << 20
+	urgentRingMin      = 128 << 10
 )
 
 // RingPagesFor is the largest power-of-two number of pages per CPU within
@@ -67,7 +71,10 @@ const UserRegisters = 0xff0fff
 type Sampler struct {
 	objs    rubyObjects
 	outputs []*perf.Event // per-CPU bpf-output events, read by the user
-	clocks  []*perf.Event // per-CPU cpu-clock events running the program
+	// per-CPU bpf-output events for samples with a frame user space has not
+	// named yet: each wakes the reader (see urgent_events in ruby.bpf.c)
+	urgent []*perf.Event
+	clocks []*perf.Event // per-CPU cpu-clock events running the program
 	// per-CPU dummy events reporting COMM, MMAP2, FORK and EXIT of every
 	// process, with the same sample_id trailer (TID|TIME|CPU) as samples
 	trackers []*perf.Event
@@ -105,6 +112,7 @@ func Open(opts Options) (_ *Sampler, err error) {
 	}
 	spec.Maps["scratch"].MaxEntries = uint32(ncpu)
 	spec.Maps["events"].MaxEntries = uint32(ncpu)
+	spec.Maps["urgent_events"].MaxEntries = uint32(ncpu)
 	s := &Sampler{}
 	defer func() {
 		if err != nil {
@@ -126,6 +134,8 @@ func Open(opts Options) (_ *Sampler, err error) {
 		opts.RingPages = RingPagesFor(len(s.cpus), sampleRingBudget, sampleRingMin, sampleRingMax)
 	}
 	sideBandPages := RingPagesFor(len(s.cpus), sideBandRingBudget, sideBandRingMin, sideBandRingMax)
+	urgentPages := RingPagesFor(len(s.cpus), urgentRingBudget, urgentRingMin, urgentRingMax)
+	page := os.Getpagesize()
 	s.attr = perf.Attr{
 		Label:  "ruby-cpu",
 		Type:   perf.SoftwareEvent,
@@ -142,16 +152,18 @@ func Open(opts Options) (_ *Sampler, err error) {
 		SampleStackUser:     opts.StackSize,
 	}
 	s.attr.SetSamplePeriod(1)
-	s.attr.SetWakeupEvents(1)
+	// Run drains every ring on a timer: the kernel wakes it early only when a
+	// ring is half full, or for each urgent sample.
+	s.attr.SetWakeupWatermark(uint32(opts.RingPages * page / 2))
+	urgent := s.attr
+	urgent.SetWakeupEvents(1)
 	track := perf.Attr{
 		Label: "tracking", Type: perf.SoftwareEvent, Config: uint64(perf.Dummy),
 		SampleFormat: perf.SampleFormat{Tid: true, Time: true, CPU: true},
 		Options: perf.Options{SampleIDAll: true, Mmap: true, Mmap2: true, MmapData: true, Comm: true,
 			CommExec: true, Task: true},
 	}
-	// wakeup_events counts samples only: side-band records (COMM, MMAP2,
-	// EXIT) would wait until the ring fills. Wake on any byte instead.
-	track.SetWakeupWatermark(1)
+	track.SetWakeupWatermark(uint32(sideBandPages * page / 2))
 	clock := perf.Attr{Type: perf.SoftwareEvent, Config: uint64(perf.CPUClock), Options: perf.Options{Disabled: true}}
 	clock.SetSampleFreq(uint64(opts.Frequency))
 	for _, cpu := range s.cpus {
@@ -169,6 +181,20 @@ func Open(opts Options) (_ *Sampler, err error) {
 		}
 		if err := s.objs.Events.Update(uint32(cpu), uint32(fd), ebpf.UpdateAny); err != nil {
 			return nil, fmt.Errorf("events map, CPU %d: %w", cpu, err)
+		}
+		ur, err := perf.Open(&urgent, perf.AllThreads, cpu, nil)
+		if err != nil {
+			return nil, fmt.Errorf("open urgent bpf-output event on CPU %d: %w", cpu, err)
+		}
+		s.urgent = append(s.urgent, ur)
+		if err := ur.MapRingNumPages(urgentPages); err != nil {
+			return nil, fmt.Errorf("map urgent ring of CPU %d: %w", cpu, err)
+		}
+		if fd, err = ur.FD(); err != nil {
+			return nil, err
+		}
+		if err := s.objs.UrgentEvents.Update(uint32(cpu), uint32(fd), ebpf.UpdateAny); err != nil {
+			return nil, fmt.Errorf("urgent events map, CPU %d: %w", cpu, err)
 		}
 		tr, err := perf.Open(&track, perf.AllThreads, cpu, nil)
 		if err != nil {
@@ -221,64 +247,93 @@ func (s *Sampler) Stop() {
 	}
 }
 
+// drainInterval is how often Run empties the rings whatever their fill: it
+// bounds how late a batched record is handled (a target's exit, a new
+// process found by -a, the status line).
+const drainInterval = 50 * time.Millisecond
+
 // Run reads every CPU's rings (samples, and COMM/MMAP2/FORK/EXIT of every
 // process) until ctx ends and the rings are drained, handing each record to
 // fn. fn is never called concurrently.
+//
+// One goroutine waits on all rings at once and drains them all when the
+// kernel wakes it (an urgent sample, a half-full ring) or every
+// drainInterval: a wake-up per sample would take a CPU from the target a
+// thousand times a second per CPU at 999 Hz. Each drain reads the side-band
+// rings first, so a process's COMM and MMAP2 come before its samples of the
+// same drain, and urgent samples before batched ones.
 func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
-	var (
-		mu      sync.Mutex
-		wg      sync.WaitGroup
-		firstMu sync.Mutex
-		first   error
-	)
-	fail := func(err error) {
-		firstMu.Lock()
-		if first == nil {
-			first = err
-		}
-		firstMu.Unlock()
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("epoll: %w", err)
 	}
-	rings := append(append([]*perf.Event{}, s.outputs...), s.trackers...)
-	for i, ev := range rings {
-		wg.Add(1)
-		sideBand := i >= len(s.outputs)
-		go func(cpu int, ev *perf.Event) {
-			defer wg.Done()
-			var raw perf.RawRecord
-			for {
-				err := ev.ReadRawRecord(ctx, &raw)
-				if err != nil {
-					if ctx.Err() == nil {
-						fail(fmt.Errorf("read ring of CPU %d: %w", cpu, err))
-						return
-					}
-					// Drain what is left after the end.
-					for ev.HasRecord() {
-						if err := ev.ReadRawRecord(context.Background(), &raw); err != nil {
-							return
-						}
-						mu.Lock()
-						err = fn(Record{CPU: cpu, SideBand: sideBand, Header: raw.Header, Data: raw.Data})
-						mu.Unlock()
-						if err != nil {
-							fail(err)
-							return
-						}
-					}
-					return
+	defer unix.Close(ep)
+	type ring struct {
+		cpu      int
+		sideBand bool
+		ev       *perf.Event
+	}
+	var rings []ring
+	for _, set := range []struct {
+		evs      []*perf.Event
+		sideBand bool
+	}{{s.trackers, true}, {s.urgent, false}, {s.outputs, false}} {
+		for i, ev := range set.evs {
+			rings = append(rings, ring{s.cpus[i], set.sideBand, ev})
+		}
+	}
+	for _, r := range rings {
+		fd, err := r.ev.FD()
+		if err != nil {
+			return err
+		}
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			return fmt.Errorf("epoll ring of CPU %d: %w", r.cpu, err)
+		}
+	}
+	drain := func() error {
+		var raw perf.RawRecord
+		for _, r := range rings {
+			for r.ev.HasRecord() {
+				if err := r.ev.ReadRawRecord(context.Background(), &raw); err != nil {
+					return fmt.Errorf("read ring of CPU %d: %w", r.cpu, err)
 				}
-				mu.Lock()
-				err = fn(Record{CPU: cpu, SideBand: sideBand, Header: raw.Header, Data: raw.Data})
-				mu.Unlock()
-				if err != nil {
-					fail(err)
-					return
+				if err := fn(Record{CPU: r.cpu, SideBand: r.sideBand, Header: raw.Header, Data: raw.Data}); err != nil {
+					return err
 				}
 			}
-		}(s.cpus[i%len(s.cpus)], ev)
+		}
+		return nil
 	}
-	wg.Wait()
-	return first
+	events := make([]unix.EpollEvent, len(rings))
+	for {
+		if ctx.Err() != nil {
+			return drain() // what is left after the end
+		}
+		if _, err := unix.EpollWait(ep, events, int(drainInterval/time.Millisecond)); err != nil && err != unix.EINTR {
+			return fmt.Errorf("epoll wait: %w", err)
+		}
+		if err := drain(); err != nil {
+			return err
+		}
+	}
+}
+
+// MarkNamed tells the program that user space has named these frames of
+// pid (iseq, pc): samples whose top frames are all named can wait in the
+// batched rings.
+func (s *Sampler) MarkNamed(pid uint32, frames []Frame) error {
+	var one uint8 = 1
+	for _, f := range frames {
+		if f.Iseq == 0 || f.CFrame {
+			continue
+		}
+		k := rubyFrameKey{Pid: pid, Iseq: f.Iseq, Pc: f.PC}
+		if err := s.objs.KnownFrames.Update(k, one, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("pid %d: mark frames named: %w", pid, err)
+		}
+	}
+	return nil
 }
 
 // Counts are the program's own counters.
@@ -286,12 +341,13 @@ type Counts struct {
 	Samples      uint64 // samples of target processes
 	OutputErrors uint64 // records the kernel would not take (ring full)
 	Truncated    uint64 // stacks deeper than MaxFrames
+	Urgent       uint64 // samples sent to the urgent rings
 }
 
 // Counts sums the program's per-CPU counters.
 func (s *Sampler) Counts() (Counts, error) {
 	var c Counts
-	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated} {
+	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated, &c.Urgent} {
 		var per []uint64
 		if err := s.objs.Counts.Lookup(uint32(i), &per); err != nil {
 			return c, err
@@ -309,7 +365,7 @@ func (s *Sampler) Close() error {
 		c.Disable()
 		c.Close()
 	}
-	for _, o := range append(s.outputs, s.trackers...) {
+	for _, o := range append(append(s.outputs, s.urgent...), s.trackers...) {
 		o.Close()
 	}
 	if s.objs.SampleRuby == nil {

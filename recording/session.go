@@ -50,7 +50,10 @@ type Summary struct {
 	// LostSideBand counts COMM, MMAP2, FORK and EXIT records of any process
 	// that the kernel dropped: native frames in code mapped meanwhile may
 	// stay unnamed.
-	LostSideBand  uint64
+	LostSideBand uint64
+	// Urgent counts samples that woke the recorder at once: they had a frame
+	// not named yet (the rest are read in batches).
+	Urgent        uint64
 	Truncated     uint64 // stacks deeper than bpf.MaxFrames
 	UnknownFrames uint64 // frames that could not be symbolized
 	Dropped       []int  // targets no longer sampled: most of their frames were implausible
@@ -234,6 +237,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	s.sum.Duration = time.Since(start)
 	if c, err := sampler.Counts(); err == nil {
 		s.sum.Truncated = c.Truncated
+		s.sum.Urgent = c.Urgent
 		s.sum.Lost = max(s.sum.Lost, c.OutputErrors)
 	}
 	finErr := s.finish()
@@ -372,8 +376,13 @@ func (s *session) handle(rec bpf.Record) error {
 		}
 		if p, err := bpf.DecodePayload(smp.Raw); err == nil {
 			if t, ok := s.targets[int(p.PID)]; ok {
-				n, bad := s.symtab.Resolve(t.Reader, p)
-				s.checkPlausible(t, n, bad)
+				added, bad := s.symtab.Resolve(t.Reader, p)
+				s.checkPlausible(t, len(added), bad)
+				if len(added) > 0 {
+					// Their later samples may wait in the batched rings. A
+					// failure only keeps sending them to the urgent ones.
+					s.sampler.MarkNamed(p.PID, added)
+				}
 			}
 			bpf.SetPeriod(rec.Data, p.Period)
 		}

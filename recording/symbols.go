@@ -73,8 +73,9 @@ func Key(pid uint32, f bpf.Frame) FrameKey {
 }
 
 // Resolve symbolizes the payload's frames that the table does not know yet,
-// through r, which reads the process's live memory.
-func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (resolved, unknown int) {
+// through r, which reads the process's live memory. It returns those frames
+// (now in the table, named, dropped or unknown) and how many are unknown.
+func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (added []bpf.Frame, unknown int) {
 	for _, f := range p.Frames {
 		k := Key(p.PID, f)
 		if _, ok := t.Frames[k]; ok {
@@ -92,9 +93,9 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (resolved, un
 				unknown++
 			}
 		}
-		resolved++
+		added = append(added, f)
 	}
-	return resolved, unknown
+	return added, unknown
 }
 
 // Stack returns the Ruby frames of a payload, leaf first, as the table names

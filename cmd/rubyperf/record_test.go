@@ -226,6 +226,39 @@ func TestRecordNoLostSamples(t *testing.T) {
 	}
 }
 
+// TestRecordShortLivedCode: frames of code that is garbage milliseconds
+// after it ran (a new eval every 3 ms, a GC every 15 ms) are named, though
+// the recorder reads most samples in batches every 50 ms: a sample with a
+// frame not named yet wakes it at once.
+func TestRecordShortLivedCode(t *testing.T) {
+	r := testruby.Get(t, "debian-3.3")
+	script, _ := filepath.Abs("../../testdata/ruby/shortlived.rb")
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	sum := record(t, "-F", "999", "-d", "30", "-o", out, "--", r.Exe, script, "3")
+	if sum.samples < 500 {
+		t.Fatalf("only %d samples", sum.samples)
+	}
+	// Each round's eval is a new iseq; about one frame in a hundred may
+	// still die before the recorder reads it on a busy machine.
+	if sum.unknown*100 > sum.samples {
+		t.Errorf("%d unknown frames in %d samples", sum.unknown, sum.samples)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"script", "-i", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("script: exit %d: %s", code, stderr.String())
+	}
+	blocks := strings.Split(strings.TrimSpace(stdout.String()), "\n\n")
+	evals := 0
+	for _, b := range blocks {
+		if strings.Contains(b, "round_") {
+			evals++
+		}
+	}
+	if evals*2 < len(blocks) {
+		t.Errorf("only %d of %d samples name an eval'd round", evals, len(blocks))
+	}
+}
+
 // rubyperfBinary builds the command for tests that run it as a process.
 func rubyperfBinary(t *testing.T) string {
 	t.Helper()
