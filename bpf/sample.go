@@ -8,7 +8,8 @@ import (
 
 // Sample is a PERF_RECORD_SAMPLE of the bpf-output event, decoded by the
 // sample_type the Sampler opens it with: IP|TID|TIME|CPU|PERIOD|CALLCHAIN|
-// RAW|REGS_USER|STACK_USER, in the kernel's order (perf_output_sample).
+// RAW, then REGS_USER|STACK_USER unless Options.StackSize is 0, in the
+// kernel's order (perf_output_sample).
 type Sample struct {
 	IP        uint64
 	PID, TID  uint32
@@ -57,7 +58,10 @@ func DecodeSample(data []byte) (*Sample, error) {
 		}
 	}
 	s.Raw = d.bytes(uint64(d.u32())) // PERF_SAMPLE_RAW
-	s.RegsABI = d.u64()              // PERF_SAMPLE_REGS_USER
+	if d.err == nil && len(d.b) == 0 {
+		return s, nil // opened without a stack copy: RAW ends the record
+	}
+	s.RegsABI = d.u64() // PERF_SAMPLE_REGS_USER
 	if s.RegsABI != 0 {
 		s.Regs = make([]uint64, bits.OnesCount64(UserRegisters))
 		for i := range s.Regs {

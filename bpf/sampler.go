@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -23,7 +24,9 @@ type Options struct {
 	// a deep stack and a stack copy takes up to 64 KiB.
 	RingPages int
 	// StackSize is how many bytes of the user stack each sample copies, for
-	// native unwinding afterwards (perf's --call-graph dwarf,SIZE).
+	// native unwinding afterwards (perf's --call-graph dwarf,SIZE): a
+	// multiple of 8 up to MaxStackSize. 0 copies neither the stack nor the
+	// registers: samples have no native user frames.
 	StackSize uint32
 }
 
@@ -62,6 +65,11 @@ func RingPagesFor(ncpu, budget, lo, hi int) int {
 	return pages
 }
 
+// MaxStackSize is the largest stack copy a sample can ask for (the kernel's
+// bound, a record being at most 64 KiB; perf's too). The kernel copies less
+// when a deep Ruby stack leaves less room in the record.
+const MaxStackSize = 65528
+
 // UserRegisters is the register set each sample copies: on x86_64 every
 // general-purpose register perf's DWARF unwinder uses (PERF_REG_X86_64 mask
 // 0xff0fff: AX..IP without the segment registers, R8..R15).
@@ -98,6 +106,9 @@ type Record struct {
 func Open(opts Options) (_ *Sampler, err error) {
 	if opts.Frequency <= 0 {
 		return nil, fmt.Errorf("sampling frequency %d: must be positive", opts.Frequency)
+	}
+	if opts.StackSize%8 != 0 || opts.StackSize > MaxStackSize {
+		return nil, fmt.Errorf("stack copy of %d bytes: must be a multiple of 8 up to %d", opts.StackSize, MaxStackSize)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("memlock: %w", err)
@@ -142,14 +153,16 @@ func Open(opts Options) (_ *Sampler, err error) {
 		Config: uint64(perf.BPFOutput),
 		SampleFormat: perf.SampleFormat{
 			IP: true, Tid: true, Time: true, CPU: true, Period: true, Callchain: true, Raw: true,
-			UserRegisters: true, UserStack: true,
+			UserRegisters: opts.StackSize > 0, UserStack: opts.StackSize > 0,
 		},
 		// User frames come from unwinding the stack copy (as with perf's
 		// --call-graph dwarf): without frame pointers the kernel's user
 		// callchain is only the leaf, and perf would show it twice.
-		Options:             perf.Options{SampleIDAll: true, ExcludeUserCallchain: true},
-		SampleRegistersUser: UserRegisters,
-		SampleStackUser:     opts.StackSize,
+		Options:         perf.Options{SampleIDAll: true, ExcludeUserCallchain: true},
+		SampleStackUser: opts.StackSize,
+	}
+	if opts.StackSize > 0 {
+		s.attr.SampleRegistersUser = UserRegisters
 	}
 	s.attr.SetSamplePeriod(1)
 	// Run drains every ring on a timer: the kernel wakes it early only when a
@@ -252,9 +265,13 @@ func (s *Sampler) Stop() {
 // process found by -a, the status line).
 const drainInterval = 50 * time.Millisecond
 
+// recordsPerDrain bounds what one drain reads from one ring (a half-full
+// 2 MiB ring holds about 100 samples with 8 KiB stack copies).
+const recordsPerDrain = 4096
+
 // Run reads every CPU's rings (samples, and COMM/MMAP2/FORK/EXIT of every
-// process) until ctx ends and the rings are drained, handing each record to
-// fn. fn is never called concurrently.
+// process) until ctx ends, then stops sampling and drains the rings, handing
+// each record to fn. fn is never called concurrently.
 //
 // One goroutine waits on all rings at once and drains them all when the
 // kernel wakes it (an urgent sample, a half-full ring) or every
@@ -291,10 +308,13 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 			return fmt.Errorf("epoll ring of CPU %d: %w", r.cpu, err)
 		}
 	}
-	drain := func() error {
+	// drain reads what the rings hold, at most limit records from each: a
+	// reader slower than the records coming would otherwise never get back
+	// to checking ctx.
+	drain := func(limit int) error {
 		var raw perf.RawRecord
 		for _, r := range rings {
-			for r.ev.HasRecord() {
+			for n := 0; n < limit && r.ev.HasRecord(); n++ {
 				if err := r.ev.ReadRawRecord(context.Background(), &raw); err != nil {
 					return fmt.Errorf("read ring of CPU %d: %w", r.cpu, err)
 				}
@@ -308,12 +328,14 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	events := make([]unix.EpollEvent, len(rings))
 	for {
 		if ctx.Err() != nil {
-			return drain() // what is left after the end
+			// Stop sampling, then read what is left: a finite amount.
+			s.Stop()
+			return drain(math.MaxInt)
 		}
 		if _, err := unix.EpollWait(ep, events, int(drainInterval/time.Millisecond)); err != nil && err != unix.EINTR {
 			return fmt.Errorf("epoll wait: %w", err)
 		}
-		if err := drain(); err != nil {
+		if err := drain(recordsPerDrain); err != nil {
 			return err
 		}
 	}

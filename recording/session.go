@@ -28,6 +28,10 @@ type Options struct {
 	Command   []string // -- CMD ARGS: started, recorded, and its exit ends the recording
 	All       bool     // -a: every Ruby process, including ones that start while recording
 	Frequency int      // -F
+	// StackSize is how many bytes of user stack each sample copies for
+	// native unwinding (perf's --call-graph dwarf,SIZE): 0 means
+	// bpf.DefaultOptions' 8 KiB, a negative size none (no native user frames).
+	StackSize int
 	Duration  time.Duration
 	Output    string
 	DebugFile string
@@ -108,6 +112,14 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 
 	bo := bpf.DefaultOptions
 	bo.Frequency = opts.Frequency
+	switch {
+	case opts.StackSize < 0:
+		bo.StackSize = 0
+	case opts.StackSize > bpf.MaxStackSize:
+		return nil, fmt.Errorf("stack copy of %d bytes: at most %d", opts.StackSize, bpf.MaxStackSize)
+	case opts.StackSize > 0:
+		bo.StackSize = uint32(opts.StackSize)
+	}
 	sampler, err := bpf.Open(bo)
 	if err != nil {
 		return nil, err
@@ -323,7 +335,7 @@ func (s *session) skipped(pid int, err error) {
 
 // outputAttr is the bpf-output event's attribute as perf.data records it.
 func outputAttr(s *bpf.Sampler, o bpf.Options) perfdata.Attr {
-	return perfdata.Attr{
+	a := perfdata.Attr{
 		Type:   perfdata.TypeSoftware,
 		Config: perfdata.CountSWBPFOutput,
 		// The cpu-clock event samples at Frequency; each bpf-output record
@@ -331,11 +343,15 @@ func outputAttr(s *bpf.Sampler, o bpf.Options) perfdata.Attr {
 		// bpf-output event itself).
 		SamplePeriodOrFreq: 1,
 		SampleType: perfdata.SampleIP | perfdata.SampleTID | perfdata.SampleTime | perfdata.SampleCPU | perfdata.SamplePeriod |
-			perfdata.SampleCallchain | perfdata.SampleRaw | perfdata.SampleRegsUser | perfdata.SampleStackUser,
-		Flags:           perfdata.FlagSampleIDAll | perfdata.FlagExcludeCallchainUser,
-		SampleRegsUser:  bpf.UserRegisters,
-		SampleStackUser: o.StackSize,
+			perfdata.SampleCallchain | perfdata.SampleRaw,
+		Flags: perfdata.FlagSampleIDAll | perfdata.FlagExcludeCallchainUser,
 	}
+	if o.StackSize > 0 {
+		a.SampleType |= perfdata.SampleRegsUser | perfdata.SampleStackUser
+		a.SampleRegsUser = bpf.UserRegisters
+		a.SampleStackUser = o.StackSize
+	}
+	return a
 }
 
 // add makes t a target: sampled from now on, with its threads and

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -26,11 +27,12 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
 	out := fs.String("o", "rubyperf.data", "output file")
 	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
+	stackSize := fs.Int("stack-size", 8192, "bytes of native stack each sample copies for unwinding C frames (perf's dwarf,SIZE); 0: no native user frames")
 	cmdArgs, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	opts := recording.Options{All: *all, Frequency: *freq, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
+	opts := recording.Options{All: *all, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
 		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: stderr}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
@@ -55,6 +57,11 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", *freq)}
 	case dur < 0:
 		return usageError{"-d must be positive"}
+	case *stackSize < 0 || *stackSize%8 != 0 || *stackSize > bpf.MaxStackSize:
+		return usageError{fmt.Sprintf("--stack-size %d: a multiple of 8 from 0 to %d", *stackSize, bpf.MaxStackSize)}
+	}
+	if *stackSize == 0 {
+		opts.StackSize = -1 // none; recording.Options' zero value is the default
 	}
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		opts.Status = stderr

@@ -216,6 +216,7 @@ func TestRecordNoLostSamples(t *testing.T) {
 			// and the count spreads like a binomial's (4 sigma allowed).
 			want := int(used.Seconds() * float64(hz))
 			slack := max(want/10, int(4*math.Sqrt(float64(want))))
+			t.Logf("%d samples for %v of CPU time at %d Hz (want about %d)", sum.samples, used, hz, want)
 			if want < hz || sum.samples < want-slack || sum.samples > want+slack {
 				t.Errorf("%d samples for %v of CPU time at %d Hz (want about %d)", sum.samples, used, hz, want)
 			}
@@ -386,6 +387,47 @@ func TestRecordNoPermission(t *testing.T) {
 	}
 }
 
+// TestRecordStackSize: --stack-size sets the user stack copy perf unwinds:
+// the attribute says so, samples are smaller with a smaller copy, and with 0
+// the samples keep their Ruby frames but have no native user frames.
+func TestRecordStackSize(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1")
+	depth, _ := filepath.Abs("../../testdata/ruby/depth.rb")
+	cmd := testruby.Start(t, r, depth, "30")
+	pid := strconv.Itoa(cmd.Process.Pid)
+	bytesPerSample := map[int]float64{}
+	for _, size := range []int{0, 2048, 8192} {
+		out := filepath.Join(t.TempDir(), "rubyperf.data")
+		sum := record(t, "-F", "199", "-d", "2", "--stack-size", strconv.Itoa(size), "-o", out, "-p", pid)
+		if sum.samples < 50 {
+			t.Fatalf("--stack-size %d: only %d samples", size, sum.samples)
+		}
+		st, err := os.Stat(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bytesPerSample[size] = float64(st.Size()) / float64(sum.samples)
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"script", "-i", out}, &stdout, &stderr); code != 0 {
+			t.Fatalf("--stack-size %d: script: exit %d: %s", size, code, stderr.String())
+		}
+		text := stdout.String()
+		if !strings.Contains(text, "Object#down") {
+			t.Errorf("--stack-size %d: no Ruby frame Object#down in the script", size)
+		}
+		native := strings.Contains(text, "ruby_run_node") || strings.Contains(text, "rb_ec_exec_node")
+		if native != (size > 0) {
+			t.Errorf("--stack-size %d: native frames below the VM shown: %v", size, native)
+		}
+		if _, err := exec.Command(perfBinary(t), "script", "-i", out).Output(); err != nil {
+			t.Errorf("--stack-size %d: perf script: %v", size, err)
+		}
+	}
+	if !(bytesPerSample[0] < bytesPerSample[2048] && bytesPerSample[2048] < bytesPerSample[8192]) {
+		t.Errorf("bytes per sample by stack size: %v", bytesPerSample)
+	}
+}
+
 func TestRecordUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"record"},
@@ -393,6 +435,9 @@ func TestRecordUsage(t *testing.T) {
 		{"record", "-p", "x"},
 		{"record", "-F", "0", "-p", "1"},
 		{"record", "-d", "soon", "-p", "1"},
+		{"record", "--stack-size", "100", "-p", "1"},
+		{"record", "--stack-size", "65536", "-p", "1"},
+		{"record", "--stack-size", "-8", "-p", "1"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
@@ -401,16 +446,33 @@ func TestRecordUsage(t *testing.T) {
 	}
 }
 
-// cpuTime is the user and system time a process has used (/proc/PID/stat).
+// cpuTime is the time a process's threads have run on a CPU, as the
+// scheduler measures it (/proc/PID/task/TID/schedstat, in ns). utime and
+// stime are counted in scheduler ticks instead: a thread that runs through a
+// tick is charged for the whole of it, so beside processes that run briefly
+// between ticks (as on a busy CI machine) a busy target was charged ~11%
+// more time than it ran, and looked as if it had lost samples.
 func cpuTime(t *testing.T, pid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	utime, _ := strconv.Atoi(f[11]) // fields 14 and 15 of stat, after pid and comm
-	stime, _ := strconv.Atoi(f[12])
-	const clkTck = 100 // sysconf(_SC_CLK_TCK) on Linux
-	return time.Duration(utime+stime) * time.Second / clkTck
+	var total time.Duration
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, task.Name()))
+		if err != nil {
+			continue // a thread that exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			t.Fatalf("/proc/%d/task/%s/schedstat: %q", pid, task.Name(), b)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/%d/task/%s/schedstat: %v", pid, task.Name(), err)
+		}
+		total += time.Duration(ns)
+	}
+	return total
 }
