@@ -9,12 +9,13 @@ import (
 
 // bpfRow is the BPF program's cost at one stack depth.
 type bpfRow struct {
-	depth                      int
-	nsPerSample, framesPerSamp float64
+	depth, stack                       int // Ruby frames; bytes of user stack copied
+	nsPerSample, framesPerSamp, urgent float64
 }
 
 // bpfCost runs the bpf package's BenchmarkBPFRunTime (the kernel's own BPF
-// run-time statistics while a Ruby spins at 10, 200 and 2000 frames).
+// run-time statistics while a Ruby spins at 10, 200 and 2000 frames, and at
+// 200 with stack copies of several sizes).
 func (b *bench) bpfCost() ([]bpfRow, error) {
 	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkBPFRunTime$", "-benchtime", "3x", "./bpf")
 	cmd.Dir = b.repo
@@ -28,12 +29,14 @@ func (b *bench) bpfCost() ([]bpfRow, error) {
 		if len(f) == 0 || !strings.HasPrefix(f[0], "BenchmarkBPFRunTime/depth-") {
 			continue
 		}
-		d := strings.TrimPrefix(f[0], "BenchmarkBPFRunTime/depth-")
-		if i := strings.IndexByte(d, '-'); i >= 0 {
-			d = d[:i] // the GOMAXPROCS suffix
+		// BenchmarkBPFRunTime/depth-200-stack-8192-2 (GOMAXPROCS last)
+		parts := strings.Split(strings.TrimPrefix(f[0], "BenchmarkBPFRunTime/depth-"), "-")
+		if len(parts) < 3 || parts[1] != "stack" {
+			continue
 		}
 		var r bpfRow
-		r.depth, _ = strconv.Atoi(d)
+		r.depth, _ = strconv.Atoi(parts[0])
+		r.stack, _ = strconv.Atoi(parts[2])
 		for i := 1; i+1 < len(f); i++ {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
@@ -44,6 +47,8 @@ func (b *bench) bpfCost() ([]bpfRow, error) {
 				r.nsPerSample = v
 			case "frames/sample":
 				r.framesPerSamp = v
+			case "urgent/sample":
+				r.urgent = v
 			}
 		}
 		rows = append(rows, r)

@@ -55,12 +55,12 @@ func (t *table) String() string {
 		}
 	}
 	p("")
-	p("**BPF program run time per sample** (the kernel's BPF statistics, the 8 KiB stack copy inside `bpf_perf_event_output` included; `BenchmarkBPFRunTime`; goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
+	p("**BPF program run time per sample** (the kernel's BPF statistics, the user stack copy inside `bpf_perf_event_output` included (`--stack-size`, 8 KiB by default); `BenchmarkBPFRunTime`, 999 Hz; urgent: samples that woke the recorder at once; goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
 	p("")
-	p("| Ruby stack depth | frames read per sample | µs per sample |")
-	p("|---|---|---|")
+	p("| Ruby stack depth | stack copy | frames read per sample | urgent samples | µs per sample |")
+	p("|---|---|---|---|---|")
 	for _, r := range t.bpf {
-		p("| %d | %.0f | %.1f |", r.depth, r.framesPerSamp, r.nsPerSample/1000)
+		p("| %d | %s | %.0f | %.1f%% | %.1f |", r.depth, stackSize(r.stack), r.framesPerSamp, 100*r.urgent, r.nsPerSample/1000)
 	}
 	p("")
 	p("**Post-processing** one recording of %d samples (%.0f bytes/sample), %d runs each, interleaved (goal ≥ 5× `perf script`):",
@@ -107,4 +107,14 @@ func machine() string {
 	}
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	return fmt.Sprintf("%d cores (%s), Linux %s", runtime.NumCPU(), model, strings.TrimSpace(string(kernel)))
+}
+
+func stackSize(n int) string {
+	switch {
+	case n == 0:
+		return "none"
+	case n%1024 == 0:
+		return fmt.Sprintf("%d KiB", n/1024)
+	}
+	return fmt.Sprintf("%d B", n)
 }
