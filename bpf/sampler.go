@@ -299,14 +299,24 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 			rings = append(rings, ring{s.cpus[i], set.sideBand, ev})
 		}
 	}
+	// Edge-triggered: a wait returns once per wake-up the kernel sends (an
+	// urgent sample, a half-full ring), not again while the ring is unread.
 	for _, r := range rings {
 		fd, err := r.ev.FD()
 		if err != nil {
 			return err
 		}
-		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}); err != nil {
 			return fmt.Errorf("epoll ring of CPU %d: %w", r.cpu, err)
 		}
+	}
+	quit, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	defer unix.Close(quit)
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, quit, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(quit)}); err != nil {
+		return fmt.Errorf("epoll: %w", err)
 	}
 	// drain reads what the rings hold, at most limit records from each: a
 	// reader slower than the records coming would otherwise never get back
@@ -325,17 +335,57 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		}
 		return nil
 	}
-	events := make([]unix.EpollEvent, len(rings))
+	// One goroutine waits in the kernel with no timeout: a thread blocked
+	// in a system call for long is left alone by the Go runtime, where a wait
+	// renewed every 50 ms kept its monitor thread waking ~900 times a second.
+	// The 50 ms drains come from a Go timer instead.
+	wake := make(chan struct{}, 1)
+	waitErr := make(chan error, 1)
+	go func() {
+		events := make([]unix.EpollEvent, len(rings)+1)
+		for {
+			n, err := unix.EpollWait(ep, events, -1)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				waitErr <- fmt.Errorf("epoll wait: %w", err)
+				return
+			}
+			for _, e := range events[:n] {
+				if int(e.Fd) == quit {
+					waitErr <- nil
+					return
+				}
+			}
+			select {
+			case wake <- struct{}{}:
+			default: // a drain is already due
+			}
+		}
+	}()
+	stopWaiting := func() error {
+		unix.Write(quit, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		return <-waitErr
+	}
+	tick := time.NewTicker(drainInterval)
+	defer tick.Stop()
 	for {
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			// Stop sampling, then read what is left: a finite amount.
 			s.Stop()
+			if err := stopWaiting(); err != nil {
+				return err
+			}
 			return drain(math.MaxInt)
-		}
-		if _, err := unix.EpollWait(ep, events, int(drainInterval/time.Millisecond)); err != nil && err != unix.EINTR {
-			return fmt.Errorf("epoll wait: %w", err)
+		case err := <-waitErr:
+			return err
+		case <-wake:
+		case <-tick.C:
 		}
 		if err := drain(recordsPerDrain); err != nil {
+			stopWaiting()
 			return err
 		}
 	}

@@ -228,7 +228,7 @@ func TestRecordNoLostSamples(t *testing.T) {
 }
 
 // TestRecordShortLivedCode: frames of code that is garbage milliseconds
-// after it ran (a new eval every 3 ms, a GC every 15 ms) are named, though
+// after it ran (a new eval every 3 ms, a GC after each) are named, though
 // the recorder reads most samples in batches every 50 ms: a sample with a
 // frame not named yet wakes it at once.
 func TestRecordShortLivedCode(t *testing.T) {
@@ -239,9 +239,11 @@ func TestRecordShortLivedCode(t *testing.T) {
 	if sum.samples < 500 {
 		t.Fatalf("only %d samples", sum.samples)
 	}
-	// Each round's eval is a new iseq; about one frame in a hundred may
-	// still die before the recorder reads it on a busy machine.
-	if sum.unknown*100 > sum.samples {
+	t.Logf("%d unknown frames in %d samples", sum.unknown, sum.samples)
+	// Each round's eval is a new iseq; a few frames still die before the
+	// recorder reads them on a busy machine: 0.3-1.1% here with urgent
+	// samples, 1.4-2.6% when they wait for the batched reading.
+	if sum.unknown*800 > sum.samples*10 {
 		t.Errorf("%d unknown frames in %d samples", sum.unknown, sum.samples)
 	}
 	var stdout, stderr bytes.Buffer
@@ -255,6 +257,7 @@ func TestRecordShortLivedCode(t *testing.T) {
 			evals++
 		}
 	}
+	t.Logf("%d of %d samples name a round", evals, len(blocks))
 	if evals*2 < len(blocks) {
 		t.Errorf("only %d of %d samples name an eval'd round", evals, len(blocks))
 	}

@@ -1,6 +1,6 @@
 # Runs code that is garbage a few milliseconds after it ran: each round
-# evaluates a new string (a new iseq), spins in it for 3 ms, and a GC every
-# few rounds frees the iseqs of the rounds before, for ARGV[0] seconds
+# evaluates a new string (a new iseq), spins in it for 3 ms, and a GC after
+# each round frees the iseq of the round before, for ARGV[0] seconds
 # (default 3). A profiler that names frames from the live process must read
 # each new one at once.
 STDOUT.puts 'ready'
@@ -14,5 +14,5 @@ while Process.clock_gettime(Process::CLOCK_MONOTONIC) < finish
     spins = 0
     spins += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) - started < 0.003
   RUBY
-  GC.start if (round % 5).zero?
+  GC.start
 end
