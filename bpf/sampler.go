@@ -50,7 +50,7 @@ const (
 )
 
 // RingPagesFor is the largest power-of-two number of pages per CPU within
-// budget over ncpu rings, clamped to [min, max] bytes.
+// budget over ncpu rings, clamped to lo..hi bytes.
 func RingPagesFor(ncpu, budget, lo, hi int) int {
 	page := os.Getpagesize()
 	per := hi
