@@ -395,13 +395,22 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 // pid (iseq, pc): samples whose top frames are all named can wait in the
 // batched rings.
 func (s *Sampler) MarkNamed(pid uint32, frames []Frame) error {
-	var one uint8 = 1
+	keys := make([]rubyFrameKey, 0, len(frames))
 	for _, f := range frames {
-		if f.Iseq == 0 || f.CFrame {
-			continue
+		if f.Iseq != 0 && !f.CFrame {
+			keys = append(keys, rubyFrameKey{Pid: pid, Iseq: f.Iseq, Pc: f.PC})
 		}
-		k := rubyFrameKey{Pid: pid, Iseq: f.Iseq, Pc: f.PC}
-		if err := s.objs.KnownFrames.Update(k, one, ebpf.UpdateAny); err != nil {
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	// One system call for a new deep stack, where the kernel has batches.
+	values := make([]uint8, len(keys))
+	if _, err := s.objs.KnownFrames.BatchUpdate(keys, values, nil); err == nil {
+		return nil
+	}
+	for i, k := range keys {
+		if err := s.objs.KnownFrames.Update(k, values[i], ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("pid %d: mark frames named: %w", pid, err)
 		}
 	}

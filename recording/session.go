@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,10 +116,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	switch {
 	case opts.StackSize < 0:
 		bo.StackSize = 0
-	case opts.StackSize > bpf.MaxStackSize:
-		return nil, fmt.Errorf("stack copy of %d bytes: at most %d", opts.StackSize, bpf.MaxStackSize)
 	case opts.StackSize > 0:
-		bo.StackSize = uint32(opts.StackSize)
+		bo.StackSize = uint32(min(opts.StackSize, math.MaxUint32)) // bpf.Open checks it
 	}
 	sampler, err := bpf.Open(bo)
 	if err != nil {
