@@ -2,7 +2,7 @@
 GO ?= go
 export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
-FUZZTIME ?= 10s
+FUZZTIME ?=
 
 .PHONY: build deps rubies lint test fuzz demo tables bench bench-micro clean generate check-generated
 
@@ -34,18 +34,23 @@ check-generated: generate
 	@git diff --quiet --exit-code -- 'bpf/*_bpfel.go' 'bpf/*_bpfel.o' || { git --no-pager diff --stat -- 'bpf/*_bpfel.*'; \
 	  echo "bpf/ generated files are stale: run 'make generate' and commit them"; exit 1; }
 
-# Every byte parser is fuzzed briefly on each test run; longer with FUZZTIME=10m.
+# Every byte parser is fuzzed on each test run for a fixed number of inputs (a few
+# seconds each on 2 cores); FUZZTIME=10m fuzzes each for that long instead. A count,
+# not a duration, by default: Go 1.26's fuzz coordinator can fail a duration run with a
+# bare "context deadline exceeded" when a busy worker misses the deadline
+# (go.dev/issue/75804); a count has no deadline to miss.
+fuzz_one = $(GO) test -run='^$$' -fuzz='^$(1)$$' -fuzztime=$(or $(FUZZTIME),$(3)) -fuzzminimizetime=1s $(2)
 fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzOpenBinary$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubybuild
-	$(GO) test -run='^$$' -fuzz='^FuzzParseMaps$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
-	$(GO) test -run='^$$' -fuzz='^FuzzParseVersion$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubybuild
-	$(GO) test -run='^$$' -fuzz='^FuzzReplay$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubystack
-	$(GO) test -run='^$$' -fuzz='^FuzzDisassemblyFinders$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./rubybuild
-	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./perfdata
-	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./perfmap
-	$(GO) test -run='^$$' -fuzz='^FuzzDecodePayload$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./bpf
-	$(GO) test -run='^$$' -fuzz='^FuzzDecodeSample$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./bpf
-	$(GO) test -run='^$$' -fuzz='^FuzzReadIdentity$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./debuginfo
+	$(call fuzz_one,FuzzOpenBinary,./rubybuild,2000x)
+	$(call fuzz_one,FuzzParseMaps,./rubystack,50000x)
+	$(call fuzz_one,FuzzParseVersion,./rubybuild,50000x)
+	$(call fuzz_one,FuzzReplay,./rubystack,1000x)
+	$(call fuzz_one,FuzzDisassemblyFinders,./rubybuild,20000x)
+	$(call fuzz_one,FuzzReader,./perfdata,50000x)
+	$(call fuzz_one,FuzzParse,./perfmap,100000x)
+	$(call fuzz_one,FuzzDecodePayload,./bpf,40000x)
+	$(call fuzz_one,FuzzDecodeSample,./bpf,40000x)
+	$(call fuzz_one,FuzzReadIdentity,./debuginfo,30000x)
 
 demo: rubies build
 	@bash scripts/demo.sh
