@@ -4,11 +4,14 @@
 // gem, which offline source builds do not install.
 //
 // The extension is compiled with the Ruby's own headers and the compiler and
-// flags its RbConfig names, once per Ruby executable and test binary, into a
-// temporary directory.
+// flags its RbConfig names, into $RUBYPERF_CACHE/oracle-ext/KEY, where KEY
+// hashes the compile line and the source: built once, reused by every test
+// binary after, and never left behind in the temporary directory.
 package rubyoracle
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
 )
 
 // Source is the extension's C source, relative to the repository root.
@@ -73,17 +78,40 @@ func build(rubyExe string) (string, error) {
 	if _, err := os.Stat(filepath.Join(hdr, "ruby.h")); err != nil {
 		return "", fmt.Errorf("no Ruby headers: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "rubyperf-oracle-")
+	code, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("oracle extension: %w", err)
+	}
+	lib := "rubyperf_oracle." + dlext
+	// The compile line names the Ruby's headers, compiler and flags; the
+	// output path is left out of the key so the key does not depend on it.
+	key := sha256.New()
+	fmt.Fprintf(key, "%s\x00%s\x00%s\x00%s\x00%s\x00", cc, cflags, archHdr, hdr, lib)
+	key.Write(code)
+	dir := filepath.Join(testruby.Cache(), "oracle-ext", hex.EncodeToString(key.Sum(nil))[:16])
+	if _, err := os.Stat(filepath.Join(dir, lib)); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", err
+	}
+	// Built aside and renamed into place: test binaries run in parallel.
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "build-")
 	if err != nil {
 		return "", err
 	}
+	defer os.RemoveAll(tmp)
 	// No -lruby: the extension's undefined symbols resolve against the
 	// running interpreter (libruby, or a static ruby's exported C API).
-	lib := filepath.Join(dir, "rubyperf_oracle."+dlext)
-	line := fmt.Sprintf("%s %s -fPIC -shared -I%q -I%q -o %q %q", cc, cflags, archHdr, hdr, lib, src)
+	line := fmt.Sprintf("%s %s -fPIC -shared -I%q -I%q -o %q %q", cc, cflags, archHdr, hdr, filepath.Join(tmp, lib), src)
 	if msg, err := exec.Command("sh", "-c", line).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
 		return "", fmt.Errorf("%s: %w: %s", line, err, msg)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, lib)); serr == nil {
+			return dir, nil // another test binary won the race
+		}
+		return "", fmt.Errorf("oracle extension: %w", err)
 	}
 	return dir, nil
 }
