@@ -33,33 +33,71 @@ type FoldedOptions struct {
 // read "foo 3" as a second count. Root frames (thread names) have their
 // spaces replaced by '_', as stackcollapse-perf.pl does.
 func WriteFolded(w io.Writer, stacks []merge.Stack, opts FoldedOptions) error {
-	weight := opts.Weight.resolve(stacks)
-	weights := make(map[string]uint64)
-	var b strings.Builder
+	f := NewFolded(opts)
 	for i := range stacks {
-		s := &stacks[i]
-		b.Reset()
-		if root, ok := rootName(s, opts.Root); ok {
-			b.WriteString(foldedFrame(strings.ReplaceAll(root, " ", "_")))
-		}
-		for j := len(s.Frames) - 1; j >= 0; j-- {
-			f := &s.Frames[j]
-			if b.Len() > 0 {
-				b.WriteByte(';')
-			}
-			b.WriteString(foldedFrame(frameName(f)))
-			if opts.Annotate {
-				b.WriteString(annotation(f.Kind))
-			}
-		}
-		if b.Len() == 0 {
-			b.WriteString(unknown) // no root and no frames: still counted
-		}
-		weights[b.String()] += weight.of(s)
+		f.Add(&stacks[i])
 	}
+	return f.Write(w)
+}
 
-	lines := make([]string, 0, len(weights))
-	for k := range weights {
+// Folded builds what WriteFolded writes one stack at a time, holding one
+// line per distinct stack, never the stacks themselves.
+type Folded struct {
+	opts  FoldedOptions
+	lines map[string]*foldedWeight
+	b     strings.Builder
+}
+
+type foldedWeight struct{ samples, time uint64 }
+
+// NewFolded returns an empty set of folded stacks with opts.
+func NewFolded(opts FoldedOptions) *Folded {
+	return &Folded{opts: opts, lines: make(map[string]*foldedWeight)}
+}
+
+// Add counts one stack. s is not kept.
+func (f *Folded) Add(s *merge.Stack) {
+	b := &f.b
+	b.Reset()
+	if root, ok := rootName(s, f.opts.Root); ok {
+		b.WriteString(foldedFrame(strings.ReplaceAll(root, " ", "_")))
+	}
+	for j := len(s.Frames) - 1; j >= 0; j-- {
+		fr := &s.Frames[j]
+		if b.Len() > 0 {
+			b.WriteByte(';')
+		}
+		b.WriteString(foldedFrame(frameName(fr)))
+		if f.opts.Annotate {
+			b.WriteString(annotation(fr.Kind))
+		}
+	}
+	if b.Len() == 0 {
+		b.WriteString(unknown) // no root and no frames: still counted
+	}
+	wt := f.lines[b.String()]
+	if wt == nil {
+		wt = &foldedWeight{}
+		f.lines[b.String()] = wt
+	}
+	wt.samples++
+	wt.time += s.Period
+}
+
+// Write writes the lines, sorted.
+func (f *Folded) Write(w io.Writer) error {
+	weight := f.opts.Weight
+	if weight == WeightTime {
+		weight = WeightSamples // unless some stack has a Period
+		for _, wt := range f.lines {
+			if wt.time != 0 {
+				weight = WeightTime
+				break
+			}
+		}
+	}
+	lines := make([]string, 0, len(f.lines))
+	for k := range f.lines {
 		lines = append(lines, k)
 	}
 	slices.Sort(lines)
@@ -68,7 +106,12 @@ func WriteFolded(w io.Writer, stacks []merge.Stack, opts FoldedOptions) error {
 	for _, l := range lines {
 		bw.WriteString(l)
 		bw.WriteByte(' ')
-		num = strconv.AppendUint(num[:0], weights[l], 10)
+		wt := f.lines[l]
+		v := wt.time
+		if weight == WeightSamples {
+			v = wt.samples
+		}
+		num = strconv.AppendUint(num[:0], v, 10)
 		num = append(num, '\n')
 		bw.Write(num)
 	}

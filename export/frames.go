@@ -39,28 +39,6 @@ const (
 	WeightSamples
 )
 
-// resolve returns w, or WeightSamples when w is WeightTime and no stack
-// has a Period: time unknown, samples still count.
-func (w Weight) resolve(stacks []merge.Stack) Weight {
-	if w != WeightTime {
-		return w
-	}
-	for i := range stacks {
-		if stacks[i].Period != 0 {
-			return w
-		}
-	}
-	return WeightSamples
-}
-
-// of returns what s counts for.
-func (w Weight) of(s *merge.Stack) uint64 {
-	if w == WeightSamples {
-		return 1
-	}
-	return s.Period
-}
-
 // unknown is the name of a frame or thread nothing is known about.
 const unknown = "[unknown]"
 

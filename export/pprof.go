@@ -54,14 +54,104 @@ type PprofOptions struct {
 // frames are symbolized already, and pprof leaves them as they are. A
 // native frame whose mapping is unknown keeps only its name.
 func WritePprof(w io.Writer, stacks []merge.Stack, opts PprofOptions) error {
-	p := buildPprof(stacks, opts)
-	if err := p.CheckValid(); err != nil {
+	p := NewPprof(opts)
+	for i := range stacks {
+		p.Add(&stacks[i])
+	}
+	return p.Write(w)
+}
+
+// Pprof builds the profile WritePprof writes one stack at a time, holding
+// only what the profile holds (distinct stacks, locations, functions and
+// mappings), never the stacks themselves: a recording of any length is
+// converted in memory bounded by how varied it is.
+type Pprof struct {
+	// Options may change until Write (a reader learns the period from the
+	// first sample).
+	Options    PprofOptions
+	b          pprofBuilder
+	start, end uint64 // of the recording: each sample stands for the period before it
+	n          int
+	key        []byte
+}
+
+// NewPprof returns an empty profile with opts.
+func NewPprof(opts PprofOptions) *Pprof {
+	return &Pprof{Options: opts, b: pprofBuilder{
+		p: &profile.Profile{
+			SampleType: []*profile.ValueType{
+				{Type: "samples", Unit: "count"},
+				{Type: "cpu", Unit: "nanoseconds"},
+			},
+			DefaultSampleType: "cpu",
+			PeriodType:        &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		},
+		funcs:   make(map[funcKey]*profile.Function),
+		locs:    make(map[locKey]*profile.Location),
+		maps:    make(map[mapKey]*profile.Mapping),
+		samples: make(map[string]*profile.Sample),
+	}}
+}
+
+// Add counts one stack. s is not kept.
+func (p *Pprof) Add(s *merge.Stack) {
+	b := &p.b
+	if t := s.Time - min(s.Time, s.Period); p.n == 0 || t < p.start {
+		p.start = t
+	}
+	p.end = max(p.end, s.Time)
+	p.n++
+
+	locs := make([]*profile.Location, len(s.Frames))
+	for j := range s.Frames {
+		locs[j] = b.location(&s.Frames[j])
+	}
+	p.key = sampleKey(p.key[:0], s, locs)
+	if smp := b.samples[string(p.key)]; smp != nil {
+		smp.Value[0]++
+		smp.Value[1] += int64(s.Period)
+		return
+	}
+	smp := &profile.Sample{
+		Location: locs,
+		Value:    []int64{1, int64(s.Period)},
+		Label:    map[string][]string{"thread": {threadName(s)}},
+		NumLabel: map[string][]int64{"pid": {int64(s.PID)}, "tid": {int64(s.TID)}},
+	}
+	b.samples[string(p.key)] = smp
+	b.p.Sample = append(b.p.Sample, smp)
+}
+
+// Write writes the profile, gzipped. The profile is finished by it: Add
+// must not be called after.
+func (p *Pprof) Write(w io.Writer) error {
+	prof := p.profile()
+	if err := prof.CheckValid(); err != nil {
 		return fmt.Errorf("pprof: invalid profile: %w", err)
 	}
-	if err := p.Write(w); err != nil {
+	if err := prof.Write(w); err != nil {
 		return fmt.Errorf("write pprof: %w", err)
 	}
 	return nil
+}
+
+// profile finishes the profile: its duration, and mapping IDs.
+func (p *Pprof) profile() *profile.Profile {
+	b := &p.b
+	b.p.Period, b.p.TimeNanos, b.p.DurationNanos = p.Options.Period, p.Options.TimeNanos, p.Options.DurationNanos
+	if b.p.DurationNanos == 0 && p.n > 0 {
+		b.p.DurationNanos = int64(p.end - p.start)
+	}
+	// Mappings in address order (the main executable usually comes first,
+	// the kernel last): pprof shows the first one's file as the profile's.
+	slices.SortFunc(b.p.Mapping, func(x, y *profile.Mapping) int {
+		return cmp.Or(cmp.Compare(x.Start, y.Start), cmp.Compare(x.Limit, y.Limit),
+			strings.Compare(x.File, y.File), cmp.Compare(x.Offset, y.Offset), strings.Compare(x.BuildID, y.BuildID))
+	})
+	for i, m := range b.p.Mapping {
+		m.ID = uint64(i + 1)
+	}
+	return b.p
 }
 
 type funcKey struct{ name, file string }
@@ -87,68 +177,6 @@ type pprofBuilder struct {
 	maps    map[mapKey]*profile.Mapping
 	kernel  *profile.Mapping
 	samples map[string]*profile.Sample
-}
-
-func buildPprof(stacks []merge.Stack, opts PprofOptions) *profile.Profile {
-	b := &pprofBuilder{
-		p: &profile.Profile{
-			SampleType: []*profile.ValueType{
-				{Type: "samples", Unit: "count"},
-				{Type: "cpu", Unit: "nanoseconds"},
-			},
-			DefaultSampleType: "cpu",
-			PeriodType:        &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
-			Period:            opts.Period,
-			TimeNanos:         opts.TimeNanos,
-			DurationNanos:     opts.DurationNanos,
-		},
-		funcs:   make(map[funcKey]*profile.Function),
-		locs:    make(map[locKey]*profile.Location),
-		maps:    make(map[mapKey]*profile.Mapping),
-		samples: make(map[string]*profile.Sample),
-	}
-	var start, end uint64 // of the recording: each sample stands for the period before it
-	var key []byte
-	for i := range stacks {
-		s := &stacks[i]
-		if t := s.Time - min(s.Time, s.Period); i == 0 || t < start {
-			start = t
-		}
-		end = max(end, s.Time)
-
-		locs := make([]*profile.Location, len(s.Frames))
-		for j := range s.Frames {
-			locs[j] = b.location(&s.Frames[j])
-		}
-		key = sampleKey(key[:0], s, locs)
-		if smp := b.samples[string(key)]; smp != nil {
-			smp.Value[0]++
-			smp.Value[1] += int64(s.Period)
-			continue
-		}
-		smp := &profile.Sample{
-			Location: locs,
-			Value:    []int64{1, int64(s.Period)},
-			Label:    map[string][]string{"thread": {threadName(s)}},
-			NumLabel: map[string][]int64{"pid": {int64(s.PID)}, "tid": {int64(s.TID)}},
-		}
-		b.samples[string(key)] = smp
-		b.p.Sample = append(b.p.Sample, smp)
-	}
-	if b.p.DurationNanos == 0 && len(stacks) > 0 {
-		b.p.DurationNanos = int64(end - start)
-	}
-
-	// Mappings in address order (the main executable usually comes first,
-	// the kernel last): pprof shows the first one's file as the profile's.
-	slices.SortFunc(b.p.Mapping, func(x, y *profile.Mapping) int {
-		return cmp.Or(cmp.Compare(x.Start, y.Start), cmp.Compare(x.Limit, y.Limit),
-			strings.Compare(x.File, y.File), cmp.Compare(x.Offset, y.Offset), strings.Compare(x.BuildID, y.BuildID))
-	})
-	for i, m := range b.p.Mapping {
-		m.ID = uint64(i + 1)
-	}
-	return b.p
 }
 
 // sampleKey identifies a sample by thread and locations.

@@ -3,6 +3,7 @@ package export
 import (
 	"bufio"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -69,71 +70,152 @@ type (
 // name, file and line, and the line a Ruby frame was sampled at is not the
 // method's, so lines would split one method into as many frames.
 func WriteSpeedscope(w io.Writer, stacks []merge.Stack, opts SpeedscopeOptions) error {
+	sp := NewSpeedscope(opts)
+	for i := range stacks {
+		sp.Add(&stacks[i])
+	}
+	return sp.Write(w)
+}
+
+// Speedscope builds what WriteSpeedscope writes one stack at a time. The
+// file lists every sample, so it holds one small entry per sample (time,
+// period and the index of its distinct stack), never the stacks
+// themselves.
+type Speedscope struct {
+	opts    SpeedscopeOptions
+	frames  map[speedscopeFrame]int // in order of first sight
+	names   []speedscopeFrame
+	stacks  map[string]int // distinct stacks, frame IDs root first, by key
+	lists   [][]int
+	threads map[speedscopeThread]*speedscopeSamples
+	periods bool // some stack has a Period
+	key     []byte
+}
+
+type speedscopeThread struct{ pid, tid int }
+
+type speedscopeSamples struct {
+	name    string // the thread's name in its latest sample
+	latest  uint64
+	samples []speedscopeSample
+}
+
+type speedscopeSample struct {
+	time, period uint64
+	stack        int
+}
+
+// NewSpeedscope returns an empty speedscope file with opts.
+func NewSpeedscope(opts SpeedscopeOptions) *Speedscope {
+	return &Speedscope{opts: opts, frames: make(map[speedscopeFrame]int), stacks: make(map[string]int),
+		threads: make(map[speedscopeThread]*speedscopeSamples)}
+}
+
+// Add counts one stack. s is not kept.
+func (sp *Speedscope) Add(s *merge.Stack) {
+	sp.key = sp.key[:0]
+	ids := make([]int, len(s.Frames))
+	for j := range s.Frames {
+		fr := &s.Frames[len(s.Frames)-1-j]
+		k := speedscopeFrame{Name: frameName(fr), File: cleanText(fr.File)}
+		id, ok := sp.frames[k]
+		if !ok {
+			id = len(sp.names)
+			sp.frames[k] = id
+			sp.names = append(sp.names, k)
+		}
+		ids[j] = id
+		sp.key = binary.AppendUvarint(sp.key, uint64(id))
+	}
+	stack, ok := sp.stacks[string(sp.key)]
+	if !ok {
+		stack = len(sp.lists)
+		sp.stacks[string(sp.key)] = stack
+		sp.lists = append(sp.lists, ids)
+	}
+	t := speedscopeThread{s.PID, s.TID}
+	th := sp.threads[t]
+	if th == nil {
+		th = &speedscopeSamples{}
+		sp.threads[t] = th
+	}
+	if len(th.samples) == 0 || s.Time >= th.latest {
+		th.name, th.latest = threadName(s), s.Time
+	}
+	th.samples = append(th.samples, speedscopeSample{s.Time, s.Period, stack})
+	sp.periods = sp.periods || s.Period != 0
+}
+
+// Write writes the file. It is finished by it: Add must not be called
+// after.
+func (sp *Speedscope) Write(w io.Writer) error {
 	f := speedscopeFile{
 		Schema:   speedscopeSchema,
-		Name:     cmp.Or(opts.Name, "rubyperf"),
-		Exporter: cmp.Or(opts.Exporter, "rubyperf"),
+		Name:     cmp.Or(sp.opts.Name, "rubyperf"),
+		Exporter: cmp.Or(sp.opts.Exporter, "rubyperf"),
 		Profiles: []speedscopeProfile{},
 		Shared:   speedscopeShared{Frames: []speedscopeFrame{}},
 	}
 
 	// Threads in (pid, tid) order, each thread's samples in time order.
-	type thread struct{ pid, tid int }
-	byThread := make(map[thread][]*merge.Stack)
-	var threads []thread
-	for i := range stacks {
-		t := thread{stacks[i].PID, stacks[i].TID}
-		if _, ok := byThread[t]; !ok {
-			threads = append(threads, t)
-		}
-		byThread[t] = append(byThread[t], &stacks[i])
+	threads := make([]speedscopeThread, 0, len(sp.threads))
+	for t := range sp.threads {
+		threads = append(threads, t)
 	}
-	slices.SortFunc(threads, func(a, b thread) int {
+	slices.SortFunc(threads, func(a, b speedscopeThread) int {
 		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.tid, b.tid))
 	})
 
 	// Without periods, every sample weighs 1 and the unit is "none".
 	unit := "nanoseconds"
-	weightOf := func(s *merge.Stack) uint64 { return s.Period }
-	if WeightTime.resolve(stacks) == WeightSamples {
+	weightOf := func(s *speedscopeSample) uint64 { return s.period }
+	if !sp.periods {
 		unit = "none"
-		weightOf = func(*merge.Stack) uint64 { return 1 }
+		weightOf = func(*speedscopeSample) uint64 { return 1 }
 	}
 
-	index := make(map[speedscopeFrame]int)
+	// Frames are numbered in the order the profiles first use them, so the
+	// file does not depend on the order stacks were added in.
+	index := make([]int, len(sp.names))
+	for i := range index {
+		index[i] = -1
+	}
+	stacks := make([][]int, len(sp.lists)) // by stack, in file numbering
 	for _, t := range threads {
-		ss := byThread[t]
-		slices.SortStableFunc(ss, func(a, b *merge.Stack) int { return cmp.Compare(a.Time, b.Time) })
+		th := sp.threads[t]
+		ss := th.samples
+		slices.SortStableFunc(ss, func(a, b speedscopeSample) int { return cmp.Compare(a.time, b.time) })
 		p := speedscopeProfile{
 			Type:    "sampled",
-			Name:    fmt.Sprintf("%s (tid %d)", threadName(ss[len(ss)-1]), t.tid),
+			Name:    fmt.Sprintf("%s (tid %d)", th.name, t.tid),
 			Unit:    unit,
 			Samples: make([][]int, 0, len(ss)),
 			Weights: make([]uint64, 0, len(ss)),
 		}
-		if first := ss[0]; unit != "none" && first.Time > first.Period {
-			p.StartValue = first.Time - first.Period
+		if first := ss[0]; unit != "none" && first.time > first.period {
+			p.StartValue = first.time - first.period
 		}
 		var sum uint64
-		for _, s := range ss {
-			stack := make([]int, len(s.Frames))
-			for j := range s.Frames {
-				fr := &s.Frames[len(s.Frames)-1-j]
-				k := speedscopeFrame{Name: frameName(fr), File: cleanText(fr.File)}
-				idx, ok := index[k]
-				if !ok {
-					idx = len(f.Shared.Frames)
-					index[k] = idx
-					f.Shared.Frames = append(f.Shared.Frames, k)
+		for i := range ss {
+			s := &ss[i]
+			if stacks[s.stack] == nil {
+				ids := sp.lists[s.stack]
+				stack := make([]int, len(ids))
+				for j, id := range ids {
+					if index[id] < 0 {
+						index[id] = len(f.Shared.Frames)
+						f.Shared.Frames = append(f.Shared.Frames, sp.names[id])
+					}
+					stack[j] = index[id]
 				}
-				stack[j] = idx
+				stacks[s.stack] = stack
 			}
-			p.Samples = append(p.Samples, stack)
+			p.Samples = append(p.Samples, stacks[s.stack])
 			w := weightOf(s)
 			p.Weights = append(p.Weights, w)
 			sum += w
 		}
-		p.EndValue = ss[len(ss)-1].Time
+		p.EndValue = ss[len(ss)-1].time
 		if p.EndValue == 0 || unit == "none" {
 			p.EndValue = p.StartValue + sum // the profile spans its weights
 		}

@@ -67,6 +67,37 @@ type svgFrame struct {
 // highlights the frames whose names match a regular expression and shows
 // the share of the profile they cover.
 func WriteFlameGraphSVG(w io.Writer, stacks []merge.Stack, opts SVGOptions) error {
+	g := NewFlameGraph(opts)
+	for i := range stacks {
+		g.Add(&stacks[i])
+	}
+	return g.Write(w)
+}
+
+// FlameGraph builds what WriteFlameGraphSVG writes one stack at a time,
+// holding the call tree, never the stacks themselves.
+type FlameGraph struct {
+	// Options other than Root may change until Write (a subtitle may
+	// count the samples).
+	Options SVGOptions
+	tree    *node
+}
+
+// NewFlameGraph returns an empty flame graph with opts.
+func NewFlameGraph(opts SVGOptions) *FlameGraph {
+	return &FlameGraph{Options: opts, tree: newTree()}
+}
+
+// Add counts one stack. s is not kept.
+func (g *FlameGraph) Add(s *merge.Stack) { g.tree.addStack(s, g.Options.Root) }
+
+// Samples is how many stacks were added.
+func (g *FlameGraph) Samples() uint64 { return g.tree.samples }
+
+// Write draws the flame graph. It is finished by it: Add must not be
+// called after.
+func (g *FlameGraph) Write(w io.Writer) error {
+	opts := g.Options
 	width := float64(opts.Width)
 	if opts.Width <= 0 {
 		width = 1200
@@ -83,8 +114,12 @@ func WriteFlameGraphSVG(w io.Writer, stacks []merge.Stack, opts SVGOptions) erro
 		}
 	}
 
-	weight := opts.Weight.resolve(stacks)
-	tree := buildTree(stacks, opts.Root)
+	tree := g.tree
+	tree.finish()
+	weight := opts.Weight
+	if weight == WeightTime && tree.time == 0 {
+		weight = WeightSamples // no stack has a Period: count samples
+	}
 	total := tree.weight(weight)
 	full := width - 2*svgPad
 	var frames []svgFrame

@@ -30,25 +30,22 @@ type nodeKey struct {
 	thread bool
 }
 
-// buildTree folds stacks into a call tree under a root named "all".
-func buildTree(stacks []merge.Stack, root Root) *node {
-	all := &node{name: "all"}
-	for i := range stacks {
-		s := &stacks[i]
-		n := all
+// newTree returns an empty call tree, its root named "all".
+func newTree() *node { return &node{name: "all"} }
+
+// addStack folds one stack into the tree under all.
+func (all *node) addStack(s *merge.Stack, root Root) {
+	n := all
+	n.add(s)
+	if name, ok := rootName(s, root); ok {
+		n = n.child(nodeKey{name: name, thread: true})
 		n.add(s)
-		if name, ok := rootName(s, root); ok {
-			n = n.child(nodeKey{name: name, thread: true})
-			n.add(s)
-		}
-		for j := len(s.Frames) - 1; j >= 0; j-- {
-			f := &s.Frames[j]
-			n = n.child(nodeKey{kind: f.Kind, name: frameName(f), file: cleanText(f.File)})
-			n.add(s)
-		}
 	}
-	all.finish()
-	return all
+	for j := len(s.Frames) - 1; j >= 0; j-- {
+		f := &s.Frames[j]
+		n = n.child(nodeKey{kind: f.Kind, name: frameName(f), file: cleanText(f.File)})
+		n.add(s)
+	}
 }
 
 func (n *node) add(s *merge.Stack) {

@@ -7,11 +7,22 @@ import (
 	"os"
 
 	"github.com/rubyperf/rubyperf/export"
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/recording"
 )
 
 // convertDefaults are the output file of each format ("-" is stdout).
 var convertDefaults = map[string]string{
 	"folded": "-", "pprof": "rubyperf.pb.gz", "speedscope": "rubyperf.speedscope.json", "svg": "rubyperf.svg",
+}
+
+// profileWriter is one output format, built one stack at a time: no format
+// holds the recording's stacks, so a recording of any length converts in
+// memory bounded by its distinct stacks (speedscope adds a few bytes per
+// sample, as its file lists every sample).
+type profileWriter interface {
+	Add(*merge.Stack)
+	Write(io.Writer) error
 }
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
@@ -33,10 +44,34 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		*out = def
 	}
-	stacks, _, err := in.stacks(stderr)
-	if err != nil {
+	var pw profileWriter
+	var pprof *export.Pprof
+	var graph *export.FlameGraph
+	switch *format {
+	case "folded":
+		pw = export.NewFolded(export.FoldedOptions{})
+	case "pprof":
+		pprof = export.NewPprof(export.PprofOptions{})
+		pw = pprof
+	case "speedscope":
+		pw = export.NewSpeedscope(export.SpeedscopeOptions{Name: *in.input})
+	case "svg":
+		graph = export.NewFlameGraph(export.SVGOptions{Title: "rubyperf: " + *in.input})
+		pw = graph
+	}
+	if _, err := recording.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+		if pprof != nil && pprof.Options.Period == 0 {
+			pprof.Options.Period = int64(s.Period) // the first sample's
+		}
+		pw.Add(&s)
+		return nil
+	}); err != nil {
 		return err
 	}
+	if graph != nil {
+		graph.Options.Subtitle = fmt.Sprintf("%d samples; Ruby, C methods, native and kernel frames", graph.Samples())
+	}
+
 	w, closeOut := stdout, func() error { return nil }
 	if *out != "-" {
 		f, err := os.Create(*out)
@@ -45,21 +80,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		}
 		w, closeOut = f, f.Close
 	}
-	switch *format {
-	case "folded":
-		err = export.WriteFolded(w, stacks, export.FoldedOptions{})
-	case "pprof":
-		var period int64
-		if len(stacks) > 0 {
-			period = int64(stacks[0].Period)
-		}
-		err = export.WritePprof(w, stacks, export.PprofOptions{Period: period})
-	case "speedscope":
-		err = export.WriteSpeedscope(w, stacks, export.SpeedscopeOptions{Name: *in.input})
-	case "svg":
-		err = export.WriteFlameGraphSVG(w, stacks, export.SVGOptions{Title: "rubyperf: " + *in.input,
-			Subtitle: fmt.Sprintf("%d samples; Ruby, C methods, native and kernel frames", len(stacks))})
-	}
+	err = pw.Write(w)
 	if cerr := closeOut(); err == nil {
 		err = cerr
 	}

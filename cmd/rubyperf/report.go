@@ -4,9 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/recording"
 )
 
 func runReport(args []string, stdout, stderr io.Writer) error {
@@ -21,7 +24,23 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if len(pos) > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
-	stacks, stats, err := in.stacks(stderr)
+	// Each table is counted as the stacks are read: no stack is kept.
+	whole := newReportTable()
+	byThread := map[int]*reportTable{}
+	stats, err := recording.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+		if !*threads {
+			whole.add(&s)
+			return nil
+		}
+		t := byThread[s.TID]
+		if t == nil {
+			t = newReportTable()
+			t.comm, t.pid = s.Comm, s.PID
+			byThread[s.TID] = t
+		}
+		t.add(&s)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -31,21 +50,13 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout)
 	if !*threads {
-		writeReportTable(stdout, "all threads", stacks, *top)
+		whole.write(stdout, "all threads", *top)
 		return nil
 	}
-	byThread := map[int][]merge.Stack{}
-	var tids []int
-	for _, s := range stacks {
-		if _, ok := byThread[s.TID]; !ok {
-			tids = append(tids, s.TID)
-		}
-		byThread[s.TID] = append(byThread[s.TID], s)
-	}
-	sort.Ints(tids)
+	tids := slices.Sorted(maps.Keys(byThread))
 	for _, tid := range tids {
-		ss := byThread[tid]
-		writeReportTable(stdout, fmt.Sprintf("thread %d %q (pid %d)", tid, ss[0].Comm, ss[0].PID), ss, *top)
+		t := byThread[tid]
+		t.write(stdout, fmt.Sprintf("thread %d %q (pid %d)", tid, t.comm, t.pid), *top)
 	}
 	return nil
 }
@@ -56,36 +67,52 @@ type reportKey struct {
 	file string
 }
 
-// writeReportTable prints two tables: Ruby methods, where self time is
-// time as the innermost Ruby frame (whatever native code runs beneath it),
-// and native functions, where self time is time as the leaf. Total time is
-// time anywhere on the stack, counted once per sample.
-func writeReportTable(w io.Writer, title string, stacks []merge.Stack, top int) {
-	rubySelf, nativeSelf, total := map[reportKey]uint64{}, map[reportKey]uint64{}, map[reportKey]uint64{}
-	var all uint64
-	for _, s := range stacks {
-		all += s.Period
-		seen := map[reportKey]bool{}
-		rubySeen := false
-		for i, f := range s.Frames {
-			k := reportKey{f.Kind, f.Name, f.File}
-			ruby := f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc
-			if ruby {
-				k.file = "" // one row per Ruby method, whatever the line
-				if !rubySeen {
-					rubySelf[k] += s.Period
-					rubySeen = true
-				}
-			} else if i == 0 {
-				nativeSelf[k] += s.Period
+// reportTable counts the stacks of one table: Ruby methods, where self
+// time is time as the innermost Ruby frame (whatever native code runs
+// beneath it), and native functions, where self time is time as the leaf.
+// Total time is time anywhere on the stack, counted once per sample.
+type reportTable struct {
+	comm                        string // of the thread's first sample
+	pid                         int
+	samples                     int
+	all                         uint64
+	rubySelf, nativeSelf, total map[reportKey]uint64
+	seen                        map[reportKey]bool
+}
+
+func newReportTable() *reportTable {
+	return &reportTable{rubySelf: map[reportKey]uint64{}, nativeSelf: map[reportKey]uint64{},
+		total: map[reportKey]uint64{}, seen: map[reportKey]bool{}}
+}
+
+func (t *reportTable) add(s *merge.Stack) {
+	t.samples++
+	t.all += s.Period
+	clear(t.seen)
+	rubySeen := false
+	for i, f := range s.Frames {
+		k := reportKey{f.Kind, f.Name, f.File}
+		ruby := f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc
+		if ruby {
+			k.file = "" // one row per Ruby method, whatever the line
+			if !rubySeen {
+				t.rubySelf[k] += s.Period
+				rubySeen = true
 			}
-			if !seen[k] {
-				seen[k] = true
-				total[k] += s.Period
-			}
+		} else if i == 0 {
+			t.nativeSelf[k] += s.Period
+		}
+		if !t.seen[k] {
+			t.seen[k] = true
+			t.total[k] += s.Period
 		}
 	}
-	fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of CPU\n", title, len(stacks), float64(all)/1e9)
+}
+
+// write prints the table's two tables, top rows each.
+func (t *reportTable) write(w io.Writer, title string, top int) {
+	all, total := t.all, t.total
+	fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of CPU\n", title, t.samples, float64(all)/1e9)
 	table := func(heading string, self map[reportKey]uint64, want func(merge.Kind) bool) {
 		var keys []reportKey
 		for k := range total {
@@ -124,10 +151,10 @@ func writeReportTable(w io.Writer, title string, stacks []merge.Stack, top int) 
 			fmt.Fprintf(w, "%6.2f%% %6.2f%%  %-6s  %s%s\n", pct(self[k]), pct(total[k]), k.kind, k.name, where)
 		}
 	}
-	table("## Ruby methods (self: the innermost Ruby frame)", rubySelf, func(k merge.Kind) bool {
+	table("## Ruby methods (self: the innermost Ruby frame)", t.rubySelf, func(k merge.Kind) bool {
 		return k == merge.KindRuby || k == merge.KindCFunc
 	})
-	table("## native functions (self: the leaf)", nativeSelf, func(k merge.Kind) bool {
+	table("## native functions (self: the leaf)", t.nativeSelf, func(k merge.Kind) bool {
 		return k == merge.KindNative || k == merge.KindKernel
 	})
 }
