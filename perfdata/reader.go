@@ -58,7 +58,27 @@ type Reader struct {
 	recOff int64
 	err    error
 	done   bool
+
+	only  map[RecordType]bool // if set, the kernel record types Next returns
+	reuse bool                // read kernel records into buf
+	buf   []byte
 }
+
+// Only makes Next return only kernel records of the given types (and
+// every record of perf's own types, which may carry header data) and pass
+// over the others without decoding them: a reader that wants the few
+// side-band records of a file of samples pays little for the samples.
+func (r *Reader) Only(types ...RecordType) {
+	r.only = make(map[RecordType]bool, len(types))
+	for _, t := range types {
+		r.only[t] = true
+	}
+}
+
+// ReuseBuffer makes Next read every kernel record into one buffer, saving
+// an allocation per record: the Record and Raw that Next gives are then
+// valid only until the next call.
+func (r *Reader) ReuseBuffer() { r.reuse = true }
 
 // Limits on what a file may ask for.
 const (
@@ -331,39 +351,63 @@ func (r *Reader) readRecord() ([]byte, int64, error) {
 	if r.pending != nil {
 		raw, off := r.pending, r.pendingOff
 		r.pending = nil
-		return raw, off, nil
+		if !r.skipped(RecordType(le.Uint32(raw))) {
+			return raw, off, nil
+		}
 	}
-	off := r.off
-	if r.end >= 0 && off == r.end {
-		return nil, off, io.EOF
-	}
-	var hdr [recordHeaderSize]byte
-	if n, err := io.ReadFull(r.in, hdr[:]); err != nil {
-		if err == io.EOF && n == 0 && r.end < 0 {
+	for {
+		off := r.off
+		if r.end >= 0 && off == r.end {
 			return nil, off, io.EOF
 		}
-		return nil, off, fmt.Errorf("record header: %w", noEOF(err))
-	}
-	typ := RecordType(le.Uint32(hdr[:]))
-	size := int(le.Uint16(hdr[6:]))
-	if size < recordHeaderSize {
-		return nil, off, fmt.Errorf("%v record: size %d is smaller than its header", typ, size)
-	}
-	if r.end >= 0 && int64(size) > r.end-off {
-		return nil, off, fmt.Errorf("%v record of %d bytes runs past the end of the data at %#x", typ, size, r.end)
-	}
-	raw := make([]byte, size)
-	copy(raw, hdr[:])
-	if _, err := io.ReadFull(r.in, raw[recordHeaderSize:]); err != nil {
-		return nil, off, fmt.Errorf("%v record of %d bytes: %w", typ, size, noEOF(err))
-	}
-	r.off += int64(size)
-	if typ == RecordAuxtrace {
-		if err := r.skipAuxtrace(raw); err != nil {
-			return nil, off, err
+		var hdr [recordHeaderSize]byte
+		if n, err := io.ReadFull(r.in, hdr[:]); err != nil {
+			if err == io.EOF && n == 0 && r.end < 0 {
+				return nil, off, io.EOF
+			}
+			return nil, off, fmt.Errorf("record header: %w", noEOF(err))
 		}
+		typ := RecordType(le.Uint32(hdr[:]))
+		size := int(le.Uint16(hdr[6:]))
+		if size < recordHeaderSize {
+			return nil, off, fmt.Errorf("%v record: size %d is smaller than its header", typ, size)
+		}
+		if r.end >= 0 && int64(size) > r.end-off {
+			return nil, off, fmt.Errorf("%v record of %d bytes runs past the end of the data at %#x", typ, size, r.end)
+		}
+		if r.skipped(typ) {
+			if _, err := r.in.Discard(size - recordHeaderSize); err != nil {
+				return nil, off, fmt.Errorf("%v record of %d bytes: %w", typ, size, noEOF(err))
+			}
+			r.off += int64(size)
+			continue
+		}
+		var raw []byte
+		if r.reuse && typ < RecordUserTypeStart {
+			if cap(r.buf) < size {
+				r.buf = make([]byte, size, max(size, 1<<14))
+			}
+			raw = r.buf[:size]
+		} else {
+			raw = make([]byte, size)
+		}
+		copy(raw, hdr[:])
+		if _, err := io.ReadFull(r.in, raw[recordHeaderSize:]); err != nil {
+			return nil, off, fmt.Errorf("%v record of %d bytes: %w", typ, size, noEOF(err))
+		}
+		r.off += int64(size)
+		if typ == RecordAuxtrace {
+			if err := r.skipAuxtrace(raw); err != nil {
+				return nil, off, err
+			}
+		}
+		return raw, off, nil
 	}
-	return raw, off, nil
+}
+
+// skipped tells whether Only excludes records of type typ.
+func (r *Reader) skipped(typ RecordType) bool {
+	return r.only != nil && typ < RecordUserTypeStart && !r.only[typ]
 }
 
 // skipAuxtrace skips the AUX area data that follows a PERF_RECORD_AUXTRACE
