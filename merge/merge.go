@@ -44,25 +44,43 @@ type Options struct {
 // than the Ruby stack, nothing is guessed: the Ruby frames go on top of the
 // native frames and fallback is true.
 func Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallback bool) {
-	var segments [][]Frame
-	var cur []Frame
+	var m Merger
+	return m.Merge(natives, rubies, opts)
+}
+
+// Merger merges as Merge does, reusing its buffers from one call to the
+// next: the frames one call returns are valid until the next.
+type Merger struct {
+	ruby  []Frame // the visible Ruby frames, leaf first
+	ends  []int   // segments: ruby[ends[i-1]:ends[i]] is VM entry i's frames
+	out   []Frame
+	outer []Frame
+}
+
+// Merge is Merge with m's buffers.
+func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallback bool) {
+	m.ruby, m.ends = m.ruby[:0], m.ends[:0]
 	for _, r := range rubies {
 		if !r.Hidden {
-			cur = append(cur, r.Frame)
+			m.ruby = append(m.ruby, r.Frame)
 		}
 		if r.Finish {
-			segments = append(segments, cur)
-			cur = nil
+			m.ends = append(m.ends, len(m.ruby))
 		}
 	}
-	if len(cur) > 0 {
-		segments = append(segments, cur)
+	if last := 0; len(m.ruby) > 0 {
+		if len(m.ends) > 0 {
+			last = m.ends[len(m.ends)-1]
+		}
+		if len(m.ruby) > last {
+			m.ends = append(m.ends, len(m.ruby)) // the frames after the last FINISH
+		}
 	}
+	segment := func(i int) []Frame { return m.ruby[startOf(m.ends, i):m.ends[i]] }
+	frames = m.out[:0]
+	defer func() { m.out = frames[:0] }()
 	if opts.NoNative {
-		for _, s := range segments {
-			frames = append(frames, s...)
-		}
-		return frames, false
+		return append(frames, m.ruby...), false
 	}
 	entries := 0
 	for _, n := range natives {
@@ -70,22 +88,21 @@ func Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallb
 			entries++
 		}
 	}
-	keep := func(n Native) bool { return opts.Interp || !n.Interp }
-	if entries > len(segments) {
-		for _, s := range segments {
-			frames = append(frames, s...)
-		}
-		for _, n := range natives {
-			if keep(n) && !n.VMEntry {
+	keep := func(n *Native) bool { return opts.Interp || !n.Interp }
+	if entries > len(m.ends) {
+		frames = append(frames, m.ruby...)
+		for i := range natives {
+			if n := &natives[i]; keep(n) && !n.VMEntry {
 				frames = append(frames, n.Frame)
 			}
 		}
 		return frames, true
 	}
 	si, afterLast, reachedStart := 0, -1, false
-	for _, n := range natives {
+	for i := range natives {
+		n := &natives[i]
 		if n.VMEntry {
-			frames = append(frames, segments[si]...)
+			frames = append(frames, segment(si)...)
 			si++
 			afterLast = len(frames)
 			if opts.Interp {
@@ -98,13 +115,23 @@ func Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallb
 			frames = append(frames, n.Frame)
 		}
 	}
+	// The entries native unwinding did not reach: the rest of m.ruby.
 	var rest []Frame
-	for ; si < len(segments); si++ {
-		rest = append(rest, segments[si]...)
+	if si < len(m.ends) {
+		rest = m.ruby[startOf(m.ends, si):]
 	}
 	if len(rest) > 0 && reachedStart && afterLast >= 0 {
-		out := append(append(append([]Frame{}, frames[:afterLast]...), rest...), frames[afterLast:]...)
-		return out, false
+		m.outer = append(m.outer[:0], frames[afterLast:]...)
+		frames = append(append(frames[:afterLast], rest...), m.outer...)
+		return frames, false
 	}
 	return append(frames, rest...), false
+}
+
+// startOf is where segment i of ends starts.
+func startOf(ends []int, i int) int {
+	if i == 0 {
+		return 0
+	}
+	return ends[i-1]
 }

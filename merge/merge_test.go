@@ -55,4 +55,15 @@ func TestMerge(t *testing.T) {
 			t.Errorf("%s:\n got %q (fallback %v)\nwant %q (fallback %v)", c.name, names(got), fb, c.want, c.fallback)
 		}
 	}
+	// One Merger reused across every case, twice over, gives the same
+	// answers: nothing of one call leaks into the next.
+	var m Merger
+	for round := range 2 {
+		for _, c := range cases {
+			got, fb := m.Merge(c.natives, c.rubies, c.opts)
+			if names(got) != c.want || fb != c.fallback {
+				t.Errorf("reused Merger, round %d, %s:\n got %q (fallback %v)\nwant %q", round, c.name, names(got), fb, c.want)
+			}
+		}
+	}
 }

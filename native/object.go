@@ -35,6 +35,44 @@ type Object struct {
 	debugOnce sync.Once
 	debugSyms []symbol // from the debug file, sorted by start
 	debugFile string
+
+	// The call frame rules found at each address unwound through (nil:
+	// none), read-only once made: a recording passes the same few
+	// addresses again and again.
+	framesMu sync.Mutex
+	frames   map[uint64]*frame.FrameContext
+}
+
+// maxCachedFrames bounds an Object's cache of call frame rules.
+const maxCachedFrames = 1 << 16
+
+// frameAt returns the call frame rules at vaddr, or nil when the file's
+// call frame information has none or they cannot be read.
+func (o *Object) frameAt(vaddr uint64) *frame.FrameContext {
+	o.framesMu.Lock()
+	ctx, ok := o.frames[vaddr]
+	o.framesMu.Unlock()
+	if ok {
+		return ctx
+	}
+	if fde := o.fde(vaddr); fde != nil {
+		if guard(func() error {
+			var err error
+			ctx, err = fde.EstablishFrame(vaddr)
+			return err
+		}) != nil {
+			ctx = nil
+		}
+	}
+	o.framesMu.Lock()
+	if o.frames == nil {
+		o.frames = make(map[uint64]*frame.FrameContext)
+	}
+	if len(o.frames) < maxCachedFrames {
+		o.frames[vaddr] = ctx
+	}
+	o.framesMu.Unlock()
+	return ctx
 }
 
 // LoadOptions tune where an Object's separate debug file is looked for.

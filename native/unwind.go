@@ -86,10 +86,11 @@ func (c *Objects) Get(path string) *Object {
 // Unwind walks a user stack: regs are the sample's user registers (mask
 // UserRegsMask), stack the copy taken at regs' SP. It stops where the call
 // frame information ends, the stack copy ends, or a rule it cannot follow
-// appears; the frames it found are returned, leaf first.
-func Unwind(regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
+// appears; the frames it found are appended to dst, leaf first, and
+// returned.
+func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
 	if len(regs) != len(perfToDWARF) {
-		return nil
+		return dst
 	}
 	var r [dwarfMax]uint64
 	var known [dwarfMax]bool
@@ -105,9 +106,9 @@ func Unwind(regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
 		}
 		return binary.LittleEndian.Uint64(stack[addr-sp0:]), true
 	}
-	var out []Frame
+	out := dst
 	pc := r[dwarfRA]
-	for len(out) < MaxFrames && pc != 0 {
+	for len(out)-len(dst) < MaxFrames && pc != 0 {
 		m, ok := maps.Find(pc)
 		if !ok {
 			break
@@ -123,19 +124,11 @@ func Unwind(regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
 		}
 		// A return address points after its call: look up the call itself.
 		lookup := f.VAddr
-		if len(out) > 1 {
+		if len(out)-len(dst) > 1 {
 			lookup--
 		}
-		fde := f.Object.fde(lookup)
-		if fde == nil {
-			break
-		}
-		var ctx *frame.FrameContext
-		if guard(func() error {
-			var err error
-			ctx, err = fde.EstablishFrame(lookup)
-			return err
-		}) != nil || ctx == nil {
+		ctx := f.Object.frameAt(lookup)
+		if ctx == nil {
 			break
 		}
 		var cfa uint64
@@ -193,7 +186,7 @@ func Unwind(regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
 			break
 		}
 		ra := next[ctx.RetAddrReg]
-		if cfa <= r[dwarfRSP] && len(out) > 1 { // the stack must unwind upwards
+		if cfa <= r[dwarfRSP] && len(out)-len(dst) > 1 { // the stack must unwind upwards
 			break
 		}
 		next[dwarfRSP], nextKnown[dwarfRSP] = cfa, true
