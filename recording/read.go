@@ -53,7 +53,8 @@ var threadStarts = map[string]bool{
 }
 
 // ReadStacks reads the recording at path and hands fn every sample as a
-// merged stack, in file order.
+// merged stack, in file order. The stack's Frames are valid until fn
+// returns (they are reused for the next sample): clone them to keep them.
 func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*ReadStats, error) {
 	r, err := perfdata.Open(path)
 	if err != nil {
@@ -81,6 +82,8 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	if err != nil {
 		return nil, err
 	}
+	r.Only(perfdata.RecordSample)
+	r.ReuseBuffer() // a sample is done with before the next is read
 	next := 0
 	for r.Next() {
 		switch rec := r.Record().(type) {
@@ -116,6 +119,7 @@ func sideBand(path string) ([]timed, error) {
 		return nil, err
 	}
 	defer r.Close()
+	r.Only(perfdata.RecordComm, perfdata.RecordMmap, perfdata.RecordMmap2, perfdata.RecordFork)
 	var out []timed
 	for r.Next() {
 		switch rec := r.Record().(type) {
@@ -161,6 +165,12 @@ type reader struct {
 	comms  map[uint32]string
 	objs   *native.Objects
 	stats  ReadStats
+
+	// Buffers reused from one sample to the next.
+	natives []merge.Native
+	unwound []native.Frame
+	rubies  []merge.Ruby
+	merger  merge.Merger
 }
 
 func (rd *reader) mapsOf(pid uint32) *native.Maps {
@@ -174,23 +184,23 @@ func (rd *reader) mapsOf(pid uint32) *native.Maps {
 
 func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
-	natives := rd.kernelFrames(s.Callchain)
-	natives = append(natives, rd.userFrames(s)...)
+	rd.natives = rd.kernelFrames(rd.natives[:0], s.Callchain)
+	rd.natives = rd.userFrames(rd.natives, s)
 	if rd.opts.NativeOnly {
-		for _, n := range natives {
+		for _, n := range rd.natives {
 			st.Frames = append(st.Frames, n.Frame)
 		}
 		return st
 	}
-	var rubies []merge.Ruby
+	rd.rubies = rd.rubies[:0]
 	if p, err := bpf.DecodePayload(s.Raw); err == nil {
 		for _, f := range p.Frames {
-			rubies = append(rubies, rd.rubyFrame(p.PID, f))
+			rd.rubies = append(rd.rubies, rd.rubyFrame(p.PID, f))
 		}
 	} else {
 		rd.stats.NoPayload++
 	}
-	st.Frames, st.Fallback = merge.Merge(natives, rubies, rd.opts.Merge)
+	st.Frames, st.Fallback = rd.merger.Merge(rd.natives, rd.rubies, rd.opts.Merge)
 	if st.Fallback {
 		rd.stats.Fallbacks++
 	}
@@ -199,8 +209,7 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 
 // kernelFrames names the kernel part of a callchain (the user part is
 // unwound from the stack copy).
-func (rd *reader) kernelFrames(chain []uint64) []merge.Native {
-	var out []merge.Native
+func (rd *reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Native {
 	inKernel := false
 	for _, ip := range chain {
 		if ip >= perfdata.ContextMax {
@@ -219,17 +228,17 @@ func (rd *reader) kernelFrames(chain []uint64) []merge.Native {
 	return out
 }
 
-func (rd *reader) userFrames(s *perfdata.Sample) []merge.Native {
+func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample) []merge.Native {
 	maps, ok := rd.maps[s.Pid]
 	if !ok {
-		return nil
+		return out
 	}
 	if len(s.RegsUser) == 0 || len(s.StackUser) == 0 {
-		return rd.callchainUserFrames(s.Callchain, maps)
+		return rd.callchainUserFrames(out, s.Callchain, maps)
 	}
 	vm, hasVM := rd.symtab.VMExec[s.Pid]
-	var out []merge.Native
-	for i, f := range native.Unwind(s.RegsUser, s.StackUser, maps, rd.objs) {
+	rd.unwound = native.Unwind(rd.unwound[:0], s.RegsUser, s.StackUser, maps, rd.objs)
+	for i, f := range rd.unwound {
 		// A caller's frame is shown inside its call instruction (the return
 		// address - 1), as perf does: a call that ends a function would
 		// otherwise be named after the next one.
@@ -293,8 +302,7 @@ func compilerClone(name string) string {
 // callchainUserFrames names the user part of a callchain: what there is of
 // a native stack when a sample has no stack copy (perf record -g, or frame
 // pointers).
-func (rd *reader) callchainUserFrames(chain []uint64, maps *native.Maps) []merge.Native {
-	var out []merge.Native
+func (rd *reader) callchainUserFrames(out []merge.Native, chain []uint64, maps *native.Maps) []merge.Native {
 	inUser := false
 	for _, ip := range chain {
 		if ip >= perfdata.ContextMax {

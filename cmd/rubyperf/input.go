@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"slices"
 
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
@@ -37,10 +38,11 @@ func (f inputFlags) readOptions(stderr io.Writer) recording.ReadOptions {
 	}
 }
 
-// stacks reads every merged stack of the recording.
+// stacks reads every merged stack of the recording into memory.
 func (f inputFlags) stacks(stderr io.Writer) ([]merge.Stack, *recording.ReadStats, error) {
 	var out []merge.Stack
 	stats, err := recording.ReadStacks(*f.input, f.readOptions(stderr), func(s merge.Stack) error {
+		s.Frames = slices.Clone(s.Frames)
 		out = append(out, s)
 		return nil
 	})

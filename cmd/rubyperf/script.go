@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/rubyperf/rubyperf/merge"
@@ -33,38 +34,81 @@ func runScript(args []string, stdout, stderr io.Writer) error {
 // writeScriptSample prints one sample as perf script's default format does:
 // a header line, one frame per line, a blank line. A Ruby frame shows its
 // label where perf shows a symbol, and path:line where perf shows the
-// object file.
+// object file. It formats by hand: it runs once per frame of every sample.
 func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
-	comm := s.Comm
-	if comm == "" {
-		comm = ":" + fmt.Sprint(s.TID)
+	buf := w.AvailableBuffer()
+	if s.Comm == "" {
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, int64(s.TID), 10)
+	} else {
+		buf = append(buf, s.Comm...)
 	}
-	fmt.Fprintf(w, "%s %5d [%03d] %5d.%06d: %10d ruby-cpu: \n", comm, s.TID, s.CPU,
-		s.Time/1e9, s.Time%1e9/1e3, s.Period)
-	for _, f := range s.Frames {
+	buf = append(buf, ' ')
+	buf = appendPadded(buf, uint64(s.TID), 10, 5, ' ')
+	buf = append(buf, " ["...)
+	buf = appendPadded(buf, uint64(s.CPU), 10, 3, '0')
+	buf = append(buf, "] "...)
+	buf = appendPadded(buf, s.Time/1e9, 10, 5, ' ')
+	buf = append(buf, '.')
+	buf = appendPadded(buf, s.Time%1e9/1e3, 10, 6, '0')
+	buf = append(buf, ": "...)
+	buf = appendPadded(buf, s.Period, 10, 10, ' ')
+	buf = append(buf, " ruby-cpu: \n"...)
+	for i := range s.Frames {
+		f := &s.Frames[i]
+		buf = append(buf, '\t')
 		switch f.Kind {
 		case merge.KindRuby, merge.KindCFunc:
-			loc := "<cfunc>"
-			if f.File != "" {
-				loc = fmt.Sprintf("%s:%d", f.File, f.Line)
+			buf = appendPadded(buf, 0, 16, 16, ' ')
+			buf = append(buf, ' ')
+			buf = append(buf, scriptName(f.Name)...)
+			buf = append(buf, " ("...)
+			if f.File == "" {
+				buf = append(buf, "<cfunc>"...)
+			} else {
+				buf = append(buf, noSpaces(f.File)...)
+				buf = append(buf, ':')
+				buf = strconv.AppendInt(buf, f.Line, 10)
 			}
-			fmt.Fprintf(w, "\t%16x %s (%s)\n", 0, scriptName(f.Name), noSpaces(loc))
 		case merge.KindKernel:
-			fmt.Fprintf(w, "\t%16x %s (%s)\n", f.Addr, symOff(f), "[kernel.kallsyms]")
+			buf = appendPadded(buf, f.Addr, 16, 16, ' ')
+			buf = append(buf, ' ')
+			buf = appendSymOff(buf, f)
+			buf = append(buf, " ([kernel.kallsyms]"...)
 		default:
 			// User objects show the address within the object, as perf does.
-			fmt.Fprintf(w, "\t%16x %s (%s)\n", f.Addr-f.MapStart+f.MapOffset, symOff(f), noSpaces(f.File))
+			buf = appendPadded(buf, f.Addr-f.MapStart+f.MapOffset, 16, 16, ' ')
+			buf = append(buf, ' ')
+			buf = appendSymOff(buf, f)
+			buf = append(buf, " ("...)
+			buf = append(buf, noSpaces(f.File)...)
 		}
+		buf = append(buf, ")\n"...)
 	}
-	_, err := w.WriteString("\n")
+	buf = append(buf, '\n')
+	_, err := w.Write(buf)
 	return err
 }
 
-func symOff(f merge.Frame) string {
-	if f.Name == "[unknown]" || f.SymOffset == 0 {
-		return f.Name
+// appendPadded appends v in base, padded on the left with pad to width.
+func appendPadded(buf []byte, v uint64, base, width int, pad byte) []byte {
+	var num [24]byte
+	n := strconv.AppendUint(num[:0], v, base)
+	for range width - len(n) {
+		buf = append(buf, pad)
 	}
-	return fmt.Sprintf("%s+%#x", f.Name, f.SymOffset)
+	return append(buf, n...)
+}
+
+// appendSymOff appends a native frame's name, and +0xOFFSET when it is a
+// symbol and the address is inside it.
+func appendSymOff(buf []byte, f *merge.Frame) []byte {
+	buf = append(buf, f.Name...)
+	if f.Name == "[unknown]" || f.SymOffset == 0 {
+		return buf
+	}
+	buf = append(buf, "+0x"...)
+	return strconv.AppendUint(buf, f.SymOffset, 16)
 }
 
 // scriptName keeps flame graph tools whole: stackcollapse-perf.pl cuts a
