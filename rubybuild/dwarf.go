@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 )
 
 // maxDWARFBytes caps the decompressed size of all DWARF sections loaded from
@@ -31,26 +32,57 @@ func (e *elfFile) loadDWARF() (*dwarf.Data, int, error) {
 	if e.isRelocatable() {
 		return e.loadRelocatedDWARF()
 	}
-	data := map[string][]byte{}
-	var total uint64
+	type section struct {
+		name   string
+		s      *elf.Section
+		legacy bool
+		b      []byte
+		err    error
+	}
+	var sections []*section
+	var declared uint64 // what the SHF_COMPRESSED headers (or sizes) declare
+	legacy := false
 	for _, name := range dwarfSections {
-		s := e.f.Section(".debug_" + name)
-		legacy := false
-		if s == nil {
-			if s = e.f.Section(".zdebug_" + name); s == nil {
+		sec := &section{name: name, s: e.f.Section(".debug_" + name)}
+		if sec.s == nil {
+			if sec.s = e.f.Section(".zdebug_" + name); sec.s == nil {
 				continue
 			}
-			legacy = true
+			sec.legacy, legacy = true, true
 		}
-		if s.Type == elf.SHT_NOBITS {
+		if sec.s.Type == elf.SHT_NOBITS {
 			continue // a stripped file keeps the header of some sections
 		}
-		b, err := e.readDebugSection(s, legacy, maxDWARFBytes-total)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", e.path, err)
+		declared += sec.s.Size
+		sections = append(sections, sec)
+	}
+	data := map[string][]byte{}
+	if !legacy && declared <= maxDWARFBytes {
+		// The sizes are known and within the limit: decompress the sections
+		// side by side (most of the time to a layout is zlib).
+		var wg sync.WaitGroup
+		for _, sec := range sections {
+			wg.Go(func() { sec.b, sec.err = e.readDebugSection(sec.s, false, maxDWARFBytes) })
 		}
-		total += uint64(len(b))
-		data[name] = b
+		wg.Wait()
+		for _, sec := range sections {
+			if sec.err != nil {
+				return nil, 0, fmt.Errorf("%s: %w", e.path, sec.err)
+			}
+			data[sec.name] = sec.b
+		}
+	} else {
+		// .zdebug sections declare their size only inside: one at a time,
+		// each within what the ones before left of the limit.
+		var total uint64
+		for _, sec := range sections {
+			b, err := e.readDebugSection(sec.s, sec.legacy, maxDWARFBytes-total)
+			if err != nil {
+				return nil, 0, fmt.Errorf("%s: %w", e.path, err)
+			}
+			total += uint64(len(b))
+			data[sec.name] = b
+		}
 	}
 	if data["info"] == nil || data["abbrev"] == nil {
 		return nil, 0, errNoDWARF
@@ -93,7 +125,7 @@ func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) (
 	var b []byte
 	err := guard(func() error {
 		var err error
-		b, err = io.ReadAll(io.LimitReader(s.Open(), int64(s.Size)+1))
+		b, err = readSized(s.Open(), s.Size)
 		return err
 	})
 	if err != nil {
@@ -117,7 +149,7 @@ func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) (
 	if err != nil {
 		return nil, fmt.Errorf("section %s: %w", s.Name, err)
 	}
-	out, err := io.ReadAll(io.LimitReader(zr, int64(n)+1))
+	out, err := readSized(zr, n)
 	if err != nil {
 		return nil, fmt.Errorf("section %s: %w", s.Name, err)
 	}
@@ -125,6 +157,28 @@ func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) (
 		return nil, fmt.Errorf("section %s: decompressed to %d bytes, header says %d", s.Name, len(out), n)
 	}
 	return out, nil
+}
+
+// maxPrealloc is the largest section size readSized allocates at once.
+const maxPrealloc = 64 << 20
+
+// readSized reads r to its end into one buffer of the size r declares,
+// and one byte more if r goes on past it (which the callers refuse): no
+// copying as the buffer grows, and no more than size+1 bytes read. A size
+// over maxPrealloc is not trusted with one allocation: the buffer grows
+// with what r really gives.
+func readSized(r io.Reader, size uint64) ([]byte, error) {
+	if size > maxPrealloc {
+		return io.ReadAll(io.LimitReader(r, int64(size)+1))
+	}
+	b := make([]byte, size+1)
+	n, err := io.ReadFull(r, b)
+	switch err {
+	case nil: // size+1 bytes: longer than declared
+	case io.EOF, io.ErrUnexpectedEOF:
+		err = nil
+	}
+	return b[:n], err
 }
 
 // maxMemberDepth bounds how deep nested struct and union members are
