@@ -97,6 +97,26 @@ type session struct {
 	skips    map[int]bool      // -a: processes already said to be skipped
 }
 
+// attachResult is what attachAll attached, and the error that stopped it.
+type attachResult struct {
+	targets []*Target
+	err     error
+}
+
+// attachAll attaches pids in order, stopping at the first that fails.
+func attachAll(pids []int, opts Options) attachResult {
+	var res attachResult
+	for _, pid := range pids {
+		t, err := Attach(pid, rubybuild.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
+		if err != nil {
+			res.err = err
+			break
+		}
+		res.targets = append(res.targets, t)
+	}
+	return res
+}
+
 // Record runs a recording until ctx ends, the duration passes, the targets
 // exit, or the started command exits, and always leaves a valid file.
 func Record(ctx context.Context, opts Options) (*Summary, error) {
@@ -110,6 +130,22 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		pending: map[int]int{}, noTarget: make(chan struct{})}
 	s.sum.Output = opts.Output
 	start := time.Now()
+
+	// Targets given by pid are attached while the BPF program loads: reading
+	// a build's DWARF and loading the program each take a good part of the
+	// time to the first sample, and neither needs the other.
+	var attached chan attachResult
+	if len(opts.Command) == 0 && !opts.All {
+		attached = make(chan attachResult, 1)
+		go func() { attached <- attachAll(opts.PIDs, opts) }()
+		defer func() {
+			if attached != nil { // not taken: an error came first
+				for _, t := range (<-attached).targets {
+					t.Close()
+				}
+			}
+		}()
+	}
 
 	bo := bpf.DefaultOptions
 	bo.Frequency = opts.Frequency
@@ -190,14 +226,18 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			}
 		}
 	default:
-		for _, pid := range opts.PIDs {
-			t, err := Attach(pid, rubybuild.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
-			if err != nil {
-				return nil, err
-			}
+		res := <-attached
+		attached = nil
+		for i, t := range res.targets {
 			if err := s.add(t); err != nil {
+				for _, t := range res.targets[i+1:] {
+					t.Close()
+				}
 				return nil, err
 			}
+		}
+		if res.err != nil {
+			return nil, res.err
 		}
 	}
 	if len(s.targets) == 0 && !opts.All {
