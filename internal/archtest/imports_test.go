@@ -29,8 +29,9 @@ var allowed = map[string][]string{
 	"internal/testruby": {},
 	// internal/debuginfodtest serves debug files with a real debuginfod.
 	"internal/debuginfodtest": {},
-	// internal/rubyoracle builds the C extension that asks Ruby for its own stack.
-	"internal/rubyoracle": {},
+	// internal/rubyoracle builds the C extension that asks Ruby for its own
+	// stack, into the test Rubies' cache.
+	"internal/rubyoracle": {"internal/testruby"},
 	"internal/archtest":   {},
 	// bench runs the rubyperf binary and its peers as a user would.
 	"bench": {},
