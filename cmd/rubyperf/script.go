@@ -10,6 +10,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/rubystack"
 )
 
 func runScript(args []string, stdout, stderr io.Writer) error {
@@ -63,9 +64,14 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 			buf = append(buf, ' ')
 			buf = append(buf, scriptName(f.Name)...)
 			buf = append(buf, " ("...)
-			if f.File == "" {
+			switch {
+			case f.File == "" && f.Name == rubystack.UnknownLabel:
+				// Not "<cfunc>": flame graph scripts name an unknown frame
+				// after its object, and this one may be any kind of frame.
+				buf = append(buf, rubystack.UnknownLabel...)
+			case f.File == "":
 				buf = append(buf, "<cfunc>"...)
-			} else {
+			default:
 				buf = append(buf, noSpaces(f.File)...)
 				buf = append(buf, ':')
 				buf = strconv.AppendInt(buf, f.Line, 10)

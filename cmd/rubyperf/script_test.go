@@ -69,7 +69,7 @@ func collapsePerfScript(t *testing.T, text []byte) map[string]uint64 {
 			if i := strings.Index(name, "("); i >= 0 {
 				name = name[:i]
 			}
-			if name == "[unknown]" && m[3] != "" {
+			if name == "[unknown]" && m[3] != "" && m[3] != "[unknown]" { // as stackcollapse-perf.pl
 				name = "[" + filepath.Base(m[3]) + "]"
 			}
 			name = strings.NewReplacer(";", ":", `"`, "", "'", "").Replace(name)
