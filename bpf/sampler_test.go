@@ -145,8 +145,19 @@ func TestBPFStacksEqualSnapshot(t *testing.T) {
 					compared += len(got)
 					want := labels(st.Frames)
 					bad := 0
+					// A thread prints its answer (and "ready") from
+					// Oracle.emit, called on the line it then parks on.
+					// Spinning threads hold the GVL for whole time slices,
+					// so a thread may first run again well after sampling
+					// began, still returning from emit: such a sample is the
+					// parked stack with Oracle.emit's frames on top. Once
+					// parked, a thread never calls emit again.
 					for _, g := range got {
-						if labels(g) != want {
+						l := labels(g)
+						if l != want && strings.HasSuffix(l, want) && strings.Contains(l[:len(l)-len(want)], "Oracle.emit ") {
+							continue
+						}
+						if l != want {
 							bad++
 							if bad == 1 {
 								t.Errorf("thread %d: a sample's stack\n%s\nsnapshot\n%s", st.TID, labels(g), want)
