@@ -10,7 +10,13 @@
 // speedscope requires of a file, and how a flame graph is drawn. Every
 // writer is deterministic: the same stacks give the same bytes.
 //
+// Each format has a builder (Pprof, Folded, FlameGraph, Speedscope) that
+// takes stacks one at a time with Add and keeps only what its output needs,
+// then writes with Write: a reader streams a recording of any length
+// through it. WritePprof and the other Write functions do the same for a
+// slice.
+//
 // It must not know how stacks are collected or merged: no perf.data, no
-// eBPF, no Ruby internals. It takes []merge.Stack as plain data and imports
+// eBPF, no Ruby internals. It takes merge.Stack as plain data and imports
 // only merge, the standard library and github.com/google/pprof/profile.
 package export
