@@ -33,11 +33,7 @@ type FoldedOptions struct {
 // read "foo 3" as a second count. Root frames (thread names) have their
 // spaces replaced by '_', as stackcollapse-perf.pl does.
 func WriteFolded(w io.Writer, stacks []merge.Stack, opts FoldedOptions) error {
-	f := NewFolded(opts)
-	for i := range stacks {
-		f.Add(&stacks[i])
-	}
-	return f.Write(w)
+	return writeAll(w, stacks, NewFolded(opts))
 }
 
 // Folded builds what WriteFolded writes one stack at a time, holding one

@@ -1,6 +1,7 @@
 package export
 
 import (
+	"io"
 	"path"
 	"strconv"
 	"strings"
@@ -38,6 +39,20 @@ const (
 	// WeightSamples counts samples.
 	WeightSamples
 )
+
+// builder is one format built a stack at a time.
+type builder interface {
+	Add(*merge.Stack)
+	Write(io.Writer) error
+}
+
+// writeAll adds every stack to b and writes it.
+func writeAll(w io.Writer, stacks []merge.Stack, b builder) error {
+	for i := range stacks {
+		b.Add(&stacks[i])
+	}
+	return b.Write(w)
+}
 
 // unknown is the name of a frame or thread nothing is known about.
 const unknown = "[unknown]"

@@ -54,11 +54,7 @@ type PprofOptions struct {
 // frames are symbolized already, and pprof leaves them as they are. A
 // native frame whose mapping is unknown keeps only its name.
 func WritePprof(w io.Writer, stacks []merge.Stack, opts PprofOptions) error {
-	p := NewPprof(opts)
-	for i := range stacks {
-		p.Add(&stacks[i])
-	}
-	return p.Write(w)
+	return writeAll(w, stacks, NewPprof(opts))
 }
 
 // Pprof builds the profile WritePprof writes one stack at a time, holding

@@ -70,11 +70,7 @@ type (
 // name, file and line, and the line a Ruby frame was sampled at is not the
 // method's, so lines would split one method into as many frames.
 func WriteSpeedscope(w io.Writer, stacks []merge.Stack, opts SpeedscopeOptions) error {
-	sp := NewSpeedscope(opts)
-	for i := range stacks {
-		sp.Add(&stacks[i])
-	}
-	return sp.Write(w)
+	return writeAll(w, stacks, NewSpeedscope(opts))
 }
 
 // Speedscope builds what WriteSpeedscope writes one stack at a time. The

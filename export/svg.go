@@ -67,11 +67,7 @@ type svgFrame struct {
 // highlights the frames whose names match a regular expression and shows
 // the share of the profile they cover.
 func WriteFlameGraphSVG(w io.Writer, stacks []merge.Stack, opts SVGOptions) error {
-	g := NewFlameGraph(opts)
-	for i := range stacks {
-		g.Add(&stacks[i])
-	}
-	return g.Write(w)
+	return writeAll(w, stacks, NewFlameGraph(opts))
 }
 
 // FlameGraph builds what WriteFlameGraphSVG writes one stack at a time,
