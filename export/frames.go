@@ -40,14 +40,15 @@ const (
 	WeightSamples
 )
 
-// builder is one format built a stack at a time.
-type builder interface {
+// Builder is one format built a stack at a time: Pprof, Folded,
+// FlameGraph or Speedscope.
+type Builder interface {
 	Add(*merge.Stack)
 	Write(io.Writer) error
 }
 
 // writeAll adds every stack to b and writes it.
-func writeAll(w io.Writer, stacks []merge.Stack, b builder) error {
+func writeAll(w io.Writer, stacks []merge.Stack, b Builder) error {
 	for i := range stacks {
 		b.Add(&stacks[i])
 	}

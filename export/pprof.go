@@ -69,6 +69,7 @@ type Pprof struct {
 	start, end uint64 // of the recording: each sample stands for the period before it
 	n          int
 	key        []byte
+	locs       []*profile.Location // the stack being added
 }
 
 // NewPprof returns an empty profile with opts.
@@ -98,18 +99,18 @@ func (p *Pprof) Add(s *merge.Stack) {
 	p.end = max(p.end, s.Time)
 	p.n++
 
-	locs := make([]*profile.Location, len(s.Frames))
+	p.locs = p.locs[:0]
 	for j := range s.Frames {
-		locs[j] = b.location(&s.Frames[j])
+		p.locs = append(p.locs, b.location(&s.Frames[j]))
 	}
-	p.key = sampleKey(p.key[:0], s, locs)
+	p.key = sampleKey(p.key[:0], s, p.locs)
 	if smp := b.samples[string(p.key)]; smp != nil {
 		smp.Value[0]++
 		smp.Value[1] += int64(s.Period)
 		return
 	}
 	smp := &profile.Sample{
-		Location: locs,
+		Location: slices.Clone(p.locs), // only a new stack keeps its own
 		Value:    []int64{1, int64(s.Period)},
 		Label:    map[string][]string{"thread": {threadName(s)}},
 		NumLabel: map[string][]int64{"pid": {int64(s.PID)}, "tid": {int64(s.TID)}},

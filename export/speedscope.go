@@ -86,6 +86,7 @@ type Speedscope struct {
 	threads map[speedscopeThread]*speedscopeSamples
 	periods bool // some stack has a Period
 	key     []byte
+	ids     []int // the stack being added
 }
 
 type speedscopeThread struct{ pid, tid int }
@@ -110,7 +111,7 @@ func NewSpeedscope(opts SpeedscopeOptions) *Speedscope {
 // Add counts one stack. s is not kept.
 func (sp *Speedscope) Add(s *merge.Stack) {
 	sp.key = sp.key[:0]
-	ids := make([]int, len(s.Frames))
+	sp.ids = sp.ids[:0]
 	for j := range s.Frames {
 		fr := &s.Frames[len(s.Frames)-1-j]
 		k := speedscopeFrame{Name: frameName(fr), File: cleanText(fr.File)}
@@ -120,14 +121,14 @@ func (sp *Speedscope) Add(s *merge.Stack) {
 			sp.frames[k] = id
 			sp.names = append(sp.names, k)
 		}
-		ids[j] = id
+		sp.ids = append(sp.ids, id)
 		sp.key = binary.AppendUvarint(sp.key, uint64(id))
 	}
 	stack, ok := sp.stacks[string(sp.key)]
 	if !ok {
 		stack = len(sp.lists)
 		sp.stacks[string(sp.key)] = stack
-		sp.lists = append(sp.lists, ids)
+		sp.lists = append(sp.lists, slices.Clone(sp.ids)) // only a new stack keeps its own
 	}
 	t := speedscopeThread{s.PID, s.TID}
 	th := sp.threads[t]

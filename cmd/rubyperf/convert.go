@@ -16,15 +16,6 @@ var convertDefaults = map[string]string{
 	"folded": "-", "pprof": "rubyperf.pb.gz", "speedscope": "rubyperf.speedscope.json", "svg": "rubyperf.svg",
 }
 
-// profileWriter is one output format, built one stack at a time: no format
-// holds the recording's stacks, so a recording of any length converts in
-// memory bounded by its distinct stacks (speedscope adds a few bytes per
-// sample, as its file lists every sample).
-type profileWriter interface {
-	Add(*merge.Stack)
-	Write(io.Writer) error
-}
-
 func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
 	in := addInputFlags(fs)
@@ -44,7 +35,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		*out = def
 	}
-	var pw profileWriter
+	// No format holds the recording's stacks: a recording of any length
+	// converts in memory bounded by its distinct stacks (speedscope adds a
+	// few bytes per sample, as its file lists every sample).
+	var pw export.Builder
 	var pprof *export.Pprof
 	var graph *export.FlameGraph
 	switch *format {
