@@ -222,6 +222,9 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 				continue
 			}
 			if err := s.add(t); err != nil {
+				if errors.Is(err, rubystack.ErrNoProcess) {
+					continue // it exited while being attached: nothing to record
+				}
 				return nil, err
 			}
 		}
@@ -361,8 +364,8 @@ func (s *session) skipped(pid int, err error) {
 	if s.skips == nil {
 		s.skips = map[int]bool{}
 	}
-	if s.opts.Warn == nil || s.skips[pid] {
-		return
+	if s.opts.Warn == nil || s.skips[pid] || errors.Is(err, rubystack.ErrNoProcess) {
+		return // a process that has exited is not worth a line
 	}
 	s.skips[pid] = true
 	msg := err.Error()

@@ -30,7 +30,7 @@ const maxThreadsSynth = 1 << 14
 func (s *session) synthesize(pid int) error {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
-		return fmt.Errorf("pid %d: threads: %w", pid, err)
+		return rubystack.ProcError(pid, err)
 	}
 	if len(tasks) > maxThreadsSynth {
 		tasks = tasks[:maxThreadsSynth]

@@ -54,7 +54,7 @@ func (m *ProcessMemory) readProcMem(p []byte, addr uint64) error {
 	if m.mem == nil {
 		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", m.PID))
 		if err != nil {
-			return procError(m.PID, err)
+			return ProcError(m.PID, err)
 		}
 		m.mem = f
 	}

@@ -32,7 +32,7 @@ type Mapping struct {
 func ReadMaps(pid int) ([]Mapping, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
-		return nil, procError(pid, err)
+		return nil, ProcError(pid, err)
 	}
 	defer f.Close()
 	return parseMaps(f)
@@ -189,6 +189,9 @@ func (p *Process) loaded(addr uint64) error {
 	return nil
 }
 
+// ErrNoProcess says the process does not exist (any more).
+var ErrNoProcess = errors.New("no such process")
+
 // ErrNotRuby says a process maps no Ruby (yet: a process that was just
 // started maps libruby a moment after exec).
 var ErrNotRuby = errors.New("not a Ruby process")
@@ -228,11 +231,12 @@ func openablePath(pid int, root string, m Mapping) string {
 	return filepath.Join(root, m.Path)
 }
 
-// procError words an error reading /proc/PID for a person.
-func procError(pid int, err error) error {
+// ProcError names pid in an error from reading its /proc files, saying
+// plainly when the process is gone or may not be read.
+func ProcError(pid int, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("pid %d: no such process", pid)
+		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("pid %d: permission denied; run as root or as the process's user with CAP_SYS_PTRACE", pid)
 	}

@@ -53,7 +53,7 @@ func Freeze(pid int) (thaw func(), err error) {
 	}()
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
-		return nil, procError(pid, err)
+		return nil, ProcError(pid, err)
 	}
 	if len(tasks) > maxFreezeThreads {
 		return nil, fmt.Errorf("pid %d: more than %d threads", pid, maxFreezeThreads)
