@@ -9,15 +9,16 @@ import (
 
 // bpfRow is the BPF program's cost at one stack depth.
 type bpfRow struct {
-	depth, stack                       int // Ruby frames; bytes of user stack copied
-	nsPerSample, framesPerSamp, urgent float64
+	depth, stack                       int     // Ruby frames; bytes of user stack copied
+	nsPerSample, framesPerSamp, urgent float64 // ns: the median window
+	p10, p90                           float64 // ns per sample in the 10th and 90th percentile windows
 }
 
 // bpfCost runs the bpf package's BenchmarkBPFRunTime (the kernel's own BPF
 // run-time statistics while a Ruby spins at 10, 200 and 2000 frames, and at
 // 200 with stack copies of several sizes).
 func (b *bench) bpfCost() ([]bpfRow, error) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkBPFRunTime$", "-benchtime", "3x", "./bpf")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkBPFRunTime$", "-benchtime", "5x", "./bpf")
 	cmd.Dir = b.repo
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -45,6 +46,10 @@ func (b *bench) bpfCost() ([]bpfRow, error) {
 			switch f[i+1] {
 			case "ns/sample":
 				r.nsPerSample = v
+			case "p10-ns/sample":
+				r.p10 = v
+			case "p90-ns/sample":
+				r.p90 = v
 			case "frames/sample":
 				r.framesPerSamp = v
 			case "urgent/sample":

@@ -38,16 +38,17 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	if l.Capabilities.SkipDummyBottomFrame {
 		cfg.SkipDummyFrame = 1
 	}
-	// The program reads a control frame in one CFP_READ-byte read and picks
-	// its fields by offset.
+	// The program reads control frames CFP_CHUNK at a time, each at most
+	// CFP_READ bytes, and picks fields by offset: frames stay 8-aligned one
+	// after another and each field lies inside its frame.
 	const cfpRead = 64
-	for _, off := range []int64{l.ControlFrame.PC, l.ControlFrame.Iseq, l.ControlFrame.EP} {
-		if off < 0 || off+8 > cfpRead || off%8 != 0 {
-			return cfg, fmt.Errorf("control frame field at %d does not fit the BPF walker's %d-byte read", off, cfpRead)
-		}
+	if size := l.ControlFrame.Size; size <= 0 || size > cfpRead || size%8 != 0 {
+		return cfg, fmt.Errorf("control frames of %d bytes do not fit the BPF walker", size)
 	}
-	if l.ControlFrame.Size <= 0 || l.ControlFrame.Size > cfpRead {
-		return cfg, fmt.Errorf("control frames of %d bytes do not fit the BPF walker", l.ControlFrame.Size)
+	for _, off := range []int64{l.ControlFrame.PC, l.ControlFrame.Iseq, l.ControlFrame.EP} {
+		if off < 0 || off+8 > l.ControlFrame.Size || off%8 != 0 {
+			return cfg, fmt.Errorf("control frame field at %d does not fit the BPF walker's %d-byte frames", off, l.ControlFrame.Size)
+		}
 	}
 	return cfg, nil
 }

@@ -73,6 +73,7 @@ type rubySampleBuf struct {
 	_      structs.HostLayout
 	H      rubyPayloadHeader
 	Frames [2048]rubyFrame
+	Cfps   [1024]uint8
 }
 
 // Names of all BPF objects in the ELF.
