@@ -7,6 +7,7 @@ require (
 	github.com/elastic/go-perf v0.0.0-20260224073651-af0ee0c731b7
 	github.com/go-delve/delve v1.27.2
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
+	github.com/klauspost/compress v1.18.0
 	golang.org/x/arch v0.32.0
 	golang.org/x/sys v0.49.0
 )

@@ -2,7 +2,6 @@ package rubybuild
 
 import (
 	"bytes"
-	"compress/zlib"
 	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
@@ -11,6 +10,9 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/klauspost/compress/zlib"
+	"github.com/klauspost/compress/zstd"
 )
 
 // maxDWARFBytes caps the decompressed size of all DWARF sections loaded from
@@ -124,8 +126,12 @@ func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) (
 	}
 	var b []byte
 	err := guard(func() error {
-		var err error
-		b, err = readSized(s.Open(), s.Size)
+		r, done, err := e.openSection(s)
+		if err != nil {
+			return err
+		}
+		defer done()
+		b, err = readSized(r, s.Size)
 		return err
 	})
 	if err != nil {
@@ -145,7 +151,7 @@ func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) (
 	if n > budget {
 		return nil, fmt.Errorf("section %s: %d bytes decompressed is over the %d-byte DWARF limit", s.Name, n, maxDWARFBytes)
 	}
-	zr, err := zlib.NewReader(bytes.NewReader(b[12:]))
+	zr, err := zlib.NewReader(bytes.NewReader(b[12:])) // klauspost's: about twice as fast
 	if err != nil {
 		return nil, fmt.Errorf("section %s: %w", s.Name, err)
 	}
@@ -157,6 +163,57 @@ func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) (
 		return nil, fmt.Errorf("section %s: decompressed to %d bytes, header says %d", s.Name, len(out), n)
 	}
 	return out, nil
+}
+
+// ELF compression types (Elf64_Chdr.ch_type).
+const (
+	elfCompressZlib = 1 // ELFCOMPRESS_ZLIB
+	elfCompressZstd = 2 // ELFCOMPRESS_ZSTD
+)
+
+// openSection reads s decompressed. SHF_COMPRESSED sections are inflated
+// here rather than by debug/elf: most of the time to a layout is spent
+// inflating .debug_info, and klauspost/compress does it in about half the
+// time of the standard library. done releases the decompressor.
+func (e *elfFile) openSection(s *elf.Section) (r io.Reader, done func(), err error) {
+	nothing := func() {}
+	if s.Flags&elf.SHF_COMPRESSED == 0 {
+		return s.Open(), nothing, nil
+	}
+	// In memory, the inflater reads bytes directly rather than through a
+	// bufio.Reader (a fifth faster). readDebugSection checked FileSize
+	// against the file's size.
+	b := make([]byte, s.FileSize)
+	if _, err := e.osf.ReadAt(b, int64(s.Offset)); err != nil {
+		return nil, nil, err
+	}
+	raw := bytes.NewReader(b)
+	// Elf32_Chdr is ch_type, ch_size, ch_addralign (4 bytes each);
+	// Elf64_Chdr is ch_type, ch_reserved (4 bytes each), ch_size,
+	// ch_addralign (8 bytes each).
+	hdr := 12
+	if e.f.Class == elf.ELFCLASS64 {
+		hdr = 24
+	}
+	var h [24]byte
+	if _, err := io.ReadFull(raw, h[:hdr]); err != nil {
+		return nil, nil, fmt.Errorf("compression header: %w", err)
+	}
+	switch e.f.ByteOrder.Uint32(h[:4]) {
+	case elfCompressZlib:
+		zr, err := zlib.NewReader(raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { zr.Close() }, nil
+	case elfCompressZstd:
+		zr, err := zstd.NewReader(raw, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxDWARFBytes))
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, zr.Close, nil
+	}
+	return s.Open(), nothing, nil // debug/elf names what it cannot read
 }
 
 // maxPrealloc is the largest section size readSized allocates at once.

@@ -7,11 +7,11 @@ import (
 	"testing"
 )
 
-// TestFakeRuby reads the small compiled fixture: version, DWARF (plain and
-// zlib-compressed), a bit-field, nested union members, and TLS found both by
-// symbol and by disassembly.
+// TestFakeRuby reads the small compiled fixture: version, DWARF (plain,
+// zlib- and zstd-compressed), a bit-field, nested union members, and TLS
+// found both by symbol and by disassembly.
 func TestFakeRuby(t *testing.T) {
-	for _, name := range []string{"fakeruby.so", "fakeruby-zlib.so"} {
+	for _, name := range []string{"fakeruby.so", "fakeruby-zlib.so", "fakeruby-zstd.so"} {
 		t.Run(name, func(t *testing.T) {
 			b, err := OpenBinary(filepath.Join("testdata", name), OpenOptions{})
 			if err != nil {
@@ -68,7 +68,7 @@ func TestFakeRuby(t *testing.T) {
 // file: symbols, version, debug links, DWARF, tables, disassembly. It must
 // return errors, never panic or run away.
 func FuzzOpenBinary(f *testing.F) {
-	for _, seed := range []string{"testdata/fakeruby.so", "testdata/fakeruby-zlib.so"} {
+	for _, seed := range []string{"testdata/fakeruby.so", "testdata/fakeruby-zlib.so", "testdata/fakeruby-zstd.so"} {
 		b, err := os.ReadFile(seed)
 		if err != nil {
 			f.Fatal(err)
