@@ -76,7 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// parseFlags parses interspersed flags and positional arguments.
+// parseFlags parses interspersed flags and positional arguments. After
+// "--" everything is positional: `record -- ruby -e CODE` passes -e on.
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	var pos []string
@@ -87,14 +88,16 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 			}
 			return nil, usageError{err.Error()}
 		}
-		args = fs.Args()
-		if len(args) == 0 {
+		rest := fs.Args()
+		// Parse stops at the first positional argument, or consumes a
+		// "--" and stops after it.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
 			return pos, nil
 		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
 }
