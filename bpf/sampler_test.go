@@ -111,13 +111,39 @@ func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map
 // TestBPFStacksEqualSnapshot: for each scenario, spinning where the snapshot
 // test parks, every BPF sample's Ruby stack equals rubyperf snapshot's for
 // the same thread, on every test Ruby.
+//
+// Under YJIT (every test Ruby built with it, every method compiled on its
+// first call) the frames are pushed by JIT code, which writes a frame's pc
+// only before calls; the park loop itself may run in the interpreter, where
+// YJIT 3.1 leaves its code (cmd/rubyperf's TestRecordUnderYJIT samples a
+// loop that stays in JIT code).
 func TestBPFStacksEqualSnapshot(t *testing.T) {
 	t.Setenv("RUBYPERF_SPIN", "1")
+	type run struct {
+		r     testruby.Ruby
+		flags []string
+	}
+	var runs []run
 	for _, r := range testruby.All(t) {
+		runs = append(runs, run{r, nil})
+	}
+	for _, r := range testruby.WithYJIT(t) {
+		flags, _ := testruby.YJITArgs(r)
+		runs = append(runs, run{r, flags})
+	}
+	for _, ru := range runs {
+		r, name := ru.r, ru.r.Name
+		if len(ru.flags) > 0 {
+			name += "+yjit"
+		}
 		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber"} {
-			t.Run(r.Name+"/"+sc, func(t *testing.T) {
+			t.Run(name+"/"+sc, func(t *testing.T) {
+				if len(ru.flags) > 0 {
+					t.Setenv("RUBYPERF_EXPECT_YJIT", "1")
+				}
 				script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))
-				cmd := testruby.Start(t, r, append(rubyoracle.Args(t, r.Exe), script)...)
+				args := append(append(ru.flags[:len(ru.flags):len(ru.flags)], rubyoracle.Args(t, r.Exe)...), script)
+				cmd := testruby.Start(t, r, args...)
 				tg := prepare(t, cmd.Process.Pid)
 				samples, counts := sample(t, 1500*time.Millisecond, DefaultOptions, tg)
 				thaw, err := rubystack.Freeze(tg.pid)

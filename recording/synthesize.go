@@ -59,8 +59,10 @@ func (s *session) synthesize(pid int) error {
 		name := m.Path
 		switch {
 		case strings.HasPrefix(name, "/"):
-		case exec && strings.HasPrefix(name, "[anon:"):
-			name = "//anon" // perf reads /tmp/perf-PID.map for these (YJIT with --yjit-perf)
+		case exec && (name == "" || strings.HasPrefix(name, "[anon:")):
+			// JIT code (YJIT's region is a nameless r-x mapping), as perf
+			// record names it; perf reads /tmp/perf-PID.map for these.
+			name = "//anon"
 		case exec && strings.HasPrefix(name, "["):
 		default:
 			continue // anonymous data, heap, stack

@@ -33,14 +33,15 @@ var scenarios = []struct {
 }
 
 // startScenario runs testdata/ruby/NAME.rb until it parks, returning the
-// process and Ruby's own answer for each thread, by tid.
-func startScenario(t *testing.T, r testruby.Ruby, name string) (*exec.Cmd, map[int]oracleAnswer) {
+// process and Ruby's own answer for each thread, by tid. flags go to the
+// interpreter first.
+func startScenario(t *testing.T, r testruby.Ruby, name string, flags ...string) (*exec.Cmd, map[int]oracleAnswer) {
 	t.Helper()
 	script, err := filepath.Abs(filepath.Join("..", "testdata", "ruby", name+".rb"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append(rubyoracle.Args(t, r.Exe), script)
+	args := append(append(flags, rubyoracle.Args(t, r.Exe)...), script)
 	cmd, lines := testruby.StartOutput(t, r, args...)
 	answers := map[int]oracleAnswer{}
 	for _, l := range lines {
@@ -78,19 +79,36 @@ func TestSnapshotMatchesRuby(t *testing.T) {
 	t.Run("matrix", func(t *testing.T) {
 		for _, r := range testruby.All(t) {
 			if !slices.Contains(localFlavors, r.Name) { // those run below, present or not
-				snapshotMatchesRuby(t, r)
+				snapshotMatchesRuby(t, r, false)
 			}
 		}
 	})
 	for _, r := range localRubies(t) {
-		snapshotMatchesRuby(t, r)
+		snapshotMatchesRuby(t, r, false)
 	}
 }
 
-func snapshotMatchesRuby(t *testing.T, r testruby.Ruby) {
+// TestSnapshotMatchesRubyUnderYJIT: the same, with YJIT compiling every
+// method on its first call, on every test Ruby built with YJIT: JIT code
+// pushes the frames, and writes a frame's pc before it calls a C method
+// such as Kernel#sleep, so a parked thread's stack is exact for Ruby too.
+func TestSnapshotMatchesRubyUnderYJIT(t *testing.T) {
+	t.Setenv("RUBYPERF_EXPECT_YJIT", "1")
+	for _, r := range testruby.WithYJIT(t) {
+		snapshotMatchesRuby(t, r, true)
+	}
+}
+
+func snapshotMatchesRuby(t *testing.T, r testruby.Ruby, yjit bool) {
+	name := r.Name
+	var flags []string
+	if yjit {
+		name += "+yjit"
+		flags, _ = testruby.YJITArgs(r)
+	}
 	for _, sc := range scenarios {
-		t.Run(r.Name+"/"+sc.name, func(t *testing.T) {
-			cmd, answers := startScenario(t, r, sc.name)
+		t.Run(name+"/"+sc.name, func(t *testing.T) {
+			cmd, answers := startScenario(t, r, sc.name, flags...)
 			if len(answers) != sc.threads {
 				t.Fatalf("oracle answered for %d threads, want %d", len(answers), sc.threads)
 			}

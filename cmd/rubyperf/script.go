@@ -82,6 +82,17 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 			buf = appendSymOff(buf, f)
 			buf = append(buf, " ([kernel.kallsyms]"...)
 		default:
+			if f.File == anonMapping {
+				// JIT code, as perf shows it: the address itself, and the
+				// perf map that would name it (written by the runtime or not).
+				buf = appendPadded(buf, f.Addr, 16, 16, ' ')
+				buf = append(buf, ' ')
+				buf = appendSymOff(buf, f)
+				buf = append(buf, " (/tmp/perf-"...)
+				buf = strconv.AppendUint(buf, uint64(s.PID), 10)
+				buf = append(buf, ".map"...)
+				break
+			}
 			// User objects show the address within the object, as perf does.
 			buf = appendPadded(buf, f.Addr-f.MapStart+f.MapOffset, 16, 16, ' ')
 			buf = append(buf, ' ')
@@ -95,6 +106,9 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 	_, err := w.Write(buf)
 	return err
 }
+
+// anonMapping is the name perf gives executable memory with no file: JIT code.
+const anonMapping = "//anon"
 
 // appendPadded appends v in base, padded on the left with pad to width.
 func appendPadded(buf []byte, v uint64, base, width int, pad byte) []byte {

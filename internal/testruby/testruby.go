@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -150,6 +151,40 @@ func missing(t testing.TB, format string, args ...any) {
 		t.Fatalf(format, args...)
 	}
 	t.Skipf(format, args...)
+}
+
+// YJITArgs are the interpreter flags that run r with YJIT compiling every
+// method on its first call, and whether r has YJIT at all (tried once by
+// running it: a build without it warns and runs interpreted). Scripts that
+// require oracle.rb fail at start when RUBYPERF_EXPECT_YJIT is set and YJIT
+// is off, so a test cannot pass interpreted by mistake.
+func YJITArgs(r Ruby) ([]string, bool) {
+	v, _ := yjitBuilds.LoadOrStore(r.Exe, sync.OnceValue(func() bool {
+		out, err := exec.Command(r.Exe, "--yjit", "-e", "print(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?)").Output()
+		return err == nil && string(out) == "true"
+	}))
+	if !v.(func() bool)() {
+		return nil, false
+	}
+	return []string{"--yjit", "--yjit-call-threshold=1"}, true
+}
+
+var yjitBuilds sync.Map // Exe -> func() bool
+
+// WithYJIT returns the Rubies of All that have YJIT. Debian's Ruby 3.1 is
+// built with it, so an empty list means the matrix is broken: it fails
+// under CI=true and skips elsewhere.
+func WithYJIT(t testing.TB) []Ruby {
+	var out []Ruby
+	for _, r := range All(t) {
+		if _, ok := YJITArgs(r); ok {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		missing(t, "no test Ruby has YJIT (Debian's ruby3.1 should)")
+	}
+	return out
 }
 
 // Start runs ruby with args and waits until it prints a line "ready" on

@@ -8,6 +8,10 @@
 # same line, so the parked stack is the answer with Kernel#sleep on top.
 require 'json'
 
+if ENV['RUBYPERF_EXPECT_YJIT'] && !(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?)
+  abort 'oracle.rb: RUBYPERF_EXPECT_YJIT is set but YJIT is off'
+end
+
 module Oracle
   MAX = 8192
   OUT = Mutex.new
