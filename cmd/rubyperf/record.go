@@ -27,7 +27,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
 	out := fs.String("o", "rubyperf.data", "output file")
 	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
-	stackSize := fs.Int("stack-size", 8192, "bytes of native stack each sample copies for unwinding C frames (perf's dwarf,SIZE); 0: no native user frames")
+	stackSize := fs.Int("stack-size", int(bpf.DefaultOptions.StackSize), "bytes of native stack each sample copies for unwinding C frames (perf's dwarf,SIZE); 0: no native user frames")
 	cmdArgs, err := parseFlags(fs, args)
 	if err != nil {
 		return err
