@@ -219,6 +219,15 @@ func (r *Reader) symbolize(rf RawFrame) (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
+	// A JIT may point ec->cfp at a new frame before it writes the frame's
+	// fields (YJIT 3.1 does, for a dozen instructions): the top frame then
+	// holds what an earlier frame left in that slot. A method's frame is
+	// whole only if its method entry runs the frame's own iseq; a torn one is
+	// reported unknown rather than named after a method that is not running.
+	if rf.Top && own.typ == L.Constants["ISEQ_TYPE_METHOD"] &&
+		(me == nil || me.defType != L.Constants["VM_METHOD_TYPE_ISEQ"] || me.iseqPtr != rf.Iseq) {
+		return Frame{}, fmt.Errorf("%w: top frame runs method iseq %#x without its method entry", errTorn, rf.Iseq)
+	}
 	labelled := own
 	if me != nil && me.defType == L.Constants["VM_METHOD_TYPE_ISEQ"] {
 		if labelled, err = r.iseq(me.iseqPtr); err != nil {

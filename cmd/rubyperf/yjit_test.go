@@ -64,6 +64,52 @@ func TestRecordUnderYJIT(t *testing.T) {
 	}
 }
 
+// TestYJITFramePush: YJIT 3.1 points ec->cfp at a new frame before it
+// writes the frame, so a sample can catch a top frame holding what an
+// earlier call left in that slot. Such a frame is reported unknown: no top
+// frame may carry a label that is not the running method's.
+func TestYJITFramePush(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	script, err := filepath.Abs("../../testdata/ruby/jitcalls.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testruby.WithYJIT(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			flags, _ := testruby.YJITArgs(r)
+			cmd := testruby.Start(t, r, append(flags, script)...)
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			record(t, "-F", "999", "-d", "2", "-o", out, "-p", strconv.Itoa(cmd.Process.Pid))
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"script", "-i", out}, &stdout, &stderr); code != 0 {
+				t.Fatalf("script: exit %d: %s", code, stderr.String())
+			}
+			tops := map[string]int{}
+			n := 0
+			for _, s := range scriptSamples(stdout.String()) {
+				if len(s.ruby) > 0 {
+					tops[s.ruby[0]]++
+					n++
+				}
+			}
+			t.Logf("top Ruby frames of %d samples: %v", n, tops)
+			if n < 500 {
+				t.Fatalf("only %d samples with Ruby frames", n)
+			}
+			for label, c := range tops {
+				switch label {
+				case "JitCalls.fib", "[unknown]", "Kernel#loop", "block": // "block in <main>"
+				default:
+					t.Errorf("%d samples have the top frame %q", c, label)
+				}
+			}
+			if tops["JitCalls.fib"]*2 < n {
+				t.Errorf("only %d of %d samples name JitCalls.fib on top", tops["JitCalls.fib"], n)
+			}
+		})
+	}
+}
+
 // scriptFrames is one sample of rubyperf script's output: its native
 // frames ("ADDR SYMBOL (OBJECT)") and the first word of each Ruby frame's
 // label, leaf first.
