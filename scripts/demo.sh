@@ -56,11 +56,12 @@ for flavor in $(cat "$root/matrix"); do
   # A build rubyperf cannot read is refused in one line, never misread.
   "$bin" snapshot -p "$pid" || true
   "$bin" snapshot -p "$pid" --format json > "$out/snapshot-$flavor.json" 2>/dev/null || true
+  kill "$pid" 2>/dev/null || true # spinning on, it would slow the recordings below
 done
 
 echo
 echo "== rubyperf record: 5 s of the bundled workload on Debian's ruby3.1 ($debian31), at 99 Hz =="
-"$bin" record -F 99 -d 5 -o "$out/rubyperf.data" -- "$(field "$debian31" exe)" testdata/ruby/workload.rb 30 >/dev/null
+"$bin" record -F 99 -o "$out/rubyperf.data" -- "$(field "$debian31" exe)" testdata/ruby/workload.rb 5 >/dev/null
 echo
 echo "-- stock perf script reads it (first sample):"
 perf script -i "$out/rubyperf.data" -F comm,pid,tid,event,ip,sym,dso 2>/dev/null | awk 'NR>1 && /ruby-cpu:/{exit} {print}' || true
@@ -79,6 +80,25 @@ echo "== rubyperf script: the first sample, Ruby frames merged into the native s
 "$bin" convert -i "$out/rubyperf.data" -f speedscope -o "$out/rubyperf.speedscope.json"
 "$bin" convert -i "$out/rubyperf.data" -f svg -o "$out/rubyperf.svg"
 
+# jit_share FILE: how many samples start in JIT code (perf shows it in /tmp/perf-PID.map).
+jit_share() {
+  "$bin" script -i "$1" | awk 'BEGIN { RS = "" } { n++; split($0, l, "\n"); if (l[2] ~ /\/tmp\/perf-[0-9]+\.map\)$/) j++ }
+    END { printf "%d of %d samples start in JIT code\n", j, n }'
+}
+echo
+echo "== YJIT: the same workload with --yjit, next to the interpreter run above =="
+exe31=$(field "$debian31" exe)
+if "$exe31" --yjit -e 'exit(RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then
+  "$bin" record -F 99 -o "$out/rubyperf-yjit.data" -- "$exe31" --yjit testdata/ruby/workload.rb 5 >/dev/null
+  echo "-- interpreter: $(jit_share "$out/rubyperf.data")"
+  echo "-- YJIT:        $(jit_share "$out/rubyperf-yjit.data")"
+  echo
+  "$bin" report -i "$out/rubyperf-yjit.data" -n 8
+  "$bin" convert -i "$out/rubyperf-yjit.data" -f svg -o "$out/rubyperf-yjit.svg"
+else
+  echo "($debian31 has no YJIT)"
+fi
+
 echo
 echo "Outputs in $out/:"
 echo "  rubyperf.data            the recording (stock perf script/report open it)"
@@ -87,4 +107,5 @@ echo "  rubyperf.folded          folded stacks"
 echo "  rubyperf.pb.gz           pprof: go tool pprof -top $out/rubyperf.pb.gz"
 echo "  rubyperf.speedscope.json speedscope"
 echo "  rubyperf.svg             an interactive flame graph: open it in a browser"
+echo "  rubyperf-yjit.data, rubyperf-yjit.svg  the same workload under YJIT"
 echo "  offsets-*.json, snapshot-*.json"
