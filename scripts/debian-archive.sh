@@ -12,6 +12,7 @@
 #   debian_versions PKG           "SUITE VERSION" lines, one per suite serving PKG
 #   debian_fetch_binary PKG=VER DIR   download the .deb of that exact version into DIR
 #   debian_fetch_source PKG=VER DIR   download and unpack its source package into DIR/src
+#   debian_upstream VERSION       the upstream release a Debian version packages
 
 : "${RUBYPERF_CACHE:=$HOME/.cache/rubyperf}"
 apt_root=$RUBYPERF_CACHE/apt
@@ -62,6 +63,17 @@ debian_cache() { local o; mapfile -t o < <(_debian_opts); apt-cache "${o[@]}" "$
 debian_versions() { # PKG: "SUITE VERSION" for each suite that serves the binary package
   debian_cache madison "$1" 2>/dev/null | awk -F'|' '$3 ~ /Packages/ {
       gsub(/ /, "", $2); split($3, a, " "); s = a[2]; sub(/\/.*/, "", s); print s, $2 }' | sort -u
+}
+
+# debian_upstream VERSION: the upstream release inside a Debian version. Epoch and
+# Debian revision go; "A+reallyB" (a reverted upload: bookworm-security served
+# 3.1.7+really3.1.2 after 3.1.7) packages B; repack and pre-release tags go.
+#   1:3.3.14-0+deb13u1 -> 3.3.14    3.1.7+really3.1.2-0+deb12u1 -> 3.1.2    3.4.0~rc1-1 -> 3.4.0
+debian_upstream() {
+  local v=${1#*:}
+  case $v in *-*) v=${v%-*} ;; esac
+  case $v in *+really*) v=${v##*+really} ;; esac
+  echo "${v%%[+~]*}"
 }
 
 debian_fetch_binary() { # PKG=VERSION DIR

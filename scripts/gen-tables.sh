@@ -64,8 +64,10 @@ debian_init() {
 # debian_sources MINOR: "UPSTREAM PKG=VERSION" for each ruby$MINOR source the archive lists.
 debian_sources() {
   debian_init || return 0
-  debian_cache showsrc "ruby$1" 2>/dev/null | awk -v p="ruby$1" '/^Version:/ {
-      u = $2; sub(/^[0-9]+:/, "", u); sub(/-[^-]*$/, "", u); print u, p "=" $2 }' | sort -u
+  local v
+  for v in $(debian_cache showsrc "ruby$1" 2>/dev/null | awk '/^Version:/ {print $2}'); do
+    echo "$(debian_upstream "$v") ruby$1=$v"
+  done | sort -u
 }
 
 # debian_listed: the upstream versions Debian lists sources for.

@@ -61,7 +61,7 @@ EOF
   touch "$d/ok"
 }
 
-upstream() { local v=${1#*:}; echo "${v%%-*}"; } # 3.3.14-0+deb13u1 -> 3.3.14
+upstream() { debian_upstream "$1"; }
 
 # deps_of DEB: the shared-library packages it depends on (first alternative of each).
 deps_of() {
