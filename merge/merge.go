@@ -1,5 +1,7 @@
 package merge
 
+import "github.com/rubyperf/rubyperf/rubystack"
+
 // Native is a native frame offered to Merge.
 type Native struct {
 	Frame
@@ -11,7 +13,14 @@ type Native struct {
 	// ThreadStart: nothing runs below this frame (_start, start_thread):
 	// native unwinding reached the bottom of the thread.
 	ThreadStart bool
+	// JIT: the frame runs code a JIT compiled (YJIT, ZJIT), which belongs
+	// to the innermost Ruby method frame of its VM entry.
+	JIT bool
 }
+
+// JITPrefix starts the name of a JIT frame no symbol names: "[JIT] Foo#bar",
+// as YJIT's own perf map names its code.
+const JITPrefix = "[JIT] "
 
 // Ruby is a Ruby control frame offered to Merge, leaf first, as the
 // sampler captured it.
@@ -36,6 +45,11 @@ type Options struct {
 // flagged FINISH. Native frames between two VM entries (a C method's
 // implementation, rb_yield, ...) stay where they are, inside the C method
 // frame that sits on top of the outer entry's frames.
+//
+// A JIT frame belongs to the innermost Ruby method (iseq) frame of its VM
+// entry: it goes right above that frame, below the C method frames the JIT
+// code pushed (which own the native frames above the JIT frame), and is
+// named after it when nothing else names it.
 //
 // When native unwinding stopped early, the Ruby frames of the entries it did
 // not reach go last (at the root). When it reached the thread's start, Ruby
@@ -99,11 +113,30 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 		return frames, true
 	}
 	si, afterLast, reachedStart := 0, -1, false
+	done := 0 // frames of segment si already placed (above a JIT frame)
 	for i := range natives {
 		n := &natives[i]
+		if n.JIT && si < len(m.ends) && done == 0 {
+			seg := segment(si)
+			k := 0 // the C method frames the JIT code pushed, then its own method
+			for k < len(seg) && seg[k].Kind == KindCFunc {
+				k++
+			}
+			frames = append(frames, seg[:k]...)
+			done = k
+			f := n.Frame
+			if f.Name == rubystack.UnknownLabel {
+				f.Name = JITPrefix[:len(JITPrefix)-1]
+				if k < len(seg) && seg[k].Name != rubystack.UnknownLabel {
+					f.Name = JITPrefix + seg[k].Name
+				}
+			}
+			frames = append(frames, f)
+			continue
+		}
 		if n.VMEntry {
-			frames = append(frames, segment(si)...)
-			si++
+			frames = append(frames, segment(si)[done:]...)
+			si, done = si+1, 0
 			afterLast = len(frames)
 			if opts.Interp {
 				frames = append(frames, n.Frame)
@@ -118,7 +151,7 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 	// The entries native unwinding did not reach: the rest of m.ruby.
 	var rest []Frame
 	if si < len(m.ends) {
-		rest = m.ruby[startOf(m.ends, si):]
+		rest = m.ruby[startOf(m.ends, si)+done:]
 	}
 	if len(rest) > 0 && reachedStart && afterLast >= 0 {
 		m.outer = append(m.outer[:0], frames[afterLast:]...)

@@ -11,6 +11,7 @@ func rb(name string, finish bool) Ruby {
 func cf(name string) Ruby    { return Ruby{Frame: Frame{Kind: KindCFunc, Name: name}} }
 func nat(name string) Native { return Native{Frame: Frame{Kind: KindNative, Name: name}} }
 func vm() Native             { return Native{Frame: Frame{Kind: KindNative, Name: "rb_vm_exec"}, VMEntry: true} }
+func jit() Native            { return Native{Frame: Frame{Kind: KindNative, Name: "[unknown]"}, JIT: true} }
 
 func names(fs []Frame) string {
 	var out []string
@@ -44,6 +45,19 @@ func TestMerge(t *testing.T) {
 			"leaf block in bar rb_yield rb_ary_each Array#each Foo#bar <main>", false},
 		{"more VM entries than Ruby entries", append(natives, vm()), rubies, Options{},
 			"block in bar Array#each Foo#bar <main> leaf rb_yield rb_ary_each main", true},
+		// YJIT: JIT code of Foo#bar called Array#each's C function directly
+		// (the cfunc frame is pushed by the JIT code), and the block runs in
+		// the interpreter.
+		{"JIT code calls a C method", []Native{nat("leaf"), vm(), nat("rb_yield"), nat("rb_ary_each"), jit(), vm(), nat("main")},
+			rubies, Options{}, "leaf block in bar rb_yield rb_ary_each Array#each [JIT] Foo#bar Foo#bar <main> main", false},
+		{"sampled in JIT code", []Native{jit(), {Frame: Frame{Name: "vm_exec_core"}, Interp: true}, vm(), nat("main")},
+			[]Ruby{rb("Foo#bar", false), rb("<main>", true)}, Options{}, "[JIT] Foo#bar Foo#bar <main> main", false},
+		{"JIT code calls a C helper", []Native{nat("rb_hash_aref"), jit(), vm()},
+			[]Ruby{rb("Foo#bar", true)}, Options{}, "rb_hash_aref [JIT] Foo#bar Foo#bar", false},
+		{"JIT frame of an unknown method", []Native{jit(), vm()},
+			[]Ruby{rb("[unknown]", true)}, Options{}, "[JIT] [unknown]", false},
+		{"unwinding stopped in JIT code", []Native{nat("rb_ary_each"), jit()},
+			[]Ruby{cf("Array#each"), rb("Foo#bar", true)}, Options{}, "rb_ary_each Array#each [JIT] Foo#bar Foo#bar", false},
 		{"leftover Ruby frames below the last entry when the thread start was reached",
 			[]Native{nat("leaf"), vm(), {Frame: Frame{Name: "_start"}, ThreadStart: true}},
 			[]Ruby{rb("<main>", true), rb("<main> placeholder", true)}, Options{},

@@ -39,8 +39,9 @@ type Object struct {
 	// The call frame rules found at each address unwound through (nil:
 	// none), read-only once made: a recording passes the same few
 	// addresses again and again.
-	framesMu sync.Mutex
-	frames   map[uint64]*frame.FrameContext
+	framesMu  sync.Mutex
+	frames    map[uint64]*frame.FrameContext
+	callSites map[uint64]bool // return addresses checked by callEndsAt
 }
 
 // maxCachedFrames bounds an Object's cache of call frame rules.

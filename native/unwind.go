@@ -44,6 +44,7 @@ type Frame struct {
 	Mapping Mapping // where PC falls
 	Object  *Object // the mapped file, nil if it could not be loaded
 	VAddr   uint64  // PC as a virtual address of Object
+	JIT     bool    // PC is in JIT code: executable memory no file backs
 }
 
 // Objects loads and caches object files by path.
@@ -87,7 +88,8 @@ func (c *Objects) Get(path string) *Object {
 // UserRegsMask), stack the copy taken at regs' SP. It stops where the call
 // frame information ends, the stack copy ends, or a rule it cannot follow
 // appears; the frames it found are appended to dst, leaf first, and
-// returned.
+// returned. JIT code (an anonymous executable mapping) is stepped over by
+// its return address on the stack (see jitStep).
 func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects) []Frame {
 	if len(regs) != len(perfToDWARF) {
 		return dst
@@ -113,12 +115,22 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 		if !ok {
 			break
 		}
-		f := Frame{PC: pc, Mapping: m}
-		if m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath {
+		jit := isJITMapping(m)
+		f := Frame{PC: pc, Mapping: m, JIT: jit}
+		if !jit && (m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath) {
 			f.Object = objs.Get(m.Path)
 			f.VAddr = f.Object.VAddr(pc - m.Start + m.Offset)
 		}
 		out = append(out, f)
+		if jit {
+			next, nextKnown, ok := jitStep(&r, &known, read, maps, objs)
+			if !ok || next[dwarfRSP] <= r[dwarfRSP] && len(out)-len(dst) > 1 {
+				break
+			}
+			r, known = next, nextKnown
+			pc = r[dwarfRA]
+			continue
+		}
 		if f.Object == nil || f.Object.Err() != nil {
 			break
 		}

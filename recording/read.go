@@ -248,7 +248,7 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample) []merge.Nat
 		}
 		fr := merge.Frame{Kind: merge.KindNative, Name: rubystack.UnknownLabel, File: f.Mapping.Path, Addr: addr,
 			MapStart: f.Mapping.Start, MapLimit: f.Mapping.Limit, MapOffset: f.Mapping.Offset}
-		n := merge.Native{}
+		n := merge.Native{JIT: f.JIT}
 		if f.Object != nil {
 			if name, off, ok := f.Object.Symbol(vaddr); ok {
 				fr.Name, fr.SymOffset = name, off
