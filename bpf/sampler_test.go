@@ -119,30 +119,23 @@ func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map
 // loop that stays in JIT code).
 func TestBPFStacksEqualSnapshot(t *testing.T) {
 	t.Setenv("RUBYPERF_SPIN", "1")
-	type run struct {
-		r     testruby.Ruby
-		flags []string
-	}
-	var runs []run
+	var runs []testruby.JITRun // a zero JIT: interpreted
 	for _, r := range testruby.All(t) {
-		runs = append(runs, run{r, nil})
+		runs = append(runs, testruby.JITRun{Ruby: r})
 	}
-	for _, r := range testruby.WithYJIT(t) {
-		flags, _ := testruby.YJITArgs(r)
-		runs = append(runs, run{r, flags})
-	}
+	runs = append(runs, testruby.WithJIT(t)...)
 	for _, ru := range runs {
-		r, name := ru.r, ru.r.Name
-		if len(ru.flags) > 0 {
-			name += "+yjit"
+		r, name := ru.Ruby, ru.Ruby.Name
+		if ru.JIT.Name != "" {
+			name = ru.Name()
 		}
 		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber"} {
 			t.Run(name+"/"+sc, func(t *testing.T) {
-				if len(ru.flags) > 0 {
-					t.Setenv("RUBYPERF_EXPECT_YJIT", "1")
+				if ru.JIT.Name != "" {
+					t.Setenv(ru.Env())
 				}
 				script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))
-				args := append(append(ru.flags[:len(ru.flags):len(ru.flags)], rubyoracle.Args(t, r.Exe)...), script)
+				args := append(append(ru.Args[:len(ru.Args):len(ru.Args)], rubyoracle.Args(t, r.Exe)...), script)
 				cmd := testruby.Start(t, r, args...)
 				tg := prepare(t, cmd.Process.Pid)
 				samples, counts := sample(t, 1500*time.Millisecond, DefaultOptions, tg)

@@ -79,33 +79,27 @@ func TestSnapshotMatchesRuby(t *testing.T) {
 	t.Run("matrix", func(t *testing.T) {
 		for _, r := range testruby.All(t) {
 			if !slices.Contains(localFlavors, r.Name) { // those run below, present or not
-				snapshotMatchesRuby(t, r, false)
+				snapshotMatchesRuby(t, r, r.Name, nil)
 			}
 		}
 	})
 	for _, r := range localRubies(t) {
-		snapshotMatchesRuby(t, r, false)
+		snapshotMatchesRuby(t, r, r.Name, nil)
 	}
 }
 
-// TestSnapshotMatchesRubyUnderYJIT: the same, with YJIT compiling every
-// method on its first call, on every test Ruby built with YJIT: JIT code
-// pushes the frames, and writes a frame's pc before it calls a C method
+// TestSnapshotMatchesRubyUnderJIT: the same, with YJIT or ZJIT compiling
+// every method on its first call, on every test Ruby built with one: JIT
+// code pushes the frames, and writes a frame's pc before it calls a C method
 // such as Kernel#sleep, so a parked thread's stack is exact for Ruby too.
-func TestSnapshotMatchesRubyUnderYJIT(t *testing.T) {
-	t.Setenv("RUBYPERF_EXPECT_YJIT", "1")
-	for _, r := range testruby.WithYJIT(t) {
-		snapshotMatchesRuby(t, r, true)
+func TestSnapshotMatchesRubyUnderJIT(t *testing.T) {
+	for _, r := range testruby.WithJIT(t) {
+		t.Setenv(r.Env())
+		snapshotMatchesRuby(t, r.Ruby, r.Name(), r.Args)
 	}
 }
 
-func snapshotMatchesRuby(t *testing.T, r testruby.Ruby, yjit bool) {
-	name := r.Name
-	var flags []string
-	if yjit {
-		name += "+yjit"
-		flags, _ = testruby.YJITArgs(r)
-	}
+func snapshotMatchesRuby(t *testing.T, r testruby.Ruby, name string, flags []string) {
 	for _, sc := range scenarios {
 		t.Run(name+"/"+sc.name, func(t *testing.T) {
 			cmd, answers := startScenario(t, r, sc.name, flags...)

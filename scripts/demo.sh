@@ -80,23 +80,37 @@ echo "== rubyperf script: the first sample, Ruby frames merged into the native s
 "$bin" convert -i "$out/rubyperf.data" -f speedscope -o "$out/rubyperf.speedscope.json"
 "$bin" convert -i "$out/rubyperf.data" -f svg -o "$out/rubyperf.svg"
 
-# jit_share FILE: how many samples start in JIT code (perf shows it in /tmp/perf-PID.map).
+# jit_share FILE: how many samples start in JIT code (perf shows it in /tmp/perf-PID.map), and how
+# many of those unwind through it to the executable's main.
 jit_share() {
-  "$bin" script -i "$1" | awk 'BEGIN { RS = "" } { n++; split($0, l, "\n"); if (l[2] ~ /\/tmp\/perf-[0-9]+\.map\)$/) j++ }
-    END { printf "%d of %d samples start in JIT code\n", j, n }'
+  "$bin" script -i "$1" | awk 'BEGIN { RS = "" } { n++; split($0, l, "\n"); if (l[2] ~ /\/tmp\/perf-[0-9]+\.map\)$/) { j++; if ($0 ~ /\n[ \t]*[0-9a-f]+ main(\+0x[0-9a-f]+)? \(/) m++ } }
+    END { printf "%d of %d samples start in JIT code, %d of those unwind through it to main\n", j, n, m }'
 }
+# The newest test Ruby with YJIT (the manifest says so); Debian's 3.1 has it.
+yjit_flavor=""
+for f in $(cat "$root/matrix"); do
+  [ "$(field "$f" yjit)" = 1 ] || continue
+  if [ -z "$yjit_flavor" ] || [ "$(printf '%s\n%s\n' "$(field "$yjit_flavor" version)" "$(field "$f" version)" | sort -V | tail -1)" != "$(field "$yjit_flavor" version)" ]; then
+    yjit_flavor=$f
+  fi
+done
+[ -n "$yjit_flavor" ] || yjit_flavor=$debian31
 echo
-echo "== YJIT: the same workload with --yjit, next to the interpreter run above =="
-exe31=$(field "$debian31" exe)
-if "$exe31" --yjit -e 'exit(RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then
-  "$bin" record -F 99 -o "$out/rubyperf-yjit.data" -- "$exe31" --yjit testdata/ruby/workload.rb 5 >/dev/null
-  echo "-- interpreter: $(jit_share "$out/rubyperf.data")"
+echo "== YJIT: the same workload with --yjit on $yjit_flavor (Ruby $(field "$yjit_flavor" version)), next to the interpreter =="
+exe=$(field "$yjit_flavor" exe)
+if "$exe" --yjit -e 'exit(RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then
+  "$bin" record -F 99 -o "$out/rubyperf-interp.data" -- "$exe" testdata/ruby/workload.rb 5 >/dev/null
+  "$bin" record -F 99 -o "$out/rubyperf-yjit.data" -- "$exe" --yjit testdata/ruby/workload.rb 5 >/dev/null
+  echo "-- interpreter: $(jit_share "$out/rubyperf-interp.data")"
   echo "-- YJIT:        $(jit_share "$out/rubyperf-yjit.data")"
   echo
   "$bin" report -i "$out/rubyperf-yjit.data" -n 8
+  echo
+  echo "-- a sample in JIT code, merged (rubyperf script):"
+  "$bin" script -i "$out/rubyperf-yjit.data" | awk 'BEGIN { RS = ""; ORS = "\n\n" } /\[JIT\] / { print; exit }'
   "$bin" convert -i "$out/rubyperf-yjit.data" -f svg -o "$out/rubyperf-yjit.svg"
 else
-  echo "($debian31 has no YJIT)"
+  echo "($yjit_flavor has no YJIT)"
 fi
 
 echo
@@ -107,5 +121,5 @@ echo "  rubyperf.folded          folded stacks"
 echo "  rubyperf.pb.gz           pprof: go tool pprof -top $out/rubyperf.pb.gz"
 echo "  rubyperf.speedscope.json speedscope"
 echo "  rubyperf.svg             an interactive flame graph: open it in a browser"
-echo "  rubyperf-yjit.data, rubyperf-yjit.svg  the same workload under YJIT"
+echo "  rubyperf-yjit.data, rubyperf-yjit.svg  the same workload under YJIT (rubyperf-interp.data: without)"
 echo "  offsets-*.json, snapshot-*.json"

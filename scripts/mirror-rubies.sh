@@ -12,6 +12,9 @@
 #   ruby/mirror-4.0-shared   v4.0.5,  --enable-shared (libruby.so.4.0.5 with DWARF)
 #   ruby/mirror-X-shared-stripped   strip --strip-all of that libruby, run in its place
 #
+# With a rustc (on PATH or in ~/.cargo/bin) each is built --enable-yjit, as ruby-build and the
+# official images build them when Rust is present; RUBYPERF_MIRROR_YJIT=0 builds without.
+#
 # Each finished flavor has a "manifest" (key=value lines: version, exe, vm, dwarf, symtab, kind, local=1
 # meaning built from a mirror and absent in CI) and "ok", written last. Bundled gems (Fiddle from 4.0 on)
 # are not installed: the build is offline, and the tests' oracle uses testdata/ruby/oracle_ext instead.
@@ -27,6 +30,11 @@ mkdir -p "$root"
 baseruby=${BASERUBY:-$(command -v ruby3.1 || command -v ruby || true)}
 [ -n "$baseruby" ] || { echo "mirror-rubies: need a Ruby to build Ruby (BASERUBY)" >&2; exit 1; }
 log() { echo "mirror-rubies: $*" >&2; }
+rustc=$(command -v rustc || { [ -x "$HOME/.cargo/bin/rustc" ] && echo "$HOME/.cargo/bin/rustc"; } || true)
+jit=(--disable-yjit)
+if [ "${RUBYPERF_MIRROR_YJIT:-1}" = 1 ] && [ -n "$rustc" ]; then jit=(--enable-yjit "RUSTC=$rustc"); fi
+# yjit_of RUBY: 1 when that Ruby runs with YJIT on.
+yjit_of() { [ "$("$@" --yjit -e 'print(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?)' 2>/dev/null)" = true ] && echo 1 || echo 0; }
 # shellcheck source=stripped-libruby.sh
 source "$(dirname "${BASH_SOURCE[0]}")/stripped-libruby.sh"
 
@@ -52,7 +60,7 @@ build_mirror_flavor() {
   log "$name: $ref ($commit) from $mirror"
   git --git-dir="$mirror" archive "$commit" | tar -x -C "$work/src"
   (cd "$work/src" && ./autogen.sh >"$work/autogen.log" 2>&1) || { tail -20 "$work/autogen.log" >&2; return 1; }
-  (cd "$work/src" && ./configure --prefix="$dest" --enable-shared --disable-install-doc --disable-yjit \
+  (cd "$work/src" && ./configure --prefix="$dest" --enable-shared --disable-install-doc "${jit[@]}" \
       --with-baseruby="$baseruby" >"$work/configure.log" 2>&1) || { tail -20 "$work/configure.log" >&2; return 1; }
   log "$name: make (several minutes)"
   (cd "$work/src" && nice -n 10 make -j"$(nproc 2>/dev/null || echo 2)" main >"$work/make.log" 2>&1) ||
@@ -75,6 +83,7 @@ symtab=$symtab
 kind=source
 local=1
 commit=$commit
+yjit=$(yjit_of "$dest/bin/ruby")
 MANIFEST
   mv "$dest/manifest.tmp" "$dest/manifest"
   touch "$dest/ok" # written last, as scripts/test-rubies.sh does
@@ -101,6 +110,7 @@ dwarf=0
 symtab=0
 kind=source
 local=1
+yjit=$(yjit_of "$d/ruby")
 MANIFEST
   local got; got=$("$d/ruby" -e 'print RUBY_VERSION')
   [ "$got" = "$version" ] || { log "$1-stripped: runs as '$got', want $version"; return 1; }

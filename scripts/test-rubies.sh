@@ -8,14 +8,19 @@
 #                          this machine's run through their own dynamic loader
 #   source-3.1-shared      the newest served 3.1 source, --enable-shared (compressed DWARF)
 #   source-3.3-static      the newest served 3.3 source, --disable-shared (uncompressed DWARF,
-#                          the TLS block in the executable)
+#                          the TLS block in the executable), with YJIT
 #   source-3.3-static-stripped   strip --strip-all of it (.dynsym only: a distro 3.3+)
 #   source-3.3-shifted-stripped  3.3 built with -DVM_DEBUG_BP_CHECK=1 (a control frame 8 bytes
 #                          longer than any table says), stripped: must be refused, not misread
-#   source-3.4-shared      the newest served 3.4 source, --enable-shared
+#   source-3.4-shared      the newest served 3.4 source, --enable-shared, with YJIT
+#
+# YJIT is Rust: the flavors marked "with YJIT" are built --enable-yjit with the
+# machine's rustc (on PATH or in ~/.cargo/bin), the others --disable-yjit as Debian
+# builds 3.3 and 3.4. Without rustc they are built without it (a failure under CI=true,
+# so the matrix never shrinks unnoticed).
 #
 # Each finished flavor directory has "manifest" (key=value lines: name, version, kind,
-# suite, exe, vm, dwarf, symtab, local), "ruby" (what to run) and "ok" (written last).
+# suite, exe, vm, dwarf, symtab, local, yjit), "ruby" (what to run) and "ok" (written last).
 # "matrix" lists the flavors of this run; internal/testruby reads both. Flavors built by
 # hand from a copy of Ruby's repository (scripts/mirror-rubies.sh) have local=1.
 set -euo pipefail
@@ -37,8 +42,28 @@ log() { echo "test-rubies: $*" >&2; }
 die() { log "$*"; exit 1; }
 matrix=()
 
-# current NAME VERSION: the flavor is built and of this version.
-current() { [ -f "$root/$1/ok" ] && grep -qx "version=$2" "$root/$1/manifest" 2>/dev/null; }
+# YJIT: the configure flags of the flavors built with it, and want_yjit[NAME]=1|0 for
+# the flavors whose YJIT is decided here.
+rustc=$(command -v rustc || { [ -x "$HOME/.cargo/bin/rustc" ] && echo "$HOME/.cargo/bin/rustc"; } || true)
+if [ -n "$rustc" ]; then
+  yjit_flags=(--enable-yjit "RUSTC=$rustc")
+  yjit_on=1
+else
+  [ "${CI:-}" = true ] && { echo "test-rubies: no rustc on PATH or in ~/.cargo/bin: the YJIT flavors need it" >&2; exit 1; }
+  echo "test-rubies: no rustc: source-3.3-static and source-3.4-shared are built without YJIT" >&2
+  yjit_flags=(--disable-yjit)
+  yjit_on=0
+fi
+declare -A want_yjit=([source-3.3-static]=$yjit_on [source-3.3-static-stripped]=$yjit_on
+  [source-3.3-shifted-stripped]=0 [source-3.3-cet-stripped]=0 [source-3.4-shared]=$yjit_on)
+
+# current NAME VERSION: the flavor is built, of this version, with or without YJIT as wanted.
+current() {
+  [ -f "$root/$1/ok" ] && grep -qx "version=$2" "$root/$1/manifest" 2>/dev/null || return 1
+  local want=${want_yjit[$1]:-} m=$root/$1/manifest
+  # A manifest from before this line was written means a build without YJIT.
+  [ -z "$want" ] || grep -qx "yjit=$want" "$m" || { [ "$want" = 0 ] && ! grep -q '^yjit=' "$m"; }
+}
 
 # finish NAME VERSION KIND SUITE EXE VM DWARF SYMTAB: check that it runs as that Ruby, record it.
 finish() {
@@ -58,6 +83,11 @@ EOF
   got=$("$d/ruby" -e 'begin; require "fiddle"; rescue LoadError; end; print RUBY_VERSION' 2>&1) ||
     die "$1: $d/ruby does not run: $got"
   [ "$got" = "$2" ] || die "$1: $d/ruby reports Ruby '$got', expected $2"
+  # Whether it has YJIT, asked of the Ruby itself (Debian's 3.1 has; 3.3 and 3.4 have not).
+  local yjit=0
+  [ "$("$d/ruby" --yjit -e 'print(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?)' 2>/dev/null)" = true ] && yjit=1
+  [ -z "${want_yjit[$1]:-}" ] || [ "${want_yjit[$1]}" = $yjit ] || die "$1: yjit=$yjit, wanted ${want_yjit[$1]}"
+  echo "yjit=$yjit" >>"$d/manifest"
   touch "$d/ok"
 }
 
@@ -165,8 +195,10 @@ source_build() {
   # Debian's patches touch configure.ac: regenerate configure so it matches.
   (cd "$work/src" && autoconf)
   log "$name: configure $*"
+  local jit=(--disable-yjit)
+  [ "${want_yjit[$name]:-0}" = 1 ] && jit=("${yjit_flags[@]}")
   (cd "$work/src" && ./configure --prefix="$dest" --disable-install-doc --disable-install-rdoc \
-      --disable-yjit "$@" >"$work/configure.log" 2>&1) || { tail -20 "$work/configure.log" >&2; exit 1; }
+      "${jit[@]}" "$@" >"$work/configure.log" 2>&1) || { tail -20 "$work/configure.log" >&2; exit 1; }
   log "$name: make -j$jobs (a few minutes)"
   (cd "$work/src" && make -j"$jobs" >"$work/make.log" 2>&1) || { tail -30 "$work/make.log" >&2; exit 1; }
   # HAVE_BASERUBY=no: with a system ruby present, install would try to download bundled gems.

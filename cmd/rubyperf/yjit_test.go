@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -12,54 +13,111 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 )
 
-// TestRecordUnderYJIT: on every test Ruby built with YJIT, a process
-// spinning in JIT-compiled code is recorded with the right Ruby stack in
-// every sample, and its native stack starts in the JIT code, shown as perf
-// shows it (the address, in /tmp/perf-PID.map).
-func TestRecordUnderYJIT(t *testing.T) {
+// TestRecordUnderJIT: on every test Ruby built with YJIT or ZJIT, a process
+// spinning in JIT-compiled code is recorded with the Ruby stack `snapshot`
+// reads (checked against Ruby's own elsewhere) in every sample; its JIT
+// code shows as perf shows it (the address, in /tmp/perf-PID.map), named
+// after the method it runs, and native unwinding goes on through it to the
+// executable's main.
+func TestRecordUnderJIT(t *testing.T) {
+	forEachJIT(t, "jitloop.rb", "499", nil, func(t *testing.T, r testruby.JITRun, pid int, want string, samples []scriptFrames) {
+		if len(samples) < 200 {
+			t.Fatalf("%d samples", len(samples))
+		}
+		jitMap := fmt.Sprintf("(/tmp/perf-%d.map)", pid)
+		// ZJIT calls Integer#+ as a C method: a sample may have it on top.
+		want = strings.TrimPrefix(want, "Integer#+ ")
+		// The JIT frame is named after the innermost method Ruby reports:
+		// JitLoop.inner, but JitLoop.outer on 3.3, whose rb_profile_frames
+		// (and so snapshot) skips a frame JIT code pushed without a pc.
+		jitName := " [JIT] " + strings.Fields(want)[0] + " "
+		right, leaf, inJIT, toMain := 0, 0, 0, 0
+		for _, s := range samples {
+			if got := strings.Join(s.ruby, " "); got == want || got == "Integer#+ "+want {
+				right++
+			} else if right == 0 {
+				t.Logf("a sample's Ruby stack: %s", got)
+			}
+			at := -1 // the JIT frame of the loop's method
+			for i, n := range s.native {
+				if strings.HasSuffix(n, jitMap) && strings.Contains(n, jitName) {
+					at = i
+					break
+				}
+			}
+			if at < 0 {
+				continue
+			}
+			inJIT++
+			if at == 0 {
+				leaf++
+			}
+			// Down to the thread's start: the executable's main, named
+			// (_start, when the executable is stripped as Debian's is).
+			for _, n := range s.native[at+1:] {
+				if f := strings.Fields(n); len(f) > 1 && (f[1] == "main" || strings.HasPrefix(f[1], "main+") ||
+					strings.HasPrefix(f[1], "_start+")) {
+					toMain++
+					break
+				}
+			}
+		}
+		t.Logf("%d samples: %d with the spinning Ruby stack %q, %d in JIT code named%s(%d at the leaf), %d of those unwind to main",
+			len(samples), right, want, inJIT, jitName, leaf, toMain)
+		// The process was already spinning when the recording began:
+		// every sample is of the loop.
+		if right != len(samples) {
+			t.Errorf("%d of %d samples have the Ruby stack %q", right, len(samples), want)
+		}
+		// The loop runs in JIT code: YJIT's at the leaf, ZJIT's calling
+		// C helpers.
+		if inJIT*10 < len(samples)*9 {
+			t.Errorf("only %d of %d samples have JIT code named%s%s", inJIT, len(samples), jitName, jitMap)
+		}
+		if r.JIT.Name == "yjit" && leaf*2 < len(samples) {
+			t.Errorf("only %d of %d samples start in JIT code", leaf, len(samples))
+		}
+		// Unwinding through JIT code stops only where the stack copy ends.
+		if toMain*100 < inJIT*95 {
+			t.Errorf("%d of %d samples in JIT code unwind to main", toMain, inJIT)
+		}
+	})
+}
+
+// forEachJIT runs testdata/ruby/SCRIPT under each JIT of jits (nil: all) on
+// every test Ruby that has it, reads its Ruby stack with snapshot (leaf
+// first, labels' first words joined by spaces), records it for 2 s at hz
+// with record -p, and hands check what rubyperf script prints.
+func forEachJIT(t *testing.T, script, hz string, jits []string,
+	check func(t *testing.T, r testruby.JITRun, pid int, want string, samples []scriptFrames)) {
 	testruby.Privileged(t, bpf.Supported())
-	t.Setenv("RUBYPERF_EXPECT_YJIT", "1")
-	script, err := filepath.Abs("../../testdata/ruby/jitloop.rb")
+	path, err := filepath.Abs(filepath.Join("..", "..", "testdata", "ruby", script))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range testruby.WithYJIT(t) {
-		t.Run(r.Name, func(t *testing.T) {
-			flags, _ := testruby.YJITArgs(r)
-			cmd := testruby.Start(t, r, append(flags, script)...)
-			pid := cmd.Process.Pid
-			out := filepath.Join(t.TempDir(), "rubyperf.data")
-			sum := record(t, "-F", "499", "-d", "2", "-o", out, "-p", strconv.Itoa(pid))
+	for _, r := range testruby.WithJIT(t, jits...) {
+		t.Run(r.Name(), func(t *testing.T) {
+			cmd := testruby.Start(t, r.Ruby, append(r.Args[:len(r.Args):len(r.Args)], path)...)
+			pid := strconv.Itoa(cmd.Process.Pid)
 			var stdout, stderr bytes.Buffer
+			if code := run([]string{"snapshot", "-p", pid, "--format", "json"}, &stdout, &stderr); code != 0 {
+				t.Fatalf("snapshot: exit %d: %s", code, stderr.String())
+			}
+			var doc snapshotJSON
+			if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil || len(doc.Threads) == 0 {
+				t.Fatalf("snapshot: %v: %s", err, stdout.String())
+			}
+			var labels []string
+			for _, f := range doc.Threads[0].Frames {
+				labels = append(labels, strings.Fields(f.Label)[0])
+			}
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			record(t, "-F", hz, "-d", "2", "-o", out, "-p", pid)
+			stdout.Reset()
 			if code := run([]string{"script", "-i", out}, &stdout, &stderr); code != 0 {
 				t.Fatalf("script: exit %d: %s", code, stderr.String())
 			}
-			samples := scriptSamples(stdout.String())
-			if len(samples) < 200 {
-				t.Fatalf("%d samples (summary %+v)", len(samples), sum)
-			}
-			want := "JitLoop.inner JitLoop.outer <main> <main>"
-			jitMap := fmt.Sprintf("(/tmp/perf-%d.map)", pid)
-			right, inJIT := 0, 0
-			for _, s := range samples {
-				if got := strings.Join(s.ruby, " "); got == want {
-					right++
-				} else if right == 0 {
-					t.Logf("a sample's Ruby stack: %s", got)
-				}
-				if len(s.native) > 0 && strings.HasSuffix(s.native[0], jitMap) {
-					inJIT++
-				}
-			}
-			t.Logf("%d samples: %d with the spinning Ruby stack, %d with the leaf in JIT code", len(samples), right, inJIT)
-			// The process was already spinning when the recording began:
-			// every sample is of the loop.
-			if right != len(samples) {
-				t.Errorf("%d of %d samples have the Ruby stack %q", right, len(samples), want)
-			}
-			if inJIT*2 < len(samples) {
-				t.Errorf("only %d of %d samples start in JIT code %s", inJIT, len(samples), jitMap)
-			}
+			check(t, r, cmd.Process.Pid, strings.Join(labels, " "), scriptSamples(stdout.String()))
 		})
 	}
 }
@@ -69,45 +127,30 @@ func TestRecordUnderYJIT(t *testing.T) {
 // earlier call left in that slot. Such a frame is reported unknown: no top
 // frame may carry a label that is not the running method's.
 func TestYJITFramePush(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
-	script, err := filepath.Abs("../../testdata/ruby/jitcalls.rb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range testruby.WithYJIT(t) {
-		t.Run(r.Name, func(t *testing.T) {
-			flags, _ := testruby.YJITArgs(r)
-			cmd := testruby.Start(t, r, append(flags, script)...)
-			out := filepath.Join(t.TempDir(), "rubyperf.data")
-			record(t, "-F", "999", "-d", "2", "-o", out, "-p", strconv.Itoa(cmd.Process.Pid))
-			var stdout, stderr bytes.Buffer
-			if code := run([]string{"script", "-i", out}, &stdout, &stderr); code != 0 {
-				t.Fatalf("script: exit %d: %s", code, stderr.String())
+	forEachJIT(t, "jitcalls.rb", "999", []string{"yjit"}, func(t *testing.T, _ testruby.JITRun, _ int, _ string, samples []scriptFrames) {
+		tops := map[string]int{}
+		n := 0
+		for _, s := range samples {
+			if len(s.ruby) > 0 {
+				tops[s.ruby[0]]++
+				n++
 			}
-			tops := map[string]int{}
-			n := 0
-			for _, s := range scriptSamples(stdout.String()) {
-				if len(s.ruby) > 0 {
-					tops[s.ruby[0]]++
-					n++
-				}
+		}
+		t.Logf("top Ruby frames of %d samples: %v", n, tops)
+		if n < 500 {
+			t.Fatalf("only %d samples with Ruby frames", n)
+		}
+		for label, c := range tops {
+			switch label {
+			case "JitCalls.fib", "[unknown]", "Kernel#loop", "block": // "block in <main>"
+			default:
+				t.Errorf("%d samples have the top frame %q", c, label)
 			}
-			t.Logf("top Ruby frames of %d samples: %v", n, tops)
-			if n < 500 {
-				t.Fatalf("only %d samples with Ruby frames", n)
-			}
-			for label, c := range tops {
-				switch label {
-				case "JitCalls.fib", "[unknown]", "Kernel#loop", "block": // "block in <main>"
-				default:
-					t.Errorf("%d samples have the top frame %q", c, label)
-				}
-			}
-			if tops["JitCalls.fib"]*2 < n {
-				t.Errorf("only %d of %d samples name JitCalls.fib on top", tops["JitCalls.fib"], n)
-			}
-		})
-	}
+		}
+		if tops["JitCalls.fib"]*2 < n {
+			t.Errorf("only %d of %d samples name JitCalls.fib on top", tops["JitCalls.fib"], n)
+		}
+	})
 }
 
 // scriptFrames is one sample of rubyperf script's output: its native

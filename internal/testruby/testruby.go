@@ -153,38 +153,74 @@ func missing(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// YJITArgs are the interpreter flags that run r with YJIT compiling every
-// method on its first call, and whether r has YJIT at all (tried once by
-// running it: a build without it warns and runs interpreted). Scripts that
-// require oracle.rb fail at start when RUBYPERF_EXPECT_YJIT is set and YJIT
-// is off, so a test cannot pass interpreted by mistake.
-func YJITArgs(r Ruby) ([]string, bool) {
-	v, _ := yjitBuilds.LoadOrStore(r.Exe, sync.OnceValue(func() bool {
-		out, err := exec.Command(r.Exe, "--yjit", "-e", "print(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?)").Output()
-		return err == nil && string(out) == "true"
-	}))
-	if !v.(func() bool)() {
-		return nil, false
-	}
-	return []string{"--yjit", "--yjit-call-threshold=1"}, true
+// A JIT is one of Ruby's JIT compilers as the tests run it: compiling every
+// method on its first call.
+type JIT struct {
+	Name string   // "yjit" or "zjit"
+	Args []string // the interpreter flags
 }
 
-var yjitBuilds sync.Map // Exe -> func() bool
+// JITs are the compilers tried on every test Ruby.
+var JITs = []JIT{
+	{"yjit", []string{"--yjit", "--yjit-call-threshold=1"}},
+	{"zjit", []string{"--zjit", "--zjit-call-threshold=1"}},
+}
 
-// WithYJIT returns the Rubies of All that have YJIT. Debian's Ruby 3.1 is
-// built with it, so an empty list means the matrix is broken: it fails
-// under CI=true and skips elsewhere.
-func WithYJIT(t testing.TB) []Ruby {
-	var out []Ruby
+// Has tells whether r runs with j on (tried once by running it: a build
+// without it warns and runs interpreted, or refuses the flag).
+func (j JIT) Has(r Ruby) bool {
+	v, _ := jitBuilds.LoadOrStore(r.Exe+" "+j.Name, sync.OnceValue(func() bool {
+		mod := map[string]string{"yjit": "YJIT", "zjit": "ZJIT"}[j.Name]
+		out, err := exec.Command(r.Exe, "--"+j.Name, "-e",
+			fmt.Sprintf("print(defined?(RubyVM::%s) && RubyVM::%s.enabled?)", mod, mod)).Output()
+		return err == nil && string(out) == "true"
+	}))
+	return v.(func() bool)()
+}
+
+var jitBuilds sync.Map // Exe+" "+JIT name -> func() bool
+
+// Env is what a test sets so that a script requiring oracle.rb fails at
+// start when the JIT is off: a test cannot pass interpreted by mistake.
+func (j JIT) Env() (key, value string) { return "RUBYPERF_EXPECT_JIT", j.Name }
+
+// JITRun is a test Ruby run under one of its JITs.
+type JITRun struct {
+	Ruby
+	JIT
+}
+
+// Name is the flavor and the JIT: "source-3.4-shared+yjit".
+func (r JITRun) Name() string { return r.Ruby.Name + "+" + r.JIT.Name }
+
+// WithJIT returns each Ruby of All with each JIT it has (jits: the JITs
+// wanted, by name; none means every one). Debian's Ruby 3.1 has YJIT, so
+// no Ruby with YJIT means the matrix is broken: it fails under CI=true and
+// skips elsewhere.
+func WithJIT(t testing.TB, jits ...string) []JITRun {
+	var out []JITRun
+	yjit := false
 	for _, r := range All(t) {
-		if _, ok := YJITArgs(r); ok {
-			out = append(out, r)
+		for _, j := range JITs {
+			if (len(jits) == 0 || contains(jits, j.Name)) && j.Has(r) {
+				out = append(out, JITRun{r, j})
+				yjit = yjit || j.Name == "yjit"
+			}
 		}
 	}
-	if len(out) == 0 {
+	if !yjit && (len(jits) == 0 || contains(jits, "yjit")) {
 		missing(t, "no test Ruby has YJIT (Debian's ruby3.1 should)")
 	}
 	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // Start runs ruby with args and waits until it prints a line "ready" on
