@@ -38,6 +38,9 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	if l.Capabilities.SkipDummyBottomFrame {
 		cfg.SkipDummyFrame = 1
 	}
+	if l.ControlFrame.JITReturn >= 0 {
+		cfg.CfpJitReturn = u32(l.ControlFrame.JITReturn) + 1
+	}
 	// The program reads control frames CFP_CHUNK at a time, each at most
 	// CFP_READ bytes, and picks fields by offset: frames stay 8-aligned one
 	// after another and each field lies inside its frame.
@@ -45,7 +48,11 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	if size := l.ControlFrame.Size; size <= 0 || size > cfpRead || size%8 != 0 {
 		return cfg, fmt.Errorf("control frames of %d bytes do not fit the BPF walker", size)
 	}
-	for _, off := range []int64{l.ControlFrame.PC, l.ControlFrame.Iseq, l.ControlFrame.EP} {
+	offs := []int64{l.ControlFrame.PC, l.ControlFrame.Iseq, l.ControlFrame.EP}
+	if l.ControlFrame.JITReturn >= 0 {
+		offs = append(offs, l.ControlFrame.JITReturn)
+	}
+	for _, off := range offs {
 		if off < 0 || off+8 > l.ControlFrame.Size || off%8 != 0 {
 			return cfg, fmt.Errorf("control frame field at %d does not fit the BPF walker's %d-byte frames", off, l.ControlFrame.Size)
 		}

@@ -26,6 +26,7 @@ const (
 	PayloadNoEC      = 1 << 1
 	PayloadReadError = 1 << 2
 	PayloadBadCFP    = 1 << 3
+	PayloadTopJIT    = 1 << 4 // the top frame's cfp->jit_return is set
 )
 
 // Frame bits in the low bits of frame.cme_flags.
@@ -106,6 +107,10 @@ func (p *Payload) RawFrames(r *rubystack.Reader) []rubystack.RawFrame {
 		rf, err := toRawFrame(r, f)
 		if err == nil {
 			rf.Top = i == 0 // the walk starts at ec->cfp, whose pc a JIT may leave stale
+			// As rubystack's walker: the top frame runs JIT code (its line is 0
+			// where rb_profile_frames says so).
+			rf.JIT = i == 0 && !f.CFrame && p.Flags&PayloadTopJIT != 0 &&
+				r.Layout.Capabilities.TopJITFrameLineZero
 			out = append(out, rf)
 		}
 	}

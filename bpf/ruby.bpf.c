@@ -41,6 +41,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PAYLOAD_NO_EC (1 << 1)     // a thread without a Ruby EC: native stack only
 #define PAYLOAD_READ_ERROR (1 << 2) // the EC or its stack could not be read
 #define PAYLOAD_BAD_CFP (1 << 3)   // ec->cfp outside the VM stack
+#define PAYLOAD_TOP_JIT (1 << 4)   // the top frame's cfp->jit_return is set: it runs JIT code
 
 // Low bits of frame.cme_flags (method entries are 8-byte aligned).
 #define FRAME_CFRAME (1 << 0)  // VM_FRAME_FLAG_CFRAME: a C frame
@@ -57,7 +58,8 @@ struct proc_config {
 	__u64 frame_cframe, frame_finish, env_local; // VM_FRAME_FLAG_CFRAME, _FINISH, VM_ENV_FLAG_LOCAL
 	__u64 t_mask, t_imemo, fl_ushift, qnil, imm_mask;
 	__u64 imemo_ment, imemo_svar;
-	__u32 svar_cref_or_me, pad;
+	__u32 svar_cref_or_me;
+	__u32 cfp_jit_return; // offset of cfp->jit_return + 1; 0: the layout has none
 };
 
 struct payload_header {
@@ -178,6 +180,7 @@ struct walk_ctx {
 	__u32 chunk;   // frames in buf->cfps, from the last multiple of CFP_CHUNK
 	__u32 stopped; // the last iteration wrote no frame
 	__u32 fresh;   // a frame near the top is one user space has not named
+	__u32 top_jit; // the top frame's jit_return is set
 };
 
 // check_method_entry: v is a method entry (imemo_ment), or with can_svar an
@@ -237,6 +240,9 @@ static long walk_frame(__u32 i, void *data)
 	f->iseq = *(__u64 *)(cfps + ((at + c->cfp_iseq) & (CHUNK_BYTES - 8)));
 	__u64 ep = *(__u64 *)(cfps + ((at + c->cfp_ep) & (CHUNK_BYTES - 8)));
 	__u64 bits = 0, cme = 0;
+	if (i == 0 && c->cfp_jit_return &&
+	    *(__u64 *)(cfps + ((at + c->cfp_jit_return - 1) & (CHUNK_BYTES - 8))))
+		w->top_jit = 1;
 
 	for (int k = 0; k < MAX_EP_CHECKS; k++) {
 		if (ep < 16 || bpf_probe_read_user(env, sizeof(env), (void *)(ep - 16))) {
@@ -327,6 +333,8 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 				struct walk_ctx w = {.cfg = c, .buf = buf, .cfp = cfp, .end = end, .pid = tgid};
 				long n = bpf_loop(MAX_FRAMES, walk_frame, &w, 0);
 				fresh = w.fresh;
+				if (w.top_jit)
+					buf->h.flags |= PAYLOAD_TOP_JIT;
 				if (n > 0 && w.stopped)
 					n--; // the iteration that stopped wrote nothing
 				if (n < 0)

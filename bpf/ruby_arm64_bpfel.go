@@ -66,7 +66,7 @@ type rubyProcConfig struct {
 	ImemoMent      uint64
 	ImemoSvar      uint64
 	SvarCrefOrMe   uint32
-	Pad            uint32
+	CfpJitReturn   uint32
 }
 
 type rubySampleBuf struct {
