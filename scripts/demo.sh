@@ -81,15 +81,16 @@ echo "== rubyperf script: the first sample, Ruby frames merged into the native s
 "$bin" convert -i "$out/rubyperf.data" -f svg -o "$out/rubyperf.svg"
 
 # jit_share FILE: how many samples start in JIT code (perf shows it in /tmp/perf-PID.map), and how
-# many of those unwind through it to the executable's main.
+# many of those unwind through it to their thread's start (main, _start, start_thread, __clone3).
 jit_share() {
-  "$bin" script -i "$1" | awk 'BEGIN { RS = "" } { n++; split($0, l, "\n"); if (l[2] ~ /\/tmp\/perf-[0-9]+\.map\)$/) { j++; if ($0 ~ /\n[ \t]*[0-9a-f]+ main(\+0x[0-9a-f]+)? \(/) m++ } }
-    END { printf "%d of %d samples start in JIT code, %d of those unwind through it to main\n", j, n, m }'
+  "$bin" script -i "$1" | awk 'BEGIN { RS = "" } { n++; split($0, l, "\n"); if (l[2] ~ /\/tmp\/perf-[0-9]+\.map\)$/) { j++; if ($0 ~ /\n[ \t]*[0-9a-f]+ (main|_start|start_thread|__clone3)\+0x[0-9a-f]+ \(/) m++ } }
+    END { printf "%d of %d samples start in JIT code, %d of those unwind through it to their thread'"'"'s start\n", j, n, m }'
 }
-# The newest test Ruby with YJIT (the manifest says so); Debian's 3.1 has it.
+# The newest test Ruby with YJIT (the manifest says so) and its own symbols, so that native frames
+# are named; Debian's 3.1 has YJIT but no symbols.
 yjit_flavor=""
 for f in $(cat "$root/matrix"); do
-  [ "$(field "$f" yjit)" = 1 ] || continue
+  [ "$(field "$f" yjit)" = 1 ] && [ "$(field "$f" symtab)" = 1 ] || continue
   if [ -z "$yjit_flavor" ] || [ "$(printf '%s\n%s\n' "$(field "$yjit_flavor" version)" "$(field "$f" version)" | sort -V | tail -1)" != "$(field "$yjit_flavor" version)" ]; then
     yjit_flavor=$f
   fi
@@ -107,7 +108,7 @@ if "$exe" --yjit -e 'exit(RubyVM::YJIT.enabled? ? 0 : 1)' 2>/dev/null; then
   "$bin" report -i "$out/rubyperf-yjit.data" -n 8
   echo
   echo "-- a sample in JIT code, merged (rubyperf script):"
-  "$bin" script -i "$out/rubyperf-yjit.data" | awk 'BEGIN { RS = ""; ORS = "\n\n" } /\[JIT\] / { print; exit }'
+  "$bin" script -i "$out/rubyperf-yjit.data" | awk 'BEGIN { RS = ""; ORS = "\n\n" } /\[JIT\] / { print; exit }' || true
   "$bin" convert -i "$out/rubyperf-yjit.data" -f svg -o "$out/rubyperf-yjit.svg"
 else
   echo "($yjit_flavor has no YJIT)"
