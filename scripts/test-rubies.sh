@@ -250,7 +250,8 @@ if ! current source-3.3-static-stripped "$v33"; then
   strip --strip-all -o "$d/ruby" "$root/source-3.3-static/bin/ruby"
   finish source-3.3-static-stripped "$v33" source "" "$d/ruby" "$d/ruby" 0 0
 fi
-if ! current source-3.3-shifted-stripped "$v33"; then
+# It loads its extensions from source-3.3-shifted: a build cut short there means this one too.
+if ! current source-3.3-shifted-stripped "$v33" || [ ! -d "$root/source-3.3-shifted/lib" ]; then
   # A configure flag that adds a member to rb_control_frame_t: no table can know it.
   source_build source-3.3-shifted ruby3.3 "$v" --disable-shared cppflags=-DVM_DEBUG_BP_CHECK=1
   d=$root/source-3.3-shifted-stripped; rm -rf "$d"; mkdir -p "$d"
