@@ -22,13 +22,13 @@ module Oracle
     require 'fiddle'
     VP = Fiddle::TYPE_VOIDP
     H = Fiddle::Handle::DEFAULT
-    PROFILE_FRAMES = Fiddle::Function.new(H['rb_profile_frames'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT, VP, VP], Fiddle::TYPE_INT)
-    FULL_LABEL = Fiddle::Function.new(H['rb_profile_frame_full_label'], [VP], VP)
-    PATH = Fiddle::Function.new(H['rb_profile_frame_path'], [VP], VP)
+    PROFILE_FRAMES = Fiddle::Function.new(H['rb_profile_frames'], [Fiddle::TYPE_INT, Fiddle::TYPE_INT, VP, VP], Fiddle::TYPE_INT, need_gvl: true)
+    FULL_LABEL = Fiddle::Function.new(H['rb_profile_frame_full_label'], [VP], VP, need_gvl: true)
+    PATH = Fiddle::Function.new(H['rb_profile_frame_path'], [VP], VP, need_gvl: true)
 
-    # A label is a new string that only Fiddle's integer holds until
-    # dlunwrap: a GC in between (the next call allocates) would free it and
-    # crash later (seen in JSON.generate), so GC waits.
+    # Fiddle releases the GVL unless need_gvl: these allocate, and raced other threads (heap corruption, seen
+    # under YJIT). A label is a new string only Fiddle's integer holds until dlunwrap: a GC in between (the
+    # next call allocates) would free it and crash later (seen in JSON.generate), so GC waits.
     def self.raw_frames
       was_disabled = GC.disable
       buf = Fiddle::Pointer.malloc(8 * MAX)
@@ -75,9 +75,9 @@ module Oracle
   end
 
   def self.frames
-    # One block parameter, not three: YJIT 3.1 once returned the arrays
-    all = raw_frames.map { |f| { label: f[0] && normalize(f[0]), path: f[1], line: f[2] } }
-    # themselves from a three-parameter block here (seen once, threads scenario).
+    all = raw_frames.map do |label, path, line|
+      { label: label && normalize(label), path: path, line: line }
+    end
     # Drop the frames above Oracle.park (the call into Ruby, Oracle.frames):
     # when parked, Kernel#sleep is there instead.
     park = all.index { |f| f[:label] == 'Oracle.park' } or raise 'Oracle.park not on the stack'
