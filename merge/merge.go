@@ -18,9 +18,9 @@ type Native struct {
 	JIT bool
 }
 
-// JITPrefix starts the name of a JIT frame no symbol names: "[JIT] Foo#bar",
-// as YJIT's own perf map names its code.
-const JITPrefix = "[JIT] "
+// JITName names a JIT frame no symbol names, followed by its method when
+// that is known: "[JIT] Foo#bar", as YJIT's own perf map names its code.
+const JITName = "[JIT]"
 
 // Ruby is a Ruby control frame offered to Merge, leaf first, as the
 // sampler captured it.
@@ -126,9 +126,9 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 			done = k
 			f := n.Frame
 			if f.Name == rubystack.UnknownLabel {
-				f.Name = JITPrefix[:len(JITPrefix)-1]
+				f.Name = JITName
 				if k < len(seg) && seg[k].Name != rubystack.UnknownLabel {
-					f.Name = JITPrefix + seg[k].Name
+					f.Name = JITName + " " + seg[k].Name
 				}
 			}
 			frames = append(frames, f)

@@ -124,7 +124,7 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 		out = append(out, f)
 		if jit {
 			next, nextKnown, ok := jitStep(&r, &known, read, maps, objs)
-			if !ok || next[dwarfRSP] <= r[dwarfRSP] && len(out)-len(dst) > 1 {
+			if !ok { // (a step always moves the stack pointer up)
 				break
 			}
 			r, known = next, nextKnown

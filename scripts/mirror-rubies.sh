@@ -30,13 +30,13 @@ mkdir -p "$root"
 baseruby=${BASERUBY:-$(command -v ruby3.1 || command -v ruby || true)}
 [ -n "$baseruby" ] || { echo "mirror-rubies: need a Ruby to build Ruby (BASERUBY)" >&2; exit 1; }
 log() { echo "mirror-rubies: $*" >&2; }
-rustc=$(command -v rustc || { [ -x "$HOME/.cargo/bin/rustc" ] && echo "$HOME/.cargo/bin/rustc"; } || true)
-jit=(--disable-yjit)
-if [ "${RUBYPERF_MIRROR_YJIT:-1}" = 1 ] && [ -n "$rustc" ]; then jit=(--enable-yjit "RUSTC=$rustc"); fi
-# yjit_of RUBY: 1 when that Ruby runs with YJIT on.
-yjit_of() { [ "$("$@" --yjit -e 'print(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?)' 2>/dev/null)" = true ] && echo 1 || echo 0; }
 # shellcheck source=stripped-libruby.sh
 source "$(dirname "${BASH_SOURCE[0]}")/stripped-libruby.sh"
+# shellcheck source=ruby-jit.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ruby-jit.sh"
+rustc=$(rustc_path)
+jit=(--disable-yjit)
+if [ "${RUBYPERF_MIRROR_YJIT:-1}" = 1 ] && [ -n "$rustc" ]; then jit=(--enable-yjit "RUSTC=$rustc"); fi
 
 # resolve REF: a tag, or a release commit found by its subject ("v4.0.5").
 resolve() {

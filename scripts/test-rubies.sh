@@ -34,6 +34,8 @@ flock 9
 . scripts/stripped-libruby.sh
 # shellcheck source=debian-archive.sh
 . scripts/debian-archive.sh
+# shellcheck source=ruby-jit.sh
+. scripts/ruby-jit.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 arch=$(dpkg --print-architecture)
@@ -44,7 +46,7 @@ matrix=()
 
 # YJIT: the configure flags of the flavors built with it, and want_yjit[NAME]=1|0 for
 # the flavors whose YJIT is decided here.
-rustc=$(command -v rustc || { [ -x "$HOME/.cargo/bin/rustc" ] && echo "$HOME/.cargo/bin/rustc"; } || true)
+rustc=$(rustc_path)
 if [ -n "$rustc" ]; then
   yjit_flags=(--enable-yjit "RUSTC=$rustc")
   yjit_on=1
@@ -84,8 +86,7 @@ EOF
     die "$1: $d/ruby does not run: $got"
   [ "$got" = "$2" ] || die "$1: $d/ruby reports Ruby '$got', expected $2"
   # Whether it has YJIT, asked of the Ruby itself (Debian's 3.1 has; 3.3 and 3.4 have not).
-  local yjit=0
-  [ "$("$d/ruby" --yjit -e 'print(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?)' 2>/dev/null)" = true ] && yjit=1
+  local yjit; yjit=$(yjit_of "$d/ruby")
   [ -z "${want_yjit[$1]:-}" ] || [ "${want_yjit[$1]}" = $yjit ] || die "$1: yjit=$yjit, wanted ${want_yjit[$1]}"
   echo "yjit=$yjit" >>"$d/manifest"
   touch "$d/ok"

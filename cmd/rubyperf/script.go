@@ -87,11 +87,8 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 				// perf map that would name it (written by the runtime or not).
 				buf = appendPadded(buf, f.Addr, 16, 16, ' ')
 				buf = append(buf, ' ')
-				if f.SymOffset == 0 {
-					buf = append(buf, scriptName(f.Name)...) // "[JIT] Foo#bar", named by merge
-				} else {
-					buf = appendSymOff(buf, f)
-				}
+				// No symbol names it: merge does ("[JIT] Foo#bar").
+				buf = append(buf, scriptName(f.Name)...)
 				buf = append(buf, " (/tmp/perf-"...)
 				buf = strconv.AppendUint(buf, uint64(s.PID), 10)
 				buf = append(buf, ".map"...)

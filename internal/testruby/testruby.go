@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,7 +171,7 @@ var JITs = []JIT{
 // without it warns and runs interpreted, or refuses the flag).
 func (j JIT) Has(r Ruby) bool {
 	v, _ := jitBuilds.LoadOrStore(r.Exe+" "+j.Name, sync.OnceValue(func() bool {
-		mod := map[string]string{"yjit": "YJIT", "zjit": "ZJIT"}[j.Name]
+		mod := strings.ToUpper(j.Name) // RubyVM::YJIT, RubyVM::ZJIT
 		out, err := exec.Command(r.Exe, "--"+j.Name, "-e",
 			fmt.Sprintf("print(defined?(RubyVM::%s) && RubyVM::%s.enabled?)", mod, mod)).Output()
 		return err == nil && string(out) == "true"
@@ -202,25 +203,16 @@ func WithJIT(t testing.TB, jits ...string) []JITRun {
 	yjit := false
 	for _, r := range All(t) {
 		for _, j := range JITs {
-			if (len(jits) == 0 || contains(jits, j.Name)) && j.Has(r) {
+			if (len(jits) == 0 || slices.Contains(jits, j.Name)) && j.Has(r) {
 				out = append(out, JITRun{r, j})
 				yjit = yjit || j.Name == "yjit"
 			}
 		}
 	}
-	if !yjit && (len(jits) == 0 || contains(jits, "yjit")) {
+	if !yjit && (len(jits) == 0 || slices.Contains(jits, "yjit")) {
 		missing(t, "no test Ruby has YJIT (Debian's ruby3.1 should)")
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Start runs ruby with args and waits until it prints a line "ready" on
