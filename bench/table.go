@@ -57,10 +57,14 @@ func (t *table) String() string {
 	p("")
 	p("**BPF program run time per sample** (the kernel's BPF statistics, the user stack copy inside `bpf_perf_event_output` included (`--stack-size`, 8 KiB by default); `BenchmarkBPFRunTime`, 999 Hz; the median of 250 ms windows and the 10th–90th percentile window, because a shared machine's slow windows would swamp a mean; urgent: samples that woke the recorder at once; goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
 	p("")
-	p("| Ruby stack depth | stack copy | frames read per sample | urgent samples | µs per sample [p10, p90] |")
+	p("| Ruby stack | stack copy | frames read per sample | urgent samples | µs per sample [p10, p90] |")
 	p("|---|---|---|---|---|")
 	for _, r := range t.bpf {
-		p("| %d | %s | %.0f | %.1f%% | %.1f [%.1f, %.1f] |", r.depth, stackSize(r.stack), r.framesPerSamp, 100*r.urgent,
+		shape := fmt.Sprintf("%d, one method", r.depth)
+		if r.shape == "distinct" {
+			shape = fmt.Sprintf("%d, distinct methods and blocks", r.depth)
+		}
+		p("| %s | %s | %.0f | %.1f%% | %.1f [%.1f, %.1f] |", shape, stackSize(r.stack), r.framesPerSamp, 100*r.urgent,
 			r.nsPerSample/1000, r.p10/1000, r.p90/1000)
 	}
 	p("")

@@ -3,8 +3,10 @@ package bpf
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +31,29 @@ func BenchmarkBPFRunTime(b *testing.B) {
 	defer stats.Close()
 	r := testruby.Get(b, "source-3.3-static")
 	script, _ := filepath.Abs("../testdata/ruby/depth.rb")
-	type config struct{ depth, stack int }
-	configs := []config{{10, 8192}, {200, 8192}, {2000, 8192}, {10, 0}, {200, 0}, {200, 2048}, {200, 32768}}
+	// shape "depth" is one method's recursion; "distinct" distinct methods
+	// with a block every third (depth.rb).
+	type config struct {
+		shape        string
+		depth, stack int
+	}
+	configs := []config{
+		{"depth", 10, 8192}, {"depth", 200, 8192}, {"distinct", 200, 8192}, {"depth", 2000, 8192},
+		{"distinct", 2000, 8192}, {"depth", 10, 0}, {"distinct", 200, 0}, {"depth", 10, 2048},
+		{"distinct", 200, 2048}, {"distinct", 200, 32768},
+	}
+	if only := os.Getenv("RUBYPERF_BENCH_BPF"); only != "" { // for A/B runs: "distinct-200-stack-8192,..."
+		configs = slices.DeleteFunc(configs, func(c config) bool {
+			return !slices.Contains(strings.Split(only, ","), fmt.Sprintf("%s-%d-stack-%d", c.shape, c.depth, c.stack))
+		})
+	}
 	for _, cf := range configs {
-		depth := cf.depth
-		b.Run(fmt.Sprintf("depth-%d-stack-%d", depth, cf.stack), func(b *testing.B) {
-			cmd := testruby.Start(b, r, script, fmt.Sprint(depth))
+		b.Run(fmt.Sprintf("%s-%d-stack-%d", cf.shape, cf.depth, cf.stack), func(b *testing.B) {
+			args := []string{fmt.Sprint(cf.depth)}
+			if cf.shape == "distinct" {
+				args = append(args, "distinct")
+			}
+			cmd := testruby.Start(b, r, append([]string{script}, args...)...)
 			tg := prepareTB(b, cmd.Process.Pid)
 			s, err := Open(Options{Frequency: 999, StackSize: uint32(cf.stack)})
 			if err != nil {

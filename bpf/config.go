@@ -15,25 +15,20 @@ type ProcessConfig = rubyProcConfig
 func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	c := l.Constants
 	cfg := ProcessConfig{
-		EcTpOffset:    ecTPOffset,
-		EcVmStack:     u32(l.ExecutionContext.VMStack),
-		EcVmStackSize: u32(l.ExecutionContext.VMStackSize),
-		EcCfp:         u32(l.ExecutionContext.CFP),
-		CfpSize:       u32(l.ControlFrame.Size),
-		CfpPc:         u32(l.ControlFrame.PC),
-		CfpIseq:       u32(l.ControlFrame.Iseq),
-		CfpEp:         u32(l.ControlFrame.EP),
-		FrameCframe:   uint64(c["VM_FRAME_FLAG_CFRAME"]),
-		FrameFinish:   uint64(c["VM_FRAME_FLAG_FINISH"]),
-		EnvLocal:      uint64(c["VM_ENV_FLAG_LOCAL"]),
-		T_mask:        uint64(c["RUBY_T_MASK"]),
-		T_imemo:       uint64(c["RUBY_T_IMEMO"]),
-		FlUshift:      uint64(c["RUBY_FL_USHIFT"]),
-		Qnil:          uint64(c["RUBY_Qnil"]),
-		ImmMask:       uint64(c["RUBY_IMMEDIATE_MASK"]),
-		ImemoMent:     uint64(c["imemo_ment"]),
-		ImemoSvar:     uint64(c["imemo_svar"]),
-		SvarCrefOrMe:  u32(l.SVar.CrefOrMe),
+		EcTpOffset:  ecTPOffset,
+		CfpSize:     u32(l.ControlFrame.Size),
+		CfpPc:       u32(l.ControlFrame.PC),
+		CfpIseq:     u32(l.ControlFrame.Iseq),
+		CfpEp:       u32(l.ControlFrame.EP),
+		FrameCframe: uint64(c["VM_FRAME_FLAG_CFRAME"]),
+		FrameFinish: uint64(c["VM_FRAME_FLAG_FINISH"]),
+		EnvLocal:    uint64(c["VM_ENV_FLAG_LOCAL"]),
+		T_mask:      uint64(c["RUBY_T_MASK"]),
+		T_imemo:     uint64(c["RUBY_T_IMEMO"]),
+		FlUshift:    uint64(c["RUBY_FL_USHIFT"]),
+		Qnil:        uint64(c["RUBY_Qnil"]),
+		ImmMask:     uint64(c["RUBY_IMMEDIATE_MASK"]),
+		ImemoMent:   uint64(c["imemo_ment"]),
 	}
 	if l.Capabilities.SkipDummyBottomFrame {
 		cfg.SkipDummyFrame = 1
@@ -41,6 +36,18 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	if l.ControlFrame.JITReturn >= 0 {
 		cfg.CfpJitReturn = u32(l.ControlFrame.JITReturn) + 1
 	}
+	// The program reads the execution context's fields in one read of at
+	// most EC_SPAN bytes, and picks them by offset from its start.
+	const ecSpan = 64
+	ec := l.ExecutionContext
+	start := min(ec.VMStack, ec.VMStackSize, ec.CFP)
+	end := max(ec.VMStack, ec.VMStackSize, ec.CFP) + 8
+	if start < 0 || start%8 != 0 || end-start > ecSpan || (ec.VMStack|ec.VMStackSize|ec.CFP)%8 != 0 {
+		return cfg, fmt.Errorf("execution context fields at %d, %d and %d do not fit the BPF walker's %d-byte read",
+			ec.VMStack, ec.VMStackSize, ec.CFP, ecSpan)
+	}
+	cfg.EcStart, cfg.EcSpan = u32(start), u32(end-start)
+	cfg.EcVmStack, cfg.EcVmStackSize, cfg.EcCfp = u32(ec.VMStack-start), u32(ec.VMStackSize-start), u32(ec.CFP-start)
 	// The program reads control frames CFP_CHUNK at a time, each at most
 	// CFP_READ bytes, and picks fields by offset: frames stay 8-aligned one
 	// after another and each field lies inside its frame.

@@ -12,8 +12,10 @@ import (
 // The payload the program writes as a sample's RAW data: a header, then
 // frames, leaf first. RAW is padded past Length by the kernel.
 const (
-	PayloadMagic   = 0x46504252 // "RBPF"
-	PayloadVersion = 1
+	PayloadMagic = 0x46504252 // "RBPF"
+	// PayloadVersion is the version the program writes. Version 1 (older
+	// recordings, still read) had Frame.CME resolved to a method entry.
+	PayloadVersion = 2
 
 	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
 	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
@@ -48,10 +50,15 @@ type Payload struct {
 
 // Frame is one control frame as the program saw it.
 type Frame struct {
-	Iseq, PC, CME uint64
-	CFrame        bool // a C frame (VM_FRAME_FLAG_CFRAME)
-	Finish        bool // the first frame of a VM entry (VM_FRAME_FLAG_FINISH)
-	Error         bool // its environment could not be read
+	Iseq, PC uint64
+	// CME leads to the frame's method entry: for a method's frame, its local
+	// environment's me_cref as found (the entry itself, an svar that may
+	// hold one, or neither), which rubystack.Reader.LocalMethodEntry
+	// resolves; for a block of define_method, the entry the program found.
+	CME    uint64
+	CFrame bool // a C frame (VM_FRAME_FLAG_CFRAME)
+	Finish bool // the first frame of a VM entry (VM_FRAME_FLAG_FINISH)
+	Error  bool // its environment could not be read
 }
 
 var (
@@ -71,7 +78,7 @@ func DecodePayload(raw []byte) (*Payload, error) {
 	switch {
 	case h.Magic != PayloadMagic:
 		return nil, fmt.Errorf("payload: bad magic %#x", h.Magic)
-	case h.Version != PayloadVersion:
+	case h.Version != PayloadVersion && h.Version != 1:
 		return nil, fmt.Errorf("payload: version %d, this rubyperf reads %d", h.Version, PayloadVersion)
 	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
 		return nil, fmt.Errorf("payload: header size %d", h.HeaderSize)
@@ -125,10 +132,16 @@ func toRawFrame(r *rubystack.Reader, f Frame) (rubystack.RawFrame, error) {
 		if r.Layout.Capabilities.SkipDummyBottomFrame && f.PC == 0 {
 			return rubystack.RawFrame{}, errNotRubyFrame
 		}
-		return rubystack.RawFrame{Iseq: f.Iseq, PC: f.PC, CME: f.CME}, nil
 	}
-	if !r.Layout.Capabilities.CFuncFrames || f.CME == 0 || !r.IsCFunc(f.CME) {
+	cme, err := r.LocalMethodEntry(f.CME)
+	if err != nil {
+		return rubystack.RawFrame{Unknown: true}, nil
+	}
+	if !f.CFrame {
+		return rubystack.RawFrame{Iseq: f.Iseq, PC: f.PC, CME: cme}, nil
+	}
+	if !r.Layout.Capabilities.CFuncFrames || cme == 0 || !r.IsCFunc(cme) {
 		return rubystack.RawFrame{}, errNotRubyFrame
 	}
-	return rubystack.RawFrame{CME: f.CME, CFunc: true}, nil
+	return rubystack.RawFrame{CME: cme, CFunc: true}, nil
 }

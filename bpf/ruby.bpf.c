@@ -30,11 +30,17 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 // CHUNK_BYTES: a read costs about the same for 56 bytes or 1 KiB.
 #define CFP_CHUNK 16
 #define CHUNK_BYTES (CFP_CHUNK * CFP_READ)
+// ENV_CHUNK bytes of the VM stack ending at a frame's environment are read
+// at once: the environments of the frames below it (older frames) lie below
+// it on the same stack, so one read serves several frames.
+#define ENV_CHUNK 1024
+// EC_SPAN bounds the one read of the execution context's fields.
+#define EC_SPAN 64
 // FRESH_FRAMES is how many frames from the top are looked up in known_frames.
 #define FRESH_FRAMES 8
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 1
+#define PAYLOAD_VERSION 2 // 2: cme_flags may hold an svar (struct frame)
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -52,13 +58,15 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 // proc_config: one per target process, filled from rubystack.Layout.
 struct proc_config {
 	__s64 ec_tp_offset; // thread pointer + this = &ruby_current_ec
+	// ec->vm_stack, ->vm_stack_size and ->cfp lie within ec_span bytes
+	// (at most EC_SPAN) from ec + ec_start: one read; offsets from there.
+	__u32 ec_start, ec_span;
 	__u32 ec_vm_stack, ec_vm_stack_size, ec_cfp;
 	__u32 cfp_size, cfp_pc, cfp_iseq, cfp_ep;
 	__u32 skip_dummy_frame; // the walk ends one frame above the VM stack's end (3.2+)
 	__u64 frame_cframe, frame_finish, env_local; // VM_FRAME_FLAG_CFRAME, _FINISH, VM_ENV_FLAG_LOCAL
 	__u64 t_mask, t_imemo, fl_ushift, qnil, imm_mask;
-	__u64 imemo_ment, imemo_svar;
-	__u32 svar_cref_or_me;
+	__u64 imemo_ment;
 	__u32 cfp_jit_return; // offset of cfp->jit_return + 1; 0: the layout has none
 };
 
@@ -79,13 +87,22 @@ struct payload_header {
 struct frame {
 	__u64 iseq;      // cfp->iseq (0 for C frames)
 	__u64 pc;        // cfp->pc
-	__u64 cme_flags; // the frame's method entry | FRAME_* bits
+	// cme_flags: the frame's method entry | FRAME_* bits. For a frame whose
+	// method entry is in its local environment (every method's), that
+	// environment's me_cref as found: the method entry, an svar holding it,
+	// or neither (0 for a special constant). User space resolves it.
+	__u64 cme_flags;
 };
 
 struct sample_buf {
 	struct payload_header h;
 	struct frame frames[MAX_FRAMES];
 	__u8 cfps[CHUNK_BYTES]; // the control frames being walked (not output)
+	__u8 envs[ENV_CHUNK];   // a part of the VM stack holding environments (not output)
+	// The addresses envs holds. They live in the map value, not in struct
+	// walk_ctx on the stack: the verifier does not track values in a map,
+	// so the walk's states still converge from one frame to the next.
+	__u64 env_lo, env_hi;
 };
 
 struct {
@@ -176,6 +193,7 @@ struct walk_ctx {
 	struct proc_config *cfg;
 	struct sample_buf *buf;
 	__u64 cfp, end;
+	__u64 stack_lo, stack_hi; // the VM stack
 	__u32 pid;
 	__u32 chunk;   // frames in buf->cfps, from the last multiple of CFP_CHUNK
 	__u32 stopped; // the last iteration wrote no frame
@@ -183,27 +201,51 @@ struct walk_ctx {
 	__u32 top_jit; // the top frame's jit_return is set
 };
 
-// check_method_entry: v is a method entry (imemo_ment), or with can_svar an
-// svar holding one; anything else is no method entry.
-static __always_inline __u64 method_entry(struct proc_config *c, __u64 v, int can_svar)
+// method_entry: v, the me_cref of an environment that is not local, if it
+// is a method entry (imemo_ment; a define_method block's), else 0.
+static __always_inline __u64 method_entry(struct proc_config *c, __u64 v)
 {
-	for (int level = 0; level < 2; level++) { // an svar holds at most one more level
-		__u64 flags;
-		if (v == 0 || v == c->qnil || (v & c->imm_mask))
-			return 0;
-		if (bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
-			return 0;
-		if ((flags & c->t_mask) != c->t_imemo)
-			return 0;
-		__u64 type = (flags >> c->fl_ushift) & 0xf; // imemo_mask
-		if (type == c->imemo_ment)
-			return v;
-		if (type != c->imemo_svar || !can_svar || level > 0)
-			return 0;
-		if (bpf_probe_read_user(&v, sizeof(v), (void *)(v + c->svar_cref_or_me)))
-			return 0;
-		can_svar = 0;
+	__u64 flags;
+	if (v == 0 || v == c->qnil || (v & c->imm_mask))
+		return 0;
+	if (bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
+		return 0;
+	if ((flags & c->t_mask) != c->t_imemo)
+		return 0;
+	if (((flags >> c->fl_ushift) & 0xf) != c->imemo_ment) // imemo_mask
+		return 0;
+	return v;
+}
+
+// read_env reads ep[-2], ep[-1] and ep[0] into env. An environment on the VM
+// stack is served from buf->envs, refilled with the ENV_CHUNK bytes ending
+// at it when it is not there; one that escaped to the heap is read alone.
+static __always_inline long read_env(struct walk_ctx *w, __u64 ep, __u64 env[3])
+{
+	__u64 lo = ep - 16, hi = ep + 8;
+	if (ep < 16 || (ep & 7))
+		return -1;
+	if (lo < w->stack_lo || hi > w->stack_hi)
+		return bpf_probe_read_user(env, 3 * sizeof(__u64), (void *)lo);
+	struct sample_buf *buf = w->buf;
+	if (lo < buf->env_lo || hi > buf->env_hi) {
+		__u64 start = w->stack_lo;
+		if (hi - start > ENV_CHUNK)
+			start = hi - ENV_CHUNK;
+		__u64 size = hi - start;
+		if (size < 3 * sizeof(__u64) || size > ENV_CHUNK ||
+		    bpf_probe_read_user(buf->envs, size, (void *)start))
+			return -1;
+		buf->env_lo = start;
+		buf->env_hi = hi;
 	}
+	// Both ends are 8-aligned and lo..hi lies inside the chunk; the masks
+	// only prove that to the verifier.
+	__u64 at = lo - buf->env_lo;
+	__u8 *envs = buf->envs;
+	env[0] = *(__u64 *)(envs + (at & (ENV_CHUNK - 8)));
+	env[1] = *(__u64 *)(envs + ((at + 8) & (ENV_CHUNK - 8)));
+	env[2] = *(__u64 *)(envs + ((at + 16) & (ENV_CHUNK - 8)));
 	return 0;
 }
 
@@ -244,26 +286,34 @@ static long walk_frame(__u32 i, void *data)
 	    *(__u64 *)(cfps + ((at + c->cfp_jit_return - 1) & (CHUNK_BYTES - 8))))
 		w->top_jit = 1;
 
+	// The flags come from the frame's own environment; the method entry
+	// from the first environment in the chain that holds one. A local
+	// environment's me_cref is a method entry, an svar that may hold one,
+	// or neither: it goes out as it is, and user space tells which when it
+	// names the frame, so a method's frame costs no read of the heap here.
+	__u64 first = 0;
 	for (int k = 0; k < MAX_EP_CHECKS; k++) {
-		if (ep < 16 || bpf_probe_read_user(env, sizeof(env), (void *)(ep - 16))) {
-			bits |= FRAME_ERROR;
+		if (read_env(w, ep, env)) {
+			bits = FRAME_ERROR;
 			break;
 		}
-		if (k == 0) {
-			if (env[2] & c->frame_cframe)
-				bits |= FRAME_CFRAME;
-			if (env[2] & c->frame_finish)
-				bits |= FRAME_FINISH;
-		}
+		if (k == 0)
+			first = env[2];
 		if (env[2] & c->env_local) {
-			cme = method_entry(c, env[0], 1);
+			cme = env[0];
+			if (cme == c->qnil || (cme & (c->imm_mask | FRAME_BITS)))
+				cme = 0; // a special constant: no method entry
 			break;
 		}
-		cme = method_entry(c, env[0], 0);
+		cme = method_entry(c, env[0]);
 		if (cme)
 			break;
 		ep = env[1] & ~3ULL; // VM_ENV_PREV_EP
 	}
+	if (first & c->frame_cframe)
+		bits |= FRAME_CFRAME;
+	if (first & c->frame_finish)
+		bits |= FRAME_FINISH;
 	f->cme_flags = (cme & ~FRAME_BITS) | bits;
 	if (i < FRESH_FRAMES && !w->fresh && f->iseq && !(bits & FRAME_CFRAME)) {
 		struct frame_key key = {.pid = w->pid, .iseq = f->iseq, .pc = f->pc};
@@ -300,6 +350,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	buf->h.ec = 0;
 	buf->h.cfp = 0;
 	buf->h.period = ctx->sample_period;
+	buf->env_lo = buf->env_hi = 0;
 
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	__u64 tp = 0;
@@ -317,12 +368,18 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	buf->h.ec = ec;
 
 	if (ec) {
-		__u64 stack = 0, size = 0, cfp = 0;
-		if (bpf_probe_read_user(&stack, sizeof(stack), (void *)(ec + c->ec_vm_stack)) ||
-		    bpf_probe_read_user(&size, sizeof(size), (void *)(ec + c->ec_vm_stack_size)) ||
-		    bpf_probe_read_user(&cfp, sizeof(cfp), (void *)(ec + c->ec_cfp))) {
+		__u64 fields[EC_SPAN / 8];
+		__u32 span = c->ec_span;
+		if (span == 0 || span > EC_SPAN ||
+		    bpf_probe_read_user(fields, span, (void *)(ec + c->ec_start))) {
 			buf->h.flags |= PAYLOAD_READ_ERROR;
-		} else if (stack && cfp) {
+			goto out;
+		}
+		// ConfigFor checks the offsets are 8-aligned and inside the span.
+		__u64 stack = fields[(c->ec_vm_stack / 8) & (EC_SPAN / 8 - 1)];
+		__u64 size = fields[(c->ec_vm_stack_size / 8) & (EC_SPAN / 8 - 1)];
+		__u64 cfp = fields[(c->ec_cfp / 8) & (EC_SPAN / 8 - 1)];
+		if (stack && cfp) {
 			__u64 end = stack + size * 8;
 			if (c->skip_dummy_frame)
 				end -= c->cfp_size;
@@ -330,7 +387,8 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 			if (cfp < stack || cfp > end || c->cfp_size == 0) {
 				buf->h.flags |= PAYLOAD_BAD_CFP;
 			} else {
-				struct walk_ctx w = {.cfg = c, .buf = buf, .cfp = cfp, .end = end, .pid = tgid};
+				struct walk_ctx w = {.cfg = c, .buf = buf, .cfp = cfp, .end = end, .pid = tgid,
+						     .stack_lo = stack, .stack_hi = stack + size * 8};
 				long n = bpf_loop(MAX_FRAMES, walk_frame, &w, 0);
 				fresh = w.fresh;
 				if (w.top_jit)
@@ -350,6 +408,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 		}
 	}
 
+out:;
 	__u64 len = sizeof(struct payload_header) + (__u64)buf->h.nframes * sizeof(struct frame);
 	if (len > sizeof(*buf))
 		len = sizeof(*buf);

@@ -47,6 +47,8 @@ type rubyPayloadHeader struct {
 type rubyProcConfig struct {
 	_              structs.HostLayout
 	EcTpOffset     int64
+	EcStart        uint32
+	EcSpan         uint32
 	EcVmStack      uint32
 	EcVmStackSize  uint32
 	EcCfp          uint32
@@ -64,9 +66,8 @@ type rubyProcConfig struct {
 	Qnil           uint64
 	ImmMask        uint64
 	ImemoMent      uint64
-	ImemoSvar      uint64
-	SvarCrefOrMe   uint32
 	CfpJitReturn   uint32
+	_              [4]byte
 }
 
 type rubySampleBuf struct {
@@ -74,6 +75,9 @@ type rubySampleBuf struct {
 	H      rubyPayloadHeader
 	Frames [2048]rubyFrame
 	Cfps   [1024]uint8
+	Envs   [1024]uint8
+	EnvLo  uint64
+	EnvHi  uint64
 }
 
 // Names of all BPF objects in the ELF.

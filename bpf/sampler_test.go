@@ -54,6 +54,13 @@ func prepareTB(t testing.TB, pid int) target {
 // sample records targets for d and returns each thread's symbolized Ruby
 // stacks, one per sample.
 func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map[int][][]rubystack.Frame, Counts) {
+	out, c, _ := sampleSvars(t, d, opts, targets...)
+	return out, c
+}
+
+// sampleSvars is sample, and also counts the frames whose method entry the
+// program sent as an svar holding it (a method that set $~).
+func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target) (map[int][][]rubystack.Frame, Counts, int) {
 	t.Helper()
 	testruby.Privileged(t, Supported())
 	s, err := Open(opts)
@@ -71,6 +78,7 @@ func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	out := map[int][][]rubystack.Frame{}
+	svars := 0
 	err = s.Run(ctx, func(rec Record) error {
 		if rec.Header.Type != perf.RecordTypeSample {
 			return nil
@@ -91,6 +99,11 @@ func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map
 		if int(p.TID) != tid {
 			return fmt.Errorf("payload tid %d, record tid %d", p.TID, tid)
 		}
+		for _, f := range p.Frames {
+			if cme, err := tg.reader.LocalMethodEntry(f.CME); err == nil && cme != 0 && cme != f.CME {
+				svars++
+			}
+		}
 		var frames []rubystack.Frame
 		for _, rf := range p.RawFrames(tg.reader) {
 			frames = append(frames, tg.reader.Symbolize(rf))
@@ -105,7 +118,7 @@ func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out, c
+	return out, c, svars
 }
 
 // TestBPFStacksEqualSnapshot: for each scenario, spinning where the snapshot
@@ -138,7 +151,12 @@ func TestBPFStacksEqualSnapshot(t *testing.T) {
 				args := append(append(ru.Args[:len(ru.Args):len(ru.Args)], rubyoracle.Args(t, r.Exe)...), script)
 				cmd := testruby.Start(t, r, args...)
 				tg := prepare(t, cmd.Process.Pid)
-				samples, counts := sample(t, 1500*time.Millisecond, DefaultOptions, tg)
+				samples, counts, svars := sampleSvars(t, 1500*time.Millisecond, DefaultOptions, tg)
+				// dynamic.rb's missing_caller sets $~: its frame's method
+				// entry reaches the program inside an svar.
+				if sc == "dynamic" && svars == 0 {
+					t.Error("no frame came with its method entry in an svar")
+				}
 				thaw, err := rubystack.Freeze(tg.pid)
 				testruby.Privileged(t, err)
 				stacks, err := tg.reader.Snapshot()

@@ -272,6 +272,13 @@ func (r *Reader) checkMethodEntry(v uint64, canBeSvar bool) (uint64, error) {
 
 var errNoVM = errors.New("ruby_current_vm_ptr was not found")
 
+// LocalMethodEntry is the method entry a local environment's me_cref leads
+// to (rb_vm_frame_method_entry's last step): v itself, the entry an svar
+// holds, or 0 for anything else.
+func (r *Reader) LocalMethodEntry(v uint64) (uint64, error) {
+	return r.checkMethodEntry(v, true)
+}
+
 // IsCFunc says whether cme is the method entry of a C method (a frame
 // rb_profile_frames reports), reading it if need be.
 func (r *Reader) IsCFunc(cme uint64) bool {

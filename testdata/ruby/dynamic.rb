@@ -1,11 +1,12 @@
-# define_method, method_missing, instance_eval, eval, an anonymous class and
-# a refinement.
+# define_method, method_missing, instance_eval, eval, an anonymous class, a
+# refinement, and a frame whose $~ is set.
 require_relative 'oracle'
 
 class Dyn
   define_method(:via_define) { missing_caller }
 
   def missing_caller
+    'ghost' =~ /gh/ # $~ turns this frame's method entry slot into an svar
     ghost
   end
 
