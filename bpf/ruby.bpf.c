@@ -152,6 +152,34 @@ struct {
 	__type(value, __u8);
 } known_frames SEC(".maps");
 
+// seen_frames: per CPU, a direct-mapped cache of keys found in known_frames.
+// A hash map lookup costs a few hundred ns on a busy machine, an array slot
+// next to nothing, and a running program samples the same frames again and
+// again. A key stays seen as long as it stays named: user space never takes
+// a name back.
+#define SEEN_SLOTS 1024
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SEEN_SLOTS);
+	__type(key, __u32);
+	__type(value, struct frame_key);
+} seen_frames SEC(".maps");
+
+// known: user space has named the frame key.
+static __always_inline int known(struct frame_key *key)
+{
+	__u32 slot = ((key->iseq ^ key->pc ^ key->pid) * 0x9E3779B97F4A7C15ULL) >> 54; // 10 bits
+	slot &= SEEN_SLOTS - 1;
+	struct frame_key *seen = bpf_map_lookup_elem(&seen_frames, &slot);
+	if (seen && seen->pid == key->pid && seen->iseq == key->iseq && seen->pc == key->pc)
+		return 1;
+	if (!bpf_map_lookup_elem(&known_frames, key))
+		return 0;
+	if (seen)
+		*seen = *key;
+	return 1;
+}
+
 // Counters for user space: index by the COUNT_* names.
 #define COUNT_SAMPLES 0
 #define COUNT_OUTPUT_ERRORS 1
@@ -197,7 +225,6 @@ struct walk_ctx {
 	__u32 pid;
 	__u32 chunk;   // frames in buf->cfps, from the last multiple of CFP_CHUNK
 	__u32 stopped; // the last iteration wrote no frame
-	__u32 fresh;   // a frame near the top is one user space has not named
 	__u32 top_jit; // the top frame's jit_return is set
 };
 
@@ -291,9 +318,13 @@ static long walk_frame(__u32 i, void *data)
 	// environment's me_cref is a method entry, an svar that may hold one,
 	// or neither: it goes out as it is, and user space tells which when it
 	// names the frame, so a method's frame costs no read of the heap here.
+	// The frame's own environment and the next (a block's method's) come
+	// through the chunk; deeper ones, rare, alone: each read_env here is
+	// verified frame by frame, and costs the verifier tens of ms.
 	__u64 first = 0;
 	for (int k = 0; k < MAX_EP_CHECKS; k++) {
-		if (read_env(w, ep, env)) {
+		if (k <= 1 ? read_env(w, ep, env)
+			   : (ep < 16 || bpf_probe_read_user(env, sizeof(env), (void *)(ep - 16)))) {
 			bits = FRAME_ERROR;
 			break;
 		}
@@ -315,15 +346,28 @@ static long walk_frame(__u32 i, void *data)
 	if (first & c->frame_finish)
 		bits |= FRAME_FINISH;
 	f->cme_flags = (cme & ~FRAME_BITS) | bits;
-	if (i < FRESH_FRAMES && !w->fresh && f->iseq && !(bits & FRAME_CFRAME)) {
-		struct frame_key key = {.pid = w->pid, .iseq = f->iseq, .pc = f->pc};
-		if (!bpf_map_lookup_elem(&known_frames, &key))
-			w->fresh = 1;
-	}
 	return 0;
 stop:
 	w->stopped = 1;
 	return 1;
+}
+
+// any_fresh: one of the top FRESH_FRAMES Ruby frames is not named yet. It
+// runs after the walk, not in it: the verifier follows the walk's callback
+// frame by frame, and every branch there costs its time many times over.
+static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, long n)
+{
+	for (int i = 0; i < FRESH_FRAMES; i++) {
+		if (i >= n)
+			break;
+		struct frame *f = &buf->frames[i];
+		if (!f->iseq || (f->cme_flags & FRAME_CFRAME))
+			continue;
+		struct frame_key key = {.pid = pid, .iseq = f->iseq, .pc = f->pc};
+		if (!known(&key))
+			return 1;
+	}
+	return 0;
 }
 
 SEC("perf_event")
@@ -390,7 +434,6 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 				struct walk_ctx w = {.cfg = c, .buf = buf, .cfp = cfp, .end = end, .pid = tgid,
 						     .stack_lo = stack, .stack_hi = stack + size * 8};
 				long n = bpf_loop(MAX_FRAMES, walk_frame, &w, 0);
-				fresh = w.fresh;
 				if (w.top_jit)
 					buf->h.flags |= PAYLOAD_TOP_JIT;
 				if (n > 0 && w.stopped)
@@ -400,6 +443,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 				if (n > MAX_FRAMES)
 					n = MAX_FRAMES;
 				buf->h.nframes = n;
+				fresh = any_fresh(buf, tgid, n);
 				if (n >= MAX_FRAMES && cfp + (__u64)MAX_FRAMES * c->cfp_size < end) {
 					buf->h.flags |= PAYLOAD_TRUNCATED;
 					count(COUNT_TRUNCATED);

@@ -89,6 +89,7 @@ const (
 	rubyMapKnownFrames  = "known_frames"
 	rubyMapProcs        = "procs"
 	rubyMapScratch      = "scratch"
+	rubyMapSeenFrames   = "seen_frames"
 	rubyMapUrgentEvents = "urgent_events"
 	rubyProgSampleRuby  = "sample_ruby"
 )
@@ -147,6 +148,7 @@ type rubyMapSpecs struct {
 	KnownFrames  *ebpf.MapSpec `ebpf:"known_frames"`
 	Procs        *ebpf.MapSpec `ebpf:"procs"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
+	SeenFrames   *ebpf.MapSpec `ebpf:"seen_frames"`
 	UrgentEvents *ebpf.MapSpec `ebpf:"urgent_events"`
 }
 
@@ -181,6 +183,7 @@ type rubyMaps struct {
 	KnownFrames  *ebpf.Map `ebpf:"known_frames"`
 	Procs        *ebpf.Map `ebpf:"procs"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
+	SeenFrames   *ebpf.Map `ebpf:"seen_frames"`
 	UrgentEvents *ebpf.Map `ebpf:"urgent_events"`
 }
 
@@ -191,6 +194,7 @@ func (m *rubyMaps) Close() error {
 		m.KnownFrames,
 		m.Procs,
 		m.Scratch,
+		m.SeenFrames,
 		m.UrgentEvents,
 	)
 }
