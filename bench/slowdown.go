@@ -126,6 +126,9 @@ func (b *bench) calibrate() error {
 // slowdownCell gathers one (tool, depth)'s rounds.
 type slowdownCell struct {
 	ratio, rate, preempted, profilerCPU, wakeups, bytesPerSample []float64
+	// perKiloRate is each run's slowdown divided by the thousands of samples
+	// per second it reached: tools that sample at different rates compare.
+	perKiloRate []float64
 }
 
 // slowdown runs every tool at every depth b.rounds times, interleaved: each
@@ -157,6 +160,9 @@ func (b *bench) slowdown(tools []tool) (map[int]map[tool]*slowdownCell, error) {
 				r, c := runs[t], cells[depth][t]
 				c.ratio = append(c.ratio, r.work.seconds/bs.work.seconds)
 				c.rate = append(c.rate, float64(r.samples)/r.work.seconds)
+				if rate := float64(r.samples) / r.work.seconds; rate > 0 {
+					c.perKiloRate = append(c.perKiloRate, 1+(r.work.seconds/bs.work.seconds-1)/(rate/1000))
+				}
 				c.preempted = append(c.preempted, float64(r.work.involuntary-bs.work.involuntary)/r.work.seconds)
 				c.profilerCPU = append(c.profilerCPU, r.profilerCPU)
 				c.wakeups = append(c.wakeups, r.wakeups)

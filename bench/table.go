@@ -36,9 +36,11 @@ func (t *table) String() string {
 	p("median, and the middle half of the rounds in brackets). The profiler's CPU and wake-ups are its own")
 	p("process's while the target worked (start-up and shutdown left out); preemptions are the target's")
 	p("involuntary context switches per second beyond the unprofiled run's. stackprof runs inside the target.")
+	p("Per 1,000 samples/s: each run's slowdown divided by the thousands of samples per second it reached, so that")
+	p("tools reaching different rates compare (stackprof's timer reaches about 250 per second when asked for 999).")
 	p("")
-	p("| stack | profiler | slowdown | samples/s reached | profiler CPU (cores) | profiler wake-ups/s | target preemptions/s | bytes/sample |")
-	p("|---|---|---|---|---|---|---|---|")
+	p("| stack | profiler | slowdown | samples/s reached | slowdown per 1,000 samples/s | profiler CPU (cores) | profiler wake-ups/s | target preemptions/s | bytes/sample |")
+	p("|---|---|---|---|---|---|---|---|---|")
 	for _, depth := range b.depths {
 		for _, tl := range t.tools {
 			c := t.slow[depth][tl]
@@ -49,9 +51,10 @@ func (t *table) String() string {
 			if tl.name != "stackprof" {
 				cpu, wake = fmt.Sprintf("%.3f", median(c.profilerCPU)), fmt.Sprintf("%.0f", median(c.wakeups))
 			}
-			p("| %d frames | %v | %s [%s, %s] | %.0f | %s | %s | %.0f | %s |", depth, tl, pct(median(c.ratio)),
-				pct(quantile(c.ratio, 0.25)), pct(quantile(c.ratio, 0.75)), median(c.rate), cpu, wake,
-				median(c.preempted), bps)
+			p("| %d frames | %v | %s [%s, %s] | %.0f | %s [%s, %s] | %s | %s | %.0f | %s |", depth, tl, pct(median(c.ratio)),
+				pct(quantile(c.ratio, 0.25)), pct(quantile(c.ratio, 0.75)), median(c.rate),
+				pct(median(c.perKiloRate)), pct(quantile(c.perKiloRate, 0.25)), pct(quantile(c.perKiloRate, 0.75)),
+				cpu, wake, median(c.preempted), bps)
 		}
 	}
 	p("")
