@@ -68,27 +68,40 @@ var (
 
 // DecodePayload reads a sample's RAW bytes. It trusts nothing in them.
 func DecodePayload(raw []byte) (*Payload, error) {
+	p := &Payload{}
+	if err := DecodePayloadInto(p, raw); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// DecodePayloadInto is DecodePayload into p, reusing its Frames' storage.
+func DecodePayloadInto(p *Payload, raw []byte) error {
 	if len(raw) < headerSize {
-		return nil, fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
+		return fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
 	}
 	var h rubyPayloadHeader
 	if _, err := binary.Decode(raw[:headerSize], binary.LittleEndian, &h); err != nil {
-		return nil, fmt.Errorf("payload: %w", err)
+		return fmt.Errorf("payload: %w", err)
 	}
 	switch {
 	case h.Magic != PayloadMagic:
-		return nil, fmt.Errorf("payload: bad magic %#x", h.Magic)
+		return fmt.Errorf("payload: bad magic %#x", h.Magic)
 	case h.Version != PayloadVersion && h.Version != 1:
-		return nil, fmt.Errorf("payload: version %d, this rubyperf reads %d", h.Version, PayloadVersion)
+		return fmt.Errorf("payload: version %d, this rubyperf reads %d", h.Version, PayloadVersion)
 	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
-		return nil, fmt.Errorf("payload: header size %d", h.HeaderSize)
+		return fmt.Errorf("payload: header size %d", h.HeaderSize)
 	case int64(h.Length) > int64(len(raw)) || h.Length < uint32(h.HeaderSize):
-		return nil, fmt.Errorf("payload: length %d of %d bytes", h.Length, len(raw))
+		return fmt.Errorf("payload: length %d of %d bytes", h.Length, len(raw))
 	case h.Nframes > MaxFrames || int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize) > int64(h.Length):
-		return nil, fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
+		return fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
 	}
-	p := &Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
-		Frames: make([]Frame, h.Nframes)}
+	frames := p.Frames[:0]
+	if cap(frames) < int(h.Nframes) {
+		frames = make([]Frame, 0, h.Nframes)
+	}
+	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
+		Frames: frames[:h.Nframes]}
 	b := raw[h.HeaderSize:]
 	for i := range p.Frames {
 		f := b[i*frameSize:]
@@ -98,7 +111,7 @@ func DecodePayload(raw []byte) (*Payload, error) {
 			CME: cf &^ frameBits, CFrame: cf&frameCFrame != 0, Finish: cf&frameFinish != 0, Error: cf&frameError != 0,
 		}
 	}
-	return p, nil
+	return nil
 }
 
 var errNotRubyFrame = errors.New("not a frame rb_profile_frames reports")

@@ -95,7 +95,23 @@ type session struct {
 	closeNT  sync.Once
 	buildIDs map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
 	skips    map[int]bool      // -a: processes already said to be skipped
+
+	// Reused from one record to the next: the hot path allocates nothing
+	// per sample but what it keeps.
+	payload bpf.Payload
+	raw     []byte
+	// lastFrames is each thread's previous sample's frames. A thread's
+	// stacks share their bottom from one sample to the next, and the frames
+	// of its previous sample are in symtab already (it never forgets): only
+	// the frames above the shared part need looking up.
+	lastFrames map[threadKey][]bpf.Frame
 }
+
+// threadKey is a thread of a target process.
+type threadKey struct{ pid, tid uint32 }
+
+// maxLastFrames bounds lastFrames; past it, the map starts afresh.
+const maxLastFrames = 4096
 
 // attachResult is what attachAll attached, and the error that stopped it.
 type attachResult struct {
@@ -432,9 +448,10 @@ func (s *session) handle(rec bpf.Record) error {
 		if err != nil {
 			return nil // a record we cannot read is not copied
 		}
-		if p, err := bpf.DecodePayload(smp.Raw); err == nil {
+		if err := bpf.DecodePayloadInto(&s.payload, smp.Raw); err == nil {
+			p := &s.payload
 			if t, ok := s.targets[int(p.PID)]; ok {
-				added, bad := s.symtab.Resolve(t.Reader, p)
+				added, bad := s.symtab.Resolve(t.Reader, s.newFrames(p))
 				s.checkPlausible(t, len(added), bad)
 				if len(added) > 0 {
 					// Their later samples may wait in the batched rings. A
@@ -472,10 +489,28 @@ func (s *session) handle(rec bpf.Record) error {
 	default:
 		return nil
 	}
-	if err := s.w.WriteRecord(rawRecord(rec)); err != nil {
+	s.raw = appendRawRecord(s.raw[:0], rec)
+	if err := s.w.WriteRecord(s.raw); err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Output, err)
 	}
 	return nil
+}
+
+// newFrames is p with only the frames above the part its thread's previous
+// sample shared, and remembers p's frames for the next.
+func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
+	k := threadKey{p.PID, p.TID}
+	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames {
+		s.lastFrames = map[threadKey][]bpf.Frame{}
+	}
+	prev := s.lastFrames[k]
+	shared := 0
+	for shared < len(prev) && shared < len(p.Frames) &&
+		prev[len(prev)-1-shared] == p.Frames[len(p.Frames)-1-shared] {
+		shared++
+	}
+	s.lastFrames[k] = append(prev[:0], p.Frames...)
+	return &bpf.Payload{PID: p.PID, TID: p.TID, Flags: p.Flags, Frames: p.Frames[:len(p.Frames)-shared]}
 }
 
 // recordPID is the pid and tid a COMM, MMAP, MMAP2, FORK or EXIT record is about.
@@ -494,11 +529,11 @@ func recordPID(rec bpf.Record) (pid, tid int) {
 	return int(binary.LittleEndian.Uint32(d[0:])), int(binary.LittleEndian.Uint32(d[4:]))
 }
 
-func rawRecord(rec bpf.Record) []byte {
-	b := make([]byte, 8, 8+len(rec.Data))
-	binary.LittleEndian.PutUint32(b[0:], uint32(rec.Header.Type))
-	binary.LittleEndian.PutUint16(b[4:], uint16(rec.Header.Misc))
-	binary.LittleEndian.PutUint16(b[6:], uint16(8+len(rec.Data)))
+// appendRawRecord appends rec as the kernel wrote it, header first.
+func appendRawRecord(b []byte, rec bpf.Record) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(rec.Header.Type))
+	b = binary.LittleEndian.AppendUint16(b, uint16(rec.Header.Misc))
+	b = binary.LittleEndian.AppendUint16(b, uint16(8+len(rec.Data)))
 	return append(b, rec.Data...)
 }
 

@@ -1,0 +1,47 @@
+package recording
+
+import (
+	"testing"
+
+	"github.com/rubyperf/rubyperf/bpf"
+)
+
+// TestNewFrames: a sample is looked up only above the part of its stack
+// (the bottom) it shares with its thread's previous sample.
+func TestNewFrames(t *testing.T) {
+	f := func(iseqs ...uint64) []bpf.Frame { // leaf first
+		out := make([]bpf.Frame, len(iseqs))
+		for i, is := range iseqs {
+			out[i] = bpf.Frame{Iseq: is, PC: is + 1}
+		}
+		return out
+	}
+	s := &session{}
+	steps := []struct {
+		pid, tid uint32
+		frames   []bpf.Frame
+		want     int // frames returned: the top ones
+	}{
+		{1, 1, f(3, 2, 1), 3},    // first sample of the thread: all
+		{1, 1, f(3, 2, 1), 0},    // the same stack: none
+		{1, 1, f(5, 4, 2, 1), 2}, // a new top over 2, 1
+		{1, 2, f(5, 4, 2, 1), 4}, // another thread: its own history
+		{2, 1, f(5, 4, 2, 1), 4}, // another process with the same tid
+		{1, 1, f(1), 0},          // shallower: the bottom frame was seen
+		{1, 1, f(9, 2, 1), 2},    // the history is the last sample only
+		{1, 1, nil, 0},
+	}
+	for i, st := range steps {
+		p := &bpf.Payload{PID: st.pid, TID: st.tid, Frames: st.frames}
+		got := s.newFrames(p)
+		if len(got.Frames) != st.want || got.PID != st.pid {
+			t.Errorf("step %d: %d frames of pid %d, want %d", i, len(got.Frames), got.PID, st.want)
+			continue
+		}
+		for j := range got.Frames {
+			if got.Frames[j] != st.frames[j] {
+				t.Errorf("step %d: frame %d is %+v, want the payload's top frames", i, j, got.Frames[j])
+			}
+		}
+	}
+}
