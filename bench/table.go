@@ -58,6 +58,30 @@ func (t *table) String() string {
 		}
 	}
 	p("")
+	p("**Head to head**: in each round, the target's work time under rubyperf divided by its time under the peer at")
+	p("the same rate (the round's noise falls on both); median and middle half of the rounds, and in how many rounds")
+	p("the target ran faster under rubyperf.")
+	p("")
+	p("| stack | rate | vs perf | faster under rubyperf | vs stackprof | faster under rubyperf |")
+	p("|---|---|---|---|---|---|")
+	for _, depth := range b.depths {
+		for _, hz := range []int{99, 999} {
+			rp := t.slow[depth][tool{"rubyperf", hz}]
+			row := fmt.Sprintf("| %d frames | %d Hz |", depth, hz)
+			for _, peer := range []string{"perf", "stackprof"} {
+				pc := t.slow[depth][tool{peer, hz}]
+				if rp == nil || pc == nil {
+					row += " – | – |"
+					continue
+				}
+				rel, faster := headToHead(rp.ratio, pc.ratio)
+				row += fmt.Sprintf(" %s [%s, %s] | %d of %d |", pct(median(rel)), pct(quantile(rel, 0.25)),
+					pct(quantile(rel, 0.75)), faster, len(rel))
+			}
+			p("%s", row)
+		}
+	}
+	p("")
 	p("**BPF program run time per sample** (the kernel's BPF statistics, the user stack copy inside `bpf_perf_event_output` included (`--stack-size`, 8 KiB by default); `BenchmarkBPFRunTime`, 999 Hz; the median of 250 ms windows and the 10th–90th percentile window, because a shared machine's slow windows would swamp a mean; urgent: samples that woke the recorder at once; goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
 	p("")
 	p("| Ruby stack | stack copy | frames read per sample | urgent samples | µs per sample [p10, p90] |")
@@ -125,4 +149,17 @@ func stackSize(n int) string {
 		return fmt.Sprintf("%d KiB", n/1024)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// headToHead pairs two tools' per-round slowdowns (the same rounds, in
+// order) and returns, per round, the first's over the second's, and in how
+// many rounds the first was the faster.
+func headToHead(a, b []float64) (rel []float64, faster int) {
+	for i := range min(len(a), len(b)) {
+		rel = append(rel, a[i]/b[i])
+		if a[i] < b[i] {
+			faster++
+		}
+	}
+	return rel, faster
 }
