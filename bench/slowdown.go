@@ -159,8 +159,9 @@ func (b *bench) slowdown(tools []tool) (map[int]map[tool]*slowdownCell, error) {
 			for _, t := range tools {
 				r, c := runs[t], cells[depth][t]
 				c.ratio = append(c.ratio, r.work.seconds/bs.work.seconds)
-				c.rate = append(c.rate, float64(r.samples)/r.work.seconds)
-				if rate := float64(r.samples) / r.work.seconds; rate > 0 {
+				rate := float64(r.samples) / r.work.seconds
+				c.rate = append(c.rate, rate)
+				if rate > 0 {
 					c.perKiloRate = append(c.perKiloRate, 1+(r.work.seconds/bs.work.seconds-1)/(rate/1000))
 				}
 				c.preempted = append(c.preempted, float64(r.work.involuntary-bs.work.involuntary)/r.work.seconds)

@@ -88,7 +88,7 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	case h.Magic != PayloadMagic:
 		return fmt.Errorf("payload: bad magic %#x", h.Magic)
 	case h.Version != PayloadVersion && h.Version != 1:
-		return fmt.Errorf("payload: version %d, this rubyperf reads %d", h.Version, PayloadVersion)
+		return fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, PayloadVersion)
 	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
 		return fmt.Errorf("payload: header size %d", h.HeaderSize)
 	case int64(h.Length) > int64(len(raw)) || h.Length < uint32(h.HeaderSize):

@@ -98,7 +98,8 @@ type session struct {
 
 	// Reused from one record to the next: the hot path allocates nothing
 	// per sample but what it keeps.
-	payload bpf.Payload
+	payload bpf.Payload // the sample being handled
+	unseen  bpf.Payload // its frames newFrames did not skip
 	raw     []byte
 	// lastFrames is each thread's previous sample's frames. A thread's
 	// stacks share their bottom from one sample to the next, and the frames
@@ -497,7 +498,8 @@ func (s *session) handle(rec bpf.Record) error {
 }
 
 // newFrames is p with only the frames above the part its thread's previous
-// sample shared, and remembers p's frames for the next.
+// sample shared (in s.unseen, overwritten by the next call), and remembers
+// p's frames for the next.
 func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 	k := threadKey{p.PID, p.TID}
 	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames {
@@ -510,7 +512,8 @@ func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 		shared++
 	}
 	s.lastFrames[k] = append(prev[:0], p.Frames...)
-	return &bpf.Payload{PID: p.PID, TID: p.TID, Flags: p.Flags, Frames: p.Frames[:len(p.Frames)-shared]}
+	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Flags: p.Flags, Frames: p.Frames[:len(p.Frames)-shared]}
+	return &s.unseen
 }
 
 // recordPID is the pid and tid a COMM, MMAP, MMAP2, FORK or EXIT record is about.
