@@ -4,7 +4,7 @@ export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
 FUZZTIME ?=
 
-.PHONY: build deps rubies lint test fuzz demo tables bench bench-micro clean generate check-generated
+.PHONY: build deps rubies viewers lint test fuzz demo tables bench bench-micro clean generate check-generated
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rubyperf
@@ -17,12 +17,17 @@ deps:
 rubies: deps
 	@bash scripts/test-rubies.sh
 
+# The web viewers the browser tests open recordings in (speedscope, from npm), pinned
+# by testdata/viewers/package-lock.json, into $(RUBYPERF_CACHE)/npm once.
+viewers: deps
+	@bash scripts/viewers.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: rubies lint check-generated
+test: rubies viewers lint check-generated
 	$(GO) test -count=1 -timeout 25m ./...
 	@$(MAKE) --no-print-directory fuzz
 
