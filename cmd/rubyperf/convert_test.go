@@ -31,6 +31,13 @@ func workloadRecording(tb testing.TB, d time.Duration) (file string, pid int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The workload runs for 30 s, past the recording: stop it with the
+	// test, or it keeps running, and holds go test's output open, until then.
+	tb.Cleanup(func() {
+		if p, err := os.FindProcess(sum.PIDs[0]); err == nil {
+			p.Kill()
+		}
+	})
 	return file, sum.PIDs[0]
 }
 
