@@ -7,9 +7,13 @@ type Native struct {
 	Frame
 	// VMEntry: the frame is rb_vm_exec, one entry into the Ruby VM.
 	VMEntry bool
-	// Interp: the frame is interpreter plumbing (vm_exec_core,
-	// vm_call_cfunc_with_frame, ...), hidden unless Options.Interp.
-	Interp bool
+	// Plumbing: the frame is a known piece of the interpreter's dispatch
+	// (vm_exec_core, vm_call_cfunc_with_frame, ...), shown only by
+	// ViewNative.
+	Plumbing bool
+	// Interpreter: the frame runs code of the object that holds the Ruby
+	// VM (libruby, or the ruby executable when it is linked statically).
+	Interpreter bool
 	// ThreadStart: nothing runs below this frame (_start, start_thread):
 	// native unwinding reached the bottom of the thread.
 	ThreadStart bool
@@ -22,6 +26,10 @@ type Native struct {
 // that is known: "[JIT] Foo#bar", as YJIT's own perf map names its code.
 const JITName = "[JIT]"
 
+// IncompleteName is the root frame of a stack whose native unwinding
+// stopped before the part the view shows was complete.
+const IncompleteName = "[native unwind incomplete]"
+
 // Ruby is a Ruby control frame offered to Merge, leaf first, as the
 // sampler captured it.
 type Ruby struct {
@@ -33,10 +41,40 @@ type Ruby struct {
 	Hidden bool
 }
 
+// View is what a merged stack shows of its native frames.
+type View uint8
+
+const (
+	// ViewRuby, the default, reads like the Ruby program: Ruby frames, the
+	// C methods they call and the native code those C methods run. What the
+	// interpreter does between two Ruby frames (rb_yield, rb_block_call,
+	// vm_call_*, named or not) is folded into the frame that owns it, an
+	// unnamed interpreter frame anywhere into its caller, and the native
+	// frames below the outermost Ruby frame (main, the thread's start) are
+	// left out. Native code of other objects (a C extension, libc) and the
+	// kernel stays.
+	ViewRuby View = iota
+	// ViewNative shows every native frame, the interpreter's own and its
+	// VM entries included.
+	ViewNative
+	// ViewRubyOnly shows Ruby and C method frames alone, like rbspy.
+	ViewRubyOnly
+)
+
 // Options tune merging.
 type Options struct {
-	Interp   bool // keep interpreter-internal native frames
-	NoNative bool // Ruby frames only, like rbspy
+	View View
+}
+
+// Outcome says how a stack was merged.
+type Outcome struct {
+	// Fallback: the native stack has more VM entries than the Ruby stack,
+	// so nothing was interleaved: the Ruby frames sit on top of the native
+	// ones.
+	Fallback bool
+	// Incomplete: native unwinding stopped before the view's part of the
+	// stack was complete; the stack's root frame is IncompleteName.
+	Incomplete bool
 }
 
 // Merge interleaves the Ruby frames of a sample with its native frames, leaf
@@ -44,7 +82,8 @@ type Options struct {
 // pushed: the run of control frames up to and including the next one
 // flagged FINISH. Native frames between two VM entries (a C method's
 // implementation, rb_yield, ...) stay where they are, inside the C method
-// frame that sits on top of the outer entry's frames.
+// frame that sits on top of the outer entry's frames, as far as the view
+// shows them (View).
 //
 // A JIT frame belongs to the innermost Ruby method (iseq) frame of its VM
 // entry: it goes right above that frame, below the C method frames the JIT
@@ -52,12 +91,12 @@ type Options struct {
 // named after it when nothing else names it.
 //
 // When native unwinding stopped early, the Ruby frames of the entries it did
-// not reach go last (at the root). When it reached the thread's start, Ruby
-// frames left over (Ruby 3.1's placeholder <main>, for one) go right below
-// the outermost VM entry's frames. When the native stack has more VM entries
-// than the Ruby stack, nothing is guessed: the Ruby frames go on top of the
-// native frames and fallback is true.
-func Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallback bool) {
+// not reach go last, under an IncompleteName root. When it reached the
+// thread's start, Ruby frames left over (Ruby 3.1's placeholder <main>, for
+// one) go right below the outermost VM entry's frames. When the native stack
+// has more VM entries than the Ruby stack, nothing is guessed: the Ruby
+// frames go on top of the native frames and the outcome says Fallback.
+func Merge(natives []Native, rubies []Ruby, opts Options) ([]Frame, Outcome) {
 	var m Merger
 	return m.Merge(natives, rubies, opts)
 }
@@ -72,7 +111,7 @@ type Merger struct {
 }
 
 // Merge is Merge with m's buffers.
-func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, fallback bool) {
+func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []Frame, how Outcome) {
 	m.ruby, m.ends = m.ruby[:0], m.ends[:0]
 	for _, r := range rubies {
 		if !r.Hidden {
@@ -93,24 +132,41 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 	segment := func(i int) []Frame { return m.ruby[startOf(m.ends, i):m.ends[i]] }
 	frames = m.out[:0]
 	defer func() { m.out = frames[:0] }()
-	if opts.NoNative {
-		return append(frames, m.ruby...), false
+	if opts.View == ViewRubyOnly {
+		return append(frames, m.ruby...), how
 	}
-	entries := 0
+	entries, unwound := 0, false
 	for _, n := range natives {
 		if n.VMEntry {
 			entries++
 		}
+		unwound = unwound || n.Kind != KindKernel
 	}
-	keep := func(n *Native) bool { return opts.Interp || !n.Interp }
 	if entries > len(m.ends) {
 		frames = append(frames, m.ruby...)
 		for i := range natives {
-			if n := &natives[i]; keep(n) && !n.VMEntry {
+			if n := &natives[i]; !n.VMEntry && (opts.View == ViewNative || !folded(n)) {
 				frames = append(frames, n.Frame)
 			}
 		}
-		return frames, true
+		return frames, Outcome{Fallback: true}
+	}
+	// What the default view keeps of a native frame, by where it is: above
+	// the innermost VM entry (the C method's own work, or what a Ruby
+	// method's instructions called), between two entries (a C method
+	// calling back into Ruby), or below the outermost one.
+	keep := func(n *Native, si int) bool {
+		switch {
+		case opts.View == ViewNative:
+			return true
+		case folded(n):
+			return false
+		case si == 0 || len(m.ruby) == 0:
+			return true
+		case si < entries:
+			return !n.Interpreter
+		}
+		return false // below the outermost Ruby frame
 	}
 	si, afterLast, reachedStart := 0, -1, false
 	done := 0 // frames of segment si already placed (above a JIT frame)
@@ -138,13 +194,13 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 			frames = append(frames, segment(si)[done:]...)
 			si, done = si+1, 0
 			afterLast = len(frames)
-			if opts.Interp {
+			if opts.View == ViewNative {
 				frames = append(frames, n.Frame)
 			}
 			continue
 		}
 		reachedStart = reachedStart || n.ThreadStart
-		if keep(n) {
+		if keep(n, si) {
 			frames = append(frames, n.Frame)
 		}
 	}
@@ -156,9 +212,24 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 	if len(rest) > 0 && reachedStart && afterLast >= 0 {
 		m.outer = append(m.outer[:0], frames[afterLast:]...)
 		frames = append(append(frames[:afterLast], rest...), m.outer...)
-		return frames, false
+		return frames, how
 	}
-	return append(frames, rest...), false
+	frames = append(frames, rest...)
+	// Incomplete where the view misses something: Ruby frames placed without
+	// the native frames between them, or (showing every native frame, or
+	// when there is no Ruby frame) a native stack that ends short of the
+	// thread's start.
+	if unwound && !reachedStart && (len(rest) > 0 || opts.View == ViewNative || len(m.ruby) == 0) {
+		how.Incomplete = true
+		frames = append(frames, Frame{Kind: KindNative, Name: IncompleteName})
+	}
+	return frames, how
+}
+
+// folded: the default view leaves n out wherever it is: known plumbing,
+// or an interpreter frame no symbol names.
+func folded(n *Native) bool {
+	return n.Plumbing || n.Interpreter && n.Name == rubystack.UnknownLabel
 }
 
 // startOf is where segment i of ends starts.

@@ -8,10 +8,29 @@ import (
 func rb(name string, finish bool) Ruby {
 	return Ruby{Frame: Frame{Kind: KindRuby, Name: name}, Finish: finish}
 }
-func cf(name string) Ruby    { return Ruby{Frame: Frame{Kind: KindCFunc, Name: name}} }
-func nat(name string) Native { return Native{Frame: Frame{Kind: KindNative, Name: name}} }
-func vm() Native             { return Native{Frame: Frame{Kind: KindNative, Name: "rb_vm_exec"}, VMEntry: true} }
-func jit() Native            { return Native{Frame: Frame{Kind: KindNative, Name: "[unknown]"}, JIT: true} }
+func cf(name string) Ruby { return Ruby{Frame: Frame{Kind: KindCFunc, Name: name}} }
+
+// ext is a native frame outside the interpreter (a C extension, libc).
+func ext(name string) Native { return Native{Frame: Frame{Kind: KindNative, Name: name}} }
+
+// lib is a frame of libruby; "" is one no symbol names.
+func lib(name string) Native {
+	if name == "" {
+		name = "[unknown]"
+	}
+	return Native{Frame: Frame{Kind: KindNative, Name: name}, Interpreter: true}
+}
+func plumbing(name string) Native {
+	n := lib(name)
+	n.Plumbing = true
+	return n
+}
+func vm() Native {
+	return Native{Frame: Frame{Kind: KindNative, Name: "rb_vm_exec"}, VMEntry: true, Interpreter: true}
+}
+func jit() Native    { return Native{Frame: Frame{Kind: KindNative, Name: "[unknown]"}, JIT: true} }
+func start() Native  { return Native{Frame: Frame{Kind: KindNative, Name: "_start"}, ThreadStart: true} }
+func kernel() Native { return Native{Frame: Frame{Kind: KindKernel, Name: "do_syscall_64"}} }
 
 func names(fs []Frame) string {
 	var out []string
@@ -21,52 +40,90 @@ func names(fs []Frame) string {
 	return strings.Join(out, " ")
 }
 
-// The pure logic of Merge, next to the real-process golden tests in
-// recording (TestMergedStacksGolden).
+var (
+	ruby   = Options{View: ViewRuby}
+	native = Options{View: ViewNative}
+)
+
+// The pure logic of Merge, next to the real-process tests: the golden
+// stacks of recording (TestMergedStacksGolden) and the views of Debian's
+// stripped Ruby in cmd/rubyperf (TestViewsOfStrippedRuby).
 func TestMerge(t *testing.T) {
 	// block in Foo#bar <- rb_yield <- rb_ary_each (Array#each) <- Foo#bar <- <main>
 	rubies := []Ruby{rb("block in bar", true), cf("Array#each"), rb("Foo#bar", false), rb("<main>", true)}
-	natives := []Native{nat("leaf"), vm(), nat("rb_yield"), nat("rb_ary_each"),
-		{Frame: Frame{Kind: KindNative, Name: "vm_exec_core"}, Interp: true}, vm(), nat("main")}
+	natives := []Native{ext("leaf"), vm(), lib("rb_yield"), lib(""), lib("rb_ary_each"),
+		plumbing("vm_exec_core"), vm(), lib("ruby_run_node"), ext("main"), start()}
+	const incomplete = " " + IncompleteName
 	cases := []struct {
-		name     string
-		natives  []Native
-		rubies   []Ruby
-		opts     Options
-		want     string
-		fallback bool
+		name    string
+		natives []Native
+		rubies  []Ruby
+		opts    Options
+		want    string
+		how     Outcome
 	}{
-		{"interleaved", natives, rubies, Options{},
-			"leaf block in bar rb_yield rb_ary_each Array#each Foo#bar <main> main", false},
-		{"interp kept", natives, rubies, Options{Interp: true},
-			"leaf block in bar rb_vm_exec rb_yield rb_ary_each vm_exec_core Array#each Foo#bar <main> rb_vm_exec main", false},
-		{"ruby only", natives, rubies, Options{NoNative: true}, "block in bar Array#each Foo#bar <main>", false},
-		{"unwind stopped early", natives[:4], rubies, Options{},
-			"leaf block in bar rb_yield rb_ary_each Array#each Foo#bar <main>", false},
-		{"more VM entries than Ruby entries", append(natives, vm()), rubies, Options{},
-			"block in bar Array#each Foo#bar <main> leaf rb_yield rb_ary_each main", true},
+		{"default: the interpreter between Ruby frames and below them folded", natives, rubies, ruby,
+			"leaf block in bar Array#each Foo#bar <main>", Outcome{}},
+		{"every native frame", natives, rubies, native,
+			"leaf block in bar rb_vm_exec rb_yield [unknown] rb_ary_each vm_exec_core Array#each Foo#bar <main> rb_vm_exec ruby_run_node main _start", Outcome{}},
+		{"ruby only", natives, rubies, Options{View: ViewRubyOnly}, "block in bar Array#each Foo#bar <main>", Outcome{}},
+		{"a C extension between Ruby frames stays",
+			[]Native{ext("leaf"), vm(), lib("rb_yield"), ext("ext_each_pair"), lib(""), vm(), start()}, rubies, ruby,
+			"leaf block in bar ext_each_pair Array#each Foo#bar <main>", Outcome{}},
+		{"a C method's own native frames stay, unnamed interpreter frames fold",
+			[]Native{lib("rb_ary_sort_bang"), lib(""), plumbing("vm_call_cfunc_with_frame"), vm(), start()},
+			[]Ruby{cf("Array#sort!"), rb("Foo#bar", false), rb("<main>", true)}, ruby,
+			"rb_ary_sort_bang Array#sort! Foo#bar <main>", Outcome{}},
+		{"what a Ruby method's instructions call stays",
+			[]Native{kernel(), ext("malloc"), lib("rb_str_plus"), lib(""), vm(), start()},
+			[]Ruby{rb("Foo#bar", false), rb("<main>", true)}, ruby,
+			"do_syscall_64 malloc rb_str_plus Foo#bar <main>", Outcome{}},
+		{"unwind stopped early", natives[:4], rubies, ruby,
+			"leaf block in bar Array#each Foo#bar <main>" + incomplete, Outcome{Incomplete: true}},
+		{"unwind stopped early, every native frame", natives[:4], rubies, native,
+			"leaf block in bar rb_vm_exec rb_yield [unknown] Array#each Foo#bar <main>" + incomplete, Outcome{Incomplete: true}},
+		{"unwind stopped early, ruby only", natives[:4], rubies, Options{View: ViewRubyOnly},
+			"block in bar Array#each Foo#bar <main>", Outcome{}},
+		{"every entry reached, not the thread's start: nothing the default view shows is missing",
+			natives[:9], rubies, ruby, "leaf block in bar Array#each Foo#bar <main>", Outcome{}},
+		{"every entry reached, not the thread's start, every native frame", natives[:9], rubies, native,
+			"leaf block in bar rb_vm_exec rb_yield [unknown] rb_ary_each vm_exec_core Array#each Foo#bar <main> rb_vm_exec ruby_run_node main" + incomplete,
+			Outcome{Incomplete: true}},
+		{"no stack copy: kernel frames on the Ruby stack", []Native{kernel()}, rubies, ruby,
+			"do_syscall_64 block in bar Array#each Foo#bar <main>", Outcome{}},
+		{"a thread without Ruby frames", []Native{ext("poll"), lib(""), lib("timer_thread_func")}, nil, ruby,
+			"poll timer_thread_func" + incomplete, Outcome{Incomplete: true}},
+		{"a thread without Ruby frames, unwound to its start", []Native{ext("poll"), lib("timer_thread_func"), start()}, nil, ruby,
+			"poll timer_thread_func _start", Outcome{}},
+		{"more VM entries than Ruby entries", append([]Native{vm()}, natives...), rubies, ruby,
+			"block in bar Array#each Foo#bar <main> leaf rb_yield rb_ary_each ruby_run_node main _start", Outcome{Fallback: true}},
 		// YJIT: JIT code of Foo#bar called Array#each's C function directly
 		// (the cfunc frame is pushed by the JIT code), and the block runs in
 		// the interpreter.
-		{"JIT code calls a C method", []Native{nat("leaf"), vm(), nat("rb_yield"), nat("rb_ary_each"), jit(), vm(), nat("main")},
-			rubies, Options{}, "leaf block in bar rb_yield rb_ary_each Array#each [JIT] Foo#bar Foo#bar <main> main", false},
-		{"sampled in JIT code", []Native{jit(), {Frame: Frame{Name: "vm_exec_core"}, Interp: true}, vm(), nat("main")},
-			[]Ruby{rb("Foo#bar", false), rb("<main>", true)}, Options{}, "[JIT] Foo#bar Foo#bar <main> main", false},
-		{"JIT code calls a C helper", []Native{nat("rb_hash_aref"), jit(), vm()},
-			[]Ruby{rb("Foo#bar", true)}, Options{}, "rb_hash_aref [JIT] Foo#bar Foo#bar", false},
-		{"JIT frame of an unknown method", []Native{jit(), vm()},
-			[]Ruby{rb("[unknown]", true)}, Options{}, "[JIT] [unknown]", false},
-		{"unwinding stopped in JIT code", []Native{nat("rb_ary_each"), jit()},
-			[]Ruby{cf("Array#each"), rb("Foo#bar", true)}, Options{}, "rb_ary_each Array#each [JIT] Foo#bar Foo#bar", false},
+		{"JIT code calls a C method", []Native{ext("leaf"), vm(), lib("rb_yield"), lib("rb_ary_each"), jit(), vm(), start()},
+			rubies, ruby, "leaf block in bar Array#each [JIT] Foo#bar Foo#bar <main>", Outcome{}},
+		{"JIT code calls a C method, every native frame", []Native{ext("leaf"), vm(), lib("rb_yield"), lib("rb_ary_each"), jit(), vm(), start()},
+			rubies, native, "leaf block in bar rb_vm_exec rb_yield rb_ary_each Array#each [JIT] Foo#bar Foo#bar <main> rb_vm_exec _start", Outcome{}},
+		{"sampled in JIT code", []Native{jit(), plumbing("vm_exec_core"), vm(), start()},
+			[]Ruby{rb("Foo#bar", false), rb("<main>", true)}, ruby, "[JIT] Foo#bar Foo#bar <main>", Outcome{}},
+		{"JIT code calls a C helper", []Native{lib("rb_hash_aref"), jit(), vm(), start()},
+			[]Ruby{rb("Foo#bar", true)}, ruby, "rb_hash_aref [JIT] Foo#bar Foo#bar", Outcome{}},
+		{"JIT frame of an unknown method", []Native{jit(), vm(), start()},
+			[]Ruby{rb("[unknown]", true)}, ruby, "[JIT] [unknown]", Outcome{}},
+		{"unwinding stopped in JIT code", []Native{lib("rb_ary_each"), jit()},
+			[]Ruby{cf("Array#each"), rb("Foo#bar", true)}, ruby, "rb_ary_each Array#each [JIT] Foo#bar Foo#bar" + incomplete,
+			Outcome{Incomplete: true}},
 		{"leftover Ruby frames below the last entry when the thread start was reached",
-			[]Native{nat("leaf"), vm(), {Frame: Frame{Name: "_start"}, ThreadStart: true}},
-			[]Ruby{rb("<main>", true), rb("<main> placeholder", true)}, Options{},
-			"leaf <main> <main> placeholder _start", false},
+			[]Native{ext("leaf"), vm(), start()},
+			[]Ruby{rb("<main>", true), rb("<main> placeholder", true)}, native,
+			"leaf <main> <main> placeholder rb_vm_exec _start", Outcome{}},
+		{"leftover Ruby frames, default view", []Native{ext("leaf"), vm(), start()},
+			[]Ruby{rb("<main>", true), rb("<main> placeholder", true)}, ruby, "leaf <main> <main> placeholder", Outcome{}},
 	}
 	for _, c := range cases {
-		got, fb := Merge(c.natives, c.rubies, c.opts)
-		if names(got) != c.want || fb != c.fallback {
-			t.Errorf("%s:\n got %q (fallback %v)\nwant %q (fallback %v)", c.name, names(got), fb, c.want, c.fallback)
+		got, how := Merge(c.natives, c.rubies, c.opts)
+		if names(got) != c.want || how != c.how {
+			t.Errorf("%s:\n got %q (%+v)\nwant %q (%+v)", c.name, names(got), how, c.want, c.how)
 		}
 	}
 	// One Merger reused across every case, twice over, gives the same
@@ -74,9 +131,9 @@ func TestMerge(t *testing.T) {
 	var m Merger
 	for round := range 2 {
 		for _, c := range cases {
-			got, fb := m.Merge(c.natives, c.rubies, c.opts)
-			if names(got) != c.want || fb != c.fallback {
-				t.Errorf("reused Merger, round %d, %s:\n got %q (fallback %v)\nwant %q", round, c.name, names(got), fb, c.want)
+			got, how := m.Merge(c.natives, c.rubies, c.opts)
+			if names(got) != c.want || how != c.how {
+				t.Errorf("reused Merger, round %d, %s:\n got %q (%+v)\nwant %q", round, c.name, names(got), how, c.want)
 			}
 		}
 	}

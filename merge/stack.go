@@ -57,4 +57,7 @@ type Stack struct {
 	// Fallback: the Ruby and native stacks could not be interleaved, so the
 	// Ruby frames sit on top of the native ones.
 	Fallback bool
+	// Incomplete: native unwinding stopped early; the root frame says so
+	// (IncompleteName).
+	Incomplete bool
 }

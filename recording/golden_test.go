@@ -41,36 +41,58 @@ func TestMergedStacksGolden(t *testing.T) {
 				Duration: d, Output: out}); err != nil {
 				t.Fatal(err)
 			}
-			byThread := map[string]map[string]int{}
-			_, err := ReadStacks(out, ReadOptions{}, func(s merge.Stack) error {
-				if byThread[s.Comm] == nil {
-					byThread[s.Comm] = map[string]int{}
+			// Each sample in two views: every native frame, and the
+			// default (what a Ruby developer reads). The thread's most
+			// frequent stack is picked in the first and shown in both.
+			type views struct{ native, ruby []string }
+			byThread := map[string]*views{}
+			for _, view := range []merge.View{merge.ViewNative, merge.ViewRuby} {
+				_, err := ReadStacks(out, ReadOptions{Merge: merge.Options{View: view}}, func(s merge.Stack) error {
+					v := byThread[s.Comm]
+					if v == nil {
+						v = &views{}
+						byThread[s.Comm] = v
+					}
+					if view == merge.ViewNative {
+						v.native = append(v.native, renderStack(s))
+					} else {
+						v.ruby = append(v.ruby, renderStack(s))
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
-				byThread[s.Comm][renderStack(s)]++
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
 			}
 			var b strings.Builder
 			fmt.Fprintf(&b, "# %s.rb on Ruby 3.1.2 (shared libruby with symbols): each thread's most frequent\n", sc)
-			fmt.Fprintf(&b, "# merged stack, root first. Made by TestMergedStacksGolden -update; reviewed by hand.\n")
+			fmt.Fprintf(&b, "# merged stack, root first, with every native frame (--native) and in the default view.\n")
+			fmt.Fprintf(&b, "# Made by TestMergedStacksGolden -update; reviewed by hand.\n")
 			names := make([]string, 0, len(byThread))
 			for n := range byThread {
 				names = append(names, n)
 			}
 			sort.Strings(names)
 			for _, n := range names {
-				best, count := "", 0
-				for st, c := range byThread[n] {
-					if c > count || c == count && st < best {
-						best, count = st, c
+				v := byThread[n]
+				if len(v.native) != len(v.ruby) {
+					t.Fatalf("thread %s: %d samples with --native, %d in the default view", n, len(v.native), len(v.ruby))
+				}
+				counts := map[string]int{}
+				for _, st := range v.native {
+					counts[st]++
+				}
+				best, count := -1, 0
+				for i, st := range v.native {
+					if c := counts[st]; c > count || c == count && st < v.native[best] {
+						best, count = i, c
 					}
 				}
 				if count < 5 {
 					continue // a thread that barely ran: no stable answer
 				}
-				fmt.Fprintf(&b, "\nthread %s\n%s", n, best)
+				fmt.Fprintf(&b, "\nthread %s (--native)\n%s", n, v.native[best])
+				fmt.Fprintf(&b, "\nthread %s (default view)\n%s", n, v.ruby[best])
 			}
 			golden := filepath.Join("testdata", "golden", sc+".txt")
 			if *update {

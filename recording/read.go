@@ -29,13 +29,14 @@ type ReadOptions struct {
 
 // ReadStats count what reading found.
 type ReadStats struct {
-	Samples   int
-	Fallbacks int // samples whose Ruby and native stacks could not be interleaved
-	NoPayload int // samples without a readable Ruby payload (native only)
+	Samples    int
+	Fallbacks  int // samples whose Ruby and native stacks could not be interleaved
+	Incomplete int // samples whose native unwinding stopped early (merge.IncompleteName)
+	NoPayload  int // samples without a readable Ruby payload (native only)
 }
 
 // interpFrames are libruby's interpreter plumbing between a C method and
-// the VM entry it makes; hidden unless asked for (Options.Interp).
+// the VM entry it makes (merge.Native.Plumbing).
 var interpFrames = map[string]bool{
 	"vm_exec_core": true, "vm_call_cfunc": true, "vm_call_cfunc_with_frame": true,
 	"vm_call_cfunc_with_frame_": true, "vm_call0_body": true, "vm_call0_cfunc_with_frame": true,
@@ -46,10 +47,12 @@ var interpFrames = map[string]bool{
 	"vm_call_method_each_type": true, "vm_call_general": true, "vm_call_iseq_setup": true,
 }
 
-// threadStarts are the native functions at the bottom of every thread.
+// threadStarts are the native functions at the bottom of every thread, and
+// of every fiber's stack (libruby's fiber_entry, entered from a coroutine
+// switch that leaves no caller to unwind to).
 var threadStarts = map[string]bool{
 	"_start": true, "__libc_start_main": true, "__libc_start_call_main": true, "start_thread": true,
-	"clone": true, "clone3": true, "__clone": true, "__clone3": true,
+	"clone": true, "clone3": true, "__clone": true, "__clone3": true, "fiber_entry": true,
 }
 
 // ReadStacks reads the recording at path and hands fn every sample as a
@@ -200,9 +203,14 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	} else {
 		rd.stats.NoPayload++
 	}
-	st.Frames, st.Fallback = rd.merger.Merge(rd.natives, rd.rubies, rd.opts.Merge)
+	var how merge.Outcome
+	st.Frames, how = rd.merger.Merge(rd.natives, rd.rubies, rd.opts.Merge)
+	st.Fallback, st.Incomplete = how.Fallback, how.Incomplete
 	if st.Fallback {
 		rd.stats.Fallbacks++
+	}
+	if st.Incomplete {
+		rd.stats.Incomplete++
 	}
 	return st
 }
@@ -254,11 +262,12 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample) []merge.Nat
 				fr.Name, fr.SymOffset = name, off
 				base := compilerClone(name)
 				n.VMEntry = base == "rb_vm_exec"
-				n.Interp = interpFrames[base] || strings.HasPrefix(base, "vm_call_")
+				n.Plumbing = interpFrames[base] || strings.HasPrefix(base, "vm_call_")
 				n.ThreadStart = threadStarts[base]
 			}
 		}
-		if hasVM && f.Mapping.Path == vm.Path && vaddr >= vm.Start && vaddr < vm.End {
+		n.Interpreter = hasVM && f.Mapping.Path == vm.Path
+		if n.Interpreter && vaddr >= vm.Start && vaddr < vm.End {
 			n.VMEntry = true
 			if fr.Name == rubystack.UnknownLabel {
 				fr.Name = "rb_vm_exec"

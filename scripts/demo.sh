@@ -69,7 +69,7 @@ echo "-- stock perf report reads it:"
 perf report --stdio --no-children -i "$out/rubyperf.data" 2>/dev/null | grep -E '^ +[0-9.]+%' | head -8 || true
 
 echo
-echo "== rubyperf report: Ruby methods and native functions =="
+echo "== rubyperf report: Ruby methods, C methods, native functions =="
 "$bin" report -i "$out/rubyperf.data" -n 8
 echo
 echo "== rubyperf script: the first sample, Ruby frames merged into the native stack =="
@@ -79,11 +79,12 @@ echo "== rubyperf script: the first sample, Ruby frames merged into the native s
 "$bin" convert -i "$out/rubyperf.data" -f pprof -o "$out/rubyperf.pb.gz"
 "$bin" convert -i "$out/rubyperf.data" -f speedscope -o "$out/rubyperf.speedscope.json"
 "$bin" convert -i "$out/rubyperf.data" -f svg -o "$out/rubyperf.svg"
+"$bin" convert -i "$out/rubyperf.data" -f svg --native -o "$out/rubyperf-native.svg"
 
 # jit_share FILE: how many samples start in JIT code (perf shows it in /tmp/perf-PID.map), and how
 # many of those unwind through it to their thread's start (main, _start, start_thread, __clone3).
 jit_share() {
-  "$bin" script -i "$1" | awk 'BEGIN { RS = "" } { n++; split($0, l, "\n"); if (l[2] ~ /\/tmp\/perf-[0-9]+\.map\)$/) { j++; if ($0 ~ /\n[ \t]*[0-9a-f]+ (main|_start|start_thread|__clone3)\+0x[0-9a-f]+ \(/) m++ } }
+  "$bin" script --native -i "$1" | awk 'BEGIN { RS = "" } { n++; split($0, l, "\n"); if (l[2] ~ /\/tmp\/perf-[0-9]+\.map\)$/) { j++; if ($0 ~ /\n[ \t]*[0-9a-f]+ (main|_start|start_thread|__clone3)\+0x[0-9a-f]+ \(/) m++ } }
     END { printf "%d of %d samples start in JIT code, %d of those unwind through it to their thread'"'"'s start\n", j, n, m }'
 }
 # The newest test Ruby with YJIT (the manifest says so) and its own symbols, so that native frames
@@ -121,6 +122,7 @@ echo "  rubyperf.script.txt      perf-script text with Ruby frames (flame graph 
 echo "  rubyperf.folded          folded stacks"
 echo "  rubyperf.pb.gz           pprof: go tool pprof -top $out/rubyperf.pb.gz"
 echo "  rubyperf.speedscope.json speedscope"
-echo "  rubyperf.svg             an interactive flame graph: open it in a browser"
+echo "  rubyperf.svg             an interactive flame graph: open it in a browser (the default view)"
+echo "  rubyperf-native.svg      the same with every native frame (--native)"
 echo "  rubyperf-yjit.data, rubyperf-yjit.svg  the same workload under YJIT (rubyperf-interp.data: without)"
 echo "  offsets-*.json, snapshot-*.json"

@@ -16,12 +16,19 @@ var convertDefaults = map[string]string{
 	"folded": "-", "pprof": "rubyperf.pb.gz", "speedscope": "rubyperf.speedscope.json", "svg": "rubyperf.svg",
 }
 
+// viewSubtitle says under a flame graph's title what its view shows.
+var viewSubtitle = map[merge.View]string{
+	merge.ViewRuby:     "Ruby frames, C methods and their native code, kernel (--native: every native frame)",
+	merge.ViewNative:   "Ruby frames and every native frame (--native)",
+	merge.ViewRubyOnly: "Ruby frames and C methods only (--ruby-only)",
+}
+
 func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
 	in := addInputFlags(fs)
 	format := fs.String("f", "", "folded, pprof, speedscope or svg")
 	out := fs.String("o", "", "output file, - for stdout (default: stdout for folded, rubyperf.pb.gz, rubyperf.speedscope.json, rubyperf.svg)")
-	pos, err := parseFlags(fs, args)
+	pos, err := in.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -53,17 +60,21 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		graph = export.NewFlameGraph(export.SVGOptions{Title: "rubyperf: " + *in.input})
 		pw = graph
 	}
-	if _, err := recording.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+	stats, err := recording.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
 		if pprof != nil && pprof.Options.Period == 0 {
 			pprof.Options.Period = int64(s.Period) // the first sample's
 		}
 		pw.Add(&s)
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	if graph != nil {
-		graph.Options.Subtitle = fmt.Sprintf("%d samples; Ruby, C methods, native and kernel frames", graph.Samples())
+		graph.Options.Subtitle = fmt.Sprintf("%d samples; %s", graph.Samples(), viewSubtitle[in.view()])
+		if stats.Incomplete > 0 {
+			graph.Options.Subtitle += fmt.Sprintf("; %d under %s", stats.Incomplete, merge.IncompleteName)
+		}
 	}
 
 	w, closeOut := stdout, func() error { return nil }

@@ -22,7 +22,7 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	in := addInputFlags(fs)
 	out := fs.String("o", "", "the perf.data to write")
 	mapDir := fs.String("map-dir", perfmap.DefaultDir, "where perf-PID.map files go (perf reads /tmp)")
-	pos, err := parseFlags(fs, args)
+	pos, err := in.parse(fs, args)
 	if err != nil {
 		return err
 	}

@@ -11,18 +11,18 @@ import (
 
 // inputFlags are the flags of every command that reads a recording.
 type inputFlags struct {
-	input        *string
-	nativeInterp *bool
-	noNative     *bool
-	debugFiles   *debugFiles
+	input      *string
+	native     *bool
+	rubyOnly   *bool
+	debugFiles *debugFiles
 }
 
 func addInputFlags(fs *flag.FlagSet) inputFlags {
 	f := inputFlags{
-		input:        fs.String("i", "rubyperf.data", "the recording to read"),
-		nativeInterp: fs.Bool("native-interp", false, "keep the interpreter's own native frames (vm_exec_core, vm_call_*, ...)"),
-		noNative:     fs.Bool("no-native", false, "Ruby frames only, like rbspy"),
-		debugFiles:   &debugFiles{},
+		input:      fs.String("i", "rubyperf.data", "the recording to read"),
+		native:     fs.Bool("native", false, "every native frame, the interpreter's own between Ruby frames included"),
+		rubyOnly:   fs.Bool("ruby-only", false, "Ruby frames and C methods only, like rbspy"),
+		debugFiles: &debugFiles{},
 	}
 	fs.Var(f.debugFiles, "debug-file", "a separate debug file, used for the mapped file with its build-id (repeatable)")
 	return f
@@ -33,9 +33,30 @@ func addInputFlags(fs *flag.FlagSet) inputFlags {
 // DEBUGINFOD_URLS), misses told on stderr.
 func (f inputFlags) readOptions(stderr io.Writer) recording.ReadOptions {
 	return recording.ReadOptions{
-		Merge:     merge.Options{Interp: *f.nativeInterp, NoNative: *f.noNative},
+		Merge:     merge.Options{View: f.view()},
 		Debuginfo: newFinder(stderr, *f.debugFiles),
 	}
+}
+
+// view is the view the flags ask for (parse refuses both at once).
+func (f inputFlags) view() merge.View {
+	switch {
+	case *f.native:
+		return merge.ViewNative
+	case *f.rubyOnly:
+		return merge.ViewRubyOnly
+	}
+	return merge.ViewRuby
+}
+
+// parse parses args as parseFlags does, and refuses input flags that
+// contradict each other.
+func (f inputFlags) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	pos, err := parseFlags(fs, args)
+	if err == nil && *f.native && *f.rubyOnly {
+		err = usageError{"--native and --ruby-only ask for opposite views: give one"}
+	}
+	return pos, err
 }
 
 // stacks reads every merged stack of the recording into memory.

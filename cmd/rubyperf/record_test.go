@@ -415,7 +415,7 @@ func TestRecordStackSize(t *testing.T) {
 		}
 		bytesPerSample[size] = float64(st.Size()) / float64(sum.samples)
 		var stdout, stderr bytes.Buffer
-		if code := run([]string{"script", "-i", out}, &stdout, &stderr); code != 0 {
+		if code := run([]string{"script", "--native", "-i", out}, &stdout, &stderr); code != 0 {
 			t.Fatalf("--stack-size %d: script: exit %d: %s", size, code, stderr.String())
 		}
 		text := stdout.String()

@@ -16,7 +16,7 @@ import (
 func runScript(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
 	in := addInputFlags(fs)
-	pos, err := parseFlags(fs, args)
+	pos, err := in.parse(fs, args)
 	if err != nil {
 		return err
 	}

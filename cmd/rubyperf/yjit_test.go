@@ -166,7 +166,7 @@ func forEachJIT(t *testing.T, c jitCase, check func(t *testing.T, rec jitRecordi
 			out := filepath.Join(t.TempDir(), "rubyperf.data")
 			record(t, "-F", c.hz, "-d", "2", "-o", out, "-p", pid)
 			stdout.Reset()
-			if code := run([]string{"script", "-i", out}, &stdout, &stderr); code != 0 {
+			if code := run([]string{"script", "--native", "-i", out}, &stdout, &stderr); code != 0 {
 				t.Fatalf("script: exit %d: %s", code, stderr.String())
 			}
 			check(t, jitRecording{JITRun: r, pid: cmd.Process.Pid, want: strings.Join(labels, " "), file: out,
@@ -260,7 +260,7 @@ func TestInjectBesideYJITPerfMap(t *testing.T) {
 		}
 		merged := filepath.Join(filepath.Dir(rec.file), "merged.data")
 		var stdout, stderr bytes.Buffer
-		if code := run([]string{"inject", "-i", rec.file, "-o", merged}, &stdout, &stderr); code != 0 {
+		if code := run([]string{"inject", "--native", "-i", rec.file, "-o", merged}, &stdout, &stderr); code != 0 {
 			t.Fatalf("inject: exit %d: %s", code, stderr.String())
 		}
 		after, err := os.ReadFile(mapFile)
