@@ -138,13 +138,18 @@ func TestReportStrippedRubyDebuginfod(t *testing.T) {
 	statics := staticFuncs(t, sr.Split.Debug, sr.Lib)
 	report := func() (named []string, stderr string) {
 		var out, errb bytes.Buffer
-		if code := run([]string{"report", "--native-interp", "-n", "500", "-i", file}, &out, &errb); code != 0 {
+		if code := run([]string{"report", "--native", "-n", "500", "-i", file}, &out, &errb); code != 0 {
 			t.Fatalf("report exit %d: %s", code, errb.String())
 		}
+		// Rows of the native functions table: self%, total%, name, object.
+		native := false
 		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, "## ") {
+				native = strings.HasPrefix(l, "## native")
+			}
 			f := strings.Fields(l)
-			if len(f) >= 4 && f[2] == "native" && strings.Contains(l, "("+sr.Lib+")") && statics[f[3]] {
-				named = append(named, f[3])
+			if native && len(f) == 4 && f[3] == filepath.Base(sr.Lib) && statics[f[2]] {
+				named = append(named, f[2])
 			}
 		}
 		return named, errb.String()

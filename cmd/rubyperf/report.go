@@ -5,8 +5,15 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
@@ -17,7 +24,7 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	in := addInputFlags(fs)
 	threads := fs.Bool("threads", false, "one table per thread")
 	top := fs.Int("n", 30, "rows per table")
-	pos, err := parseFlags(fs, args)
+	pos, err := in.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -35,54 +42,64 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 		t := byThread[s.TID]
 		if t == nil {
 			t = newReportTable()
-			t.comm, t.pid = s.Comm, s.PID
+			t.pid = s.PID
 			byThread[s.TID] = t
 		}
+		t.comm = s.Comm // the thread's latest name: Ruby names threads after they start
 		t.add(&s)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	width := terminalWidth(stdout)
 	fmt.Fprintf(stdout, "# %s: %d samples", *in.input, stats.Samples)
+	if stats.Incomplete > 0 {
+		fmt.Fprintf(stdout, ", %d (%.1f%%) under %s (record with a larger --stack-size)", stats.Incomplete,
+			100*float64(stats.Incomplete)/float64(max(stats.Samples, 1)), merge.IncompleteName)
+	}
 	if stats.Fallbacks > 0 {
 		fmt.Fprintf(stdout, ", %d with Ruby frames on top of native ones (not interleaved)", stats.Fallbacks)
 	}
 	fmt.Fprintln(stdout)
 	if !*threads {
-		whole.write(stdout, "all threads", *top)
+		whole.write(stdout, "all threads", *top, width)
 		return nil
 	}
 	tids := slices.Sorted(maps.Keys(byThread))
 	for _, tid := range tids {
 		t := byThread[tid]
-		t.write(stdout, fmt.Sprintf("thread %d %q (pid %d)", tid, t.comm, t.pid), *top)
+		t.write(stdout, fmt.Sprintf("thread %d %q (pid %d)", tid, t.comm, t.pid), *top, width)
 	}
 	return nil
 }
 
+// reportKey is one row: a Ruby method (by name and file), a C method, or a
+// native function (by name and object file).
 type reportKey struct {
 	kind merge.Kind
 	name string
 	file string
 }
 
-// reportTable counts the stacks of one table: Ruby methods, where self
-// time is time as the innermost Ruby frame (whatever native code runs
-// beneath it), and native functions, where self time is time as the leaf.
-// Total time is time anywhere on the stack, counted once per sample.
+// reportTable counts the stacks of one table: Ruby and C methods, whose
+// self time is time as the innermost Ruby frame (a C method's with the
+// native code it runs), and native functions, whose self time is time as
+// the leaf. Total time is time anywhere on the stack, counted once per
+// sample.
 type reportTable struct {
-	comm                        string // of the thread's first sample
+	comm                        string // of the thread's latest sample
 	pid                         int
 	samples                     int
 	all                         uint64
 	rubySelf, nativeSelf, total map[reportKey]uint64
+	lines                       map[reportKey]map[int64]uint64 // a Ruby method's self time by line
 	seen                        map[reportKey]bool
 }
 
 func newReportTable() *reportTable {
 	return &reportTable{rubySelf: map[reportKey]uint64{}, nativeSelf: map[reportKey]uint64{},
-		total: map[reportKey]uint64{}, seen: map[reportKey]bool{}}
+		total: map[reportKey]uint64{}, lines: map[reportKey]map[int64]uint64{}, seen: map[reportKey]bool{}}
 }
 
 func (t *reportTable) add(s *merge.Stack) {
@@ -92,12 +109,16 @@ func (t *reportTable) add(s *merge.Stack) {
 	rubySeen := false
 	for i, f := range s.Frames {
 		k := reportKey{f.Kind, f.Name, f.File}
-		ruby := f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc
-		if ruby {
-			k.file = "" // one row per Ruby method, whatever the line
+		if f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc {
 			if !rubySeen {
 				t.rubySelf[k] += s.Period
 				rubySeen = true
+				if f.Kind == merge.KindRuby && f.Line > 0 {
+					if t.lines[k] == nil {
+						t.lines[k] = map[int64]uint64{}
+					}
+					t.lines[k][f.Line] += s.Period
+				}
 			}
 		} else if i == 0 {
 			t.nativeSelf[k] += s.Period
@@ -109,14 +130,34 @@ func (t *reportTable) add(s *merge.Stack) {
 	}
 }
 
-// write prints the table's two tables, top rows each.
-func (t *reportTable) write(w io.Writer, title string, top int) {
+// hottestLine is the line of a Ruby method with the most self time.
+func (t *reportTable) hottestLine(k reportKey) int64 {
+	var best int64
+	for line, v := range t.lines[k] {
+		if b := t.lines[k][best]; v > b || v == b && line < best {
+			best = line
+		}
+	}
+	return best
+}
+
+// write prints the table's three tables, top rows each: what a Ruby
+// developer asks first (which of my methods), then the C methods they call,
+// then where native code spends its time. width > 0 fits each row into
+// that many columns.
+func (t *reportTable) write(w io.Writer, title string, top, width int) {
 	all, total := t.all, t.total
 	fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of CPU\n", title, t.samples, float64(all)/1e9)
-	table := func(heading string, self map[reportKey]uint64, want func(merge.Kind) bool) {
+	pct := func(v uint64) float64 {
+		if all == 0 {
+			return 0
+		}
+		return 100 * float64(v) / float64(all)
+	}
+	table := func(heading, whereHeading string, self map[reportKey]uint64, kind merge.Kind, where func(reportKey) string) {
 		var keys []reportKey
 		for k := range total {
-			if want(k.kind) {
+			if k.kind == kind || kind == merge.KindNative && k.kind == merge.KindKernel {
 				keys = append(keys, k)
 			}
 		}
@@ -128,7 +169,7 @@ func (t *reportTable) write(w io.Writer, title string, top int) {
 			if total[a] != total[b] {
 				return total[a] > total[b]
 			}
-			return a.name < b.name
+			return a.name < b.name || a.name == b.name && a.file < b.file
 		})
 		if len(keys) > top {
 			keys = keys[:top]
@@ -136,25 +177,73 @@ func (t *reportTable) write(w io.Writer, title string, top int) {
 		if len(keys) == 0 {
 			return
 		}
-		pct := func(v uint64) float64 {
-			if all == 0 {
-				return 0
-			}
-			return 100 * float64(v) / float64(all)
-		}
-		fmt.Fprintf(w, "\n%s\n%7s %7s  %-6s  %s\n", heading, "self%", "total%", "kind", "function")
+		// Name and place share what the terminal leaves after the two
+		// percentages: names first, places cut from the left (the end of
+		// a path says most).
+		nameW := len("function")
 		for _, k := range keys {
-			where := ""
-			if k.file != "" {
-				where = "  (" + k.file + ")"
+			nameW = max(nameW, utf8.RuneCountInString(k.name))
+		}
+		const fixed = 7 + 1 + 7 + 2 + 2 // "self%" "total%" and the gaps
+		if width > 0 {
+			nameW = min(nameW, max(20, (width-fixed)*3/5))
+		}
+		fmt.Fprintf(w, "\n%s\n%s\n", heading,
+			strings.TrimRight(fmt.Sprintf("%7s %7s  %-*s  %s", "self%", "total%", nameW, "name", whereHeading), " "))
+		for _, k := range keys {
+			place := where(k)
+			if width > 0 {
+				place = cutLeft(place, max(10, width-fixed-nameW))
 			}
-			fmt.Fprintf(w, "%6.2f%% %6.2f%%  %-6s  %s%s\n", pct(self[k]), pct(total[k]), k.kind, k.name, where)
+			line := fmt.Sprintf("%6.2f%% %6.2f%%  %-*s  %s", pct(self[k]), pct(total[k]), nameW, cutRight(k.name, nameW), place)
+			fmt.Fprintln(w, strings.TrimRight(line, " "))
 		}
 	}
-	table("## Ruby methods (self: the innermost Ruby frame)", t.rubySelf, func(k merge.Kind) bool {
-		return k == merge.KindRuby || k == merge.KindCFunc
-	})
-	table("## native functions (self: the leaf)", t.nativeSelf, func(k merge.Kind) bool {
-		return k == merge.KindNative || k == merge.KindKernel
-	})
+	table("## Ruby methods (self: running the method's own code)", "file:line (its hottest)", t.rubySelf, merge.KindRuby,
+		func(k reportKey) string {
+			if k.file == "" {
+				return ""
+			}
+			if line := t.hottestLine(k); line > 0 {
+				return fmt.Sprintf("%s:%d", k.file, line)
+			}
+			return k.file
+		})
+	table("## C methods (self: in the method, the native code it runs included)", "", t.rubySelf, merge.KindCFunc,
+		func(reportKey) string { return "" })
+	table("## native functions (self: the leaf)", "object", t.nativeSelf, merge.KindNative,
+		func(k reportKey) string { return filepath.Base(k.file) })
+}
+
+// cutRight shortens s to n runes, marking the cut with "…".
+func cutRight(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// cutLeft shortens s to n runes from the left, marking the cut with "…".
+func cutLeft(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return "…" + string(r[len(r)-n+1:])
+}
+
+// terminalWidth is how many columns report rows may take: $COLUMNS when
+// set, else the terminal's width when stdout is one, else 0 (no limit: a
+// pipe or a file gets whole names).
+func terminalWidth(w io.Writer) int {
+	if c, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && c > 0 {
+		return c
+	}
+	if f, ok := w.(*os.File); ok && isTerminal(f) {
+		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
+			return int(ws.Col)
+		}
+	}
+	return 0
 }
