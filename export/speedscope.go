@@ -212,10 +212,11 @@ func (sp *Speedscope) Write(w io.Writer) error {
 			p.Weights = append(p.Weights, w)
 			sum += w
 		}
-		p.EndValue = ss[len(ss)-1].time
-		if p.EndValue == 0 || unit == "none" {
-			p.EndValue = p.StartValue + sum // the profile spans its weights
-		}
+		// speedscope lays a thread's samples end to end by weight and takes
+		// endValue - startValue as the whole: the thread's wall-clock span
+		// would leave its time off the CPU as an empty stretch at the end
+		// of the time-order view, not where it happened.
+		p.EndValue = p.StartValue + sum
 		f.Profiles = append(f.Profiles, p)
 	}
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/merge"
 )
 
 // TestSpeedscopeGolden pins the speedscope file of the test profile
@@ -113,8 +115,10 @@ func checkSpeedscope(t *testing.T, data []byte) map[string]any {
 			}
 			sum += w
 		}
-		if sum > end-start {
-			t.Errorf("%s: weights add up to %v, more than the profile's span %v", where, sum, end-start)
+		// speedscope takes the span as the whole of the samples laid end
+		// to end: a longer one leaves an empty stretch in its time order.
+		if sum != end-start {
+			t.Errorf("%s: weights add up to %v, the profile's span is %v", where, sum, end-start)
 		}
 	}
 	return f
@@ -182,4 +186,28 @@ func TestSpeedscopeEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSpeedscope(t, buf.Bytes())
+}
+
+// TestSpeedscopeSpanIsItsWeights: a thread off the CPU for a while (two
+// samples two seconds apart) spans what its samples weigh, not the wall
+// clock: speedscope lays samples end to end, and a wall-clock span would
+// leave most of its time-order view empty.
+func TestSpeedscopeSpanIsItsWeights(t *testing.T) {
+	frames := rootFirst(ruby("<main>", "app.rb", 1))
+	stacks := []merge.Stack{
+		{PID: 1, TID: 1, Comm: "ruby", Time: 1_000_000_000, Period: 1_000_000, Frames: frames},
+		{PID: 1, TID: 1, Comm: "ruby", Time: 3_000_000_000, Period: 1_000_000, Frames: frames},
+	}
+	var buf bytes.Buffer
+	if err := WriteSpeedscope(&buf, stacks, SpeedscopeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var f speedscopeFile
+	if err := json.Unmarshal(buf.Bytes(), &f); err != nil {
+		t.Fatal(err)
+	}
+	p := f.Profiles[0]
+	if p.StartValue != 999_000_000 || p.EndValue-p.StartValue != 2_000_000 {
+		t.Errorf("startValue %d, endValue %d: want a span of the two samples' 2 ms from 999000000", p.StartValue, p.EndValue)
+	}
 }
