@@ -85,6 +85,7 @@ func NewPprof(opts PprofOptions) *Pprof {
 		},
 		funcs:   make(map[funcKey]*profile.Function),
 		locs:    make(map[locKey]*profile.Location),
+		byFrame: make(map[merge.Frame]*profile.Location),
 		maps:    make(map[mapKey]*profile.Mapping),
 		samples: make(map[string]*profile.Sample),
 	}}
@@ -171,6 +172,7 @@ type pprofBuilder struct {
 	p       *profile.Profile
 	funcs   map[funcKey]*profile.Function
 	locs    map[locKey]*profile.Location
+	byFrame map[merge.Frame]*profile.Location // what location gave each frame
 	maps    map[mapKey]*profile.Mapping
 	kernel  *profile.Mapping
 	samples map[string]*profile.Sample
@@ -193,6 +195,19 @@ func sampleKey(key []byte, s *merge.Stack, locs []*profile.Location) []byte {
 
 // location returns the interned Location of f.
 func (b *pprofBuilder) location(f *merge.Frame) *profile.Location {
+	// The same frame comes back on most samples: look it up as it is before
+	// cleaning its names and finding its mapping and function.
+	if l := b.byFrame[*f]; l != nil {
+		return l
+	}
+	l := b.newLocation(f)
+	b.byFrame[*f] = l
+	return l
+}
+
+// newLocation is location for a frame not seen before (its location may
+// exist already, for another frame at the same place).
+func (b *pprofBuilder) newLocation(f *merge.Frame) *profile.Location {
 	k := locKey{}
 	var fileName string
 	switch f.Kind {
