@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
@@ -64,7 +65,24 @@ type Summary struct {
 	Dropped       []int  // targets no longer sampled: most of their frames were implausible
 	Duration      time.Duration
 	CommandErr    error // how the started command ended, if one was
+	// CommandEnd says how the recording left the started command: "" when
+	// it exited by itself, else what ended it (CommandStopped and others).
+	CommandEnd string
 }
+
+// How Record leaves a command it started (Summary.CommandEnd).
+const (
+	// CommandStopped: the recording ended (its duration, or no target
+	// left to sample) before the command, and ended the command as
+	// timeout(1) would: SIGTERM, then SIGKILL after commandGrace.
+	CommandStopped = "stopped with SIGTERM when the recording ended"
+	// CommandKilled: the command outlived SIGTERM (or, interrupted, its
+	// own Ctrl-C) by commandGrace.
+	CommandKilled = "killed with SIGKILL after it outlived the grace period"
+)
+
+// commandGrace is how long a started command has to exit once told to.
+const commandGrace = 5 * time.Second
 
 // perf record types and misc bits copied from the kernel's rings.
 const (
@@ -297,13 +315,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	runErr := sampler.Run(runCtx, s.handle)
 	sampler.Stop()
-	if cmd != nil && runCtx.Err() != nil && ctx.Err() != nil {
-		// Ctrl-C: the command got it too (same process group); let it finish.
-		select {
-		case <-cmdDone:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-		}
+	if cmd != nil {
+		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)
 	}
 	s.sum.Duration = time.Since(start)
 	if c, err := sampler.Counts(); err == nil {
@@ -624,6 +637,33 @@ func (s *session) status(ctx context.Context, start time.Time) {
 		fmt.Fprintf(s.opts.Status, "\r\033[Krubyperf: %d samples, %d lost, %d/s, %d targets, %s",
 			n, lost, n-last, targets, time.Since(start).Round(time.Second))
 		last = n
+	}
+}
+
+// endCommand waits for the command Record started, after sampling
+// stopped. Interrupted (Ctrl-C), the command got the signal too, from its
+// terminal (same process group): it has commandGrace to finish. When the
+// recording ended otherwise (its duration), the command ends with it, as
+// timeout(1) would end it: a user who wants a program to outlive its
+// recording records it with -p.
+func (s *session) endCommand(ctx context.Context, cmd *exec.Cmd, done <-chan error) string {
+	select {
+	case <-done:
+		return "" // it exited by itself (and ended the recording)
+	default:
+	}
+	how := ""
+	if ctx.Err() == nil {
+		how = CommandStopped
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-done:
+		return how
+	case <-time.After(commandGrace):
+		cmd.Process.Kill()
+		<-done
+		return CommandKilled
 	}
 }
 

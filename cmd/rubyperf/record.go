@@ -73,6 +73,9 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	if sum != nil {
 		fmt.Fprintf(stderr, "rubyperf: %d samples, %d lost, %d truncated stacks, %d unknown frames, %d targets, %s; wrote %s\n",
 			sum.Samples, sum.Lost, sum.Truncated, sum.UnknownFrames, sum.Targets, sum.Duration.Round(time.Millisecond), sum.Output)
+		if sum.CommandEnd != "" && len(opts.Command) > 0 && len(sum.PIDs) > 0 {
+			fmt.Fprintf(stderr, "rubyperf: %s (pid %d): %s\n", opts.Command[0], sum.PIDs[0], sum.CommandEnd)
+		}
 		if sum.LostSideBand > 0 {
 			fmt.Fprintf(stderr, "rubyperf: warning: the kernel dropped %d process events (mmap, comm, exit) while the machine was busy; native frames in code loaded meanwhile may show as [unknown]\n", sum.LostSideBand)
 		}

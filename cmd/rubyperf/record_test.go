@@ -18,6 +18,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/recording"
 )
 
 // scriptSample is one sample as stock `perf script` prints it.
@@ -482,4 +483,39 @@ func cpuTime(t *testing.T, pid int) time.Duration {
 		total += time.Duration(ns)
 	}
 	return total
+}
+
+// TestRecordDurationEndsCommand: when -d ends the recording of a command
+// record started, the command ends too, as timeout(1) would end it: SIGTERM,
+// and SIGKILL for one that ignores it. The summary says which, the file is
+// whole, and no process is left behind.
+func TestRecordDurationEndsCommand(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1")
+	for _, c := range []struct {
+		name, trap, want string
+	}{
+		{"dies on SIGTERM", "", recording.CommandStopped},
+		{"ignores SIGTERM", `trap("TERM") {}; `, recording.CommandKilled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			script := c.trap + `File.write(ARGV[0], Process.pid.to_s); x = 0; loop { x += 1 }`
+			sum, stderr := recordOutput(t, "-F", "99", "-d", "1", "-o", out, "--", r.Exe, "-e", script, pidFile)
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatalf("the command never ran: %v", err)
+			}
+			pid, _ := strconv.Atoi(string(b))
+			if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+				t.Errorf("the command (pid %d) outlived its recording: kill -0: %v", pid, err)
+			}
+			if want := fmt.Sprintf("(pid %d): %s", pid, c.want); !strings.Contains(stderr, want) {
+				t.Errorf("stderr does not say %q:\n%s", want, stderr)
+			}
+			if n := len(perfScript(t, out)); n != sum.samples || n < 20 {
+				t.Errorf("perf script shows %d samples, rubyperf reported %d", n, sum.samples)
+			}
+		})
+	}
 }
