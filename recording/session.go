@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
@@ -158,6 +158,9 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if err := bpf.Supported(); err != nil {
 		return nil, err
 	}
+	if err := outfile.Check(opts.Output); err != nil {
+		return nil, err // before anything is started or attached
+	}
 	if opts.Frequency <= 0 {
 		opts.Frequency = bpf.DefaultOptions.Frequency
 	}
@@ -200,17 +203,13 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	// The recording goes to a new file that replaces the output only once
 	// there is something to record: a refused recording leaves an existing
 	// file as it was.
-	f, err := createOutput(opts.Output)
+	out, err := outfile.Create(opts.Output, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	committed := false
-	defer func() {
-		if !committed {
-			os.Remove(f.Name())
-		}
-	}()
+	out.KeepOld = true // as perf keeps perf.data.old
+	defer out.Abort()
+	f := out.File
 	if s.w, err = perfdata.NewWriter(f); err != nil {
 		return nil, fmt.Errorf("%s: %w", opts.Output, err)
 	}
@@ -281,10 +280,9 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if len(s.targets) == 0 && !opts.All {
 		return nil, errNoTargets
 	}
-	if err := commitOutput(f.Name(), opts.Output); err != nil {
+	if err := out.Place(); err != nil {
 		return nil, err
 	}
-	committed = true
 
 	// Stop on: the caller, the duration, the command's exit, every target's exit.
 	runCtx, stop := context.WithCancel(ctx)
@@ -329,34 +327,6 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		return &s.sum, runErr
 	}
 	return &s.sum, finErr
-}
-
-// createOutput opens a new file beside path for the recording; commitOutput
-// puts it in place.
-func createOutput(path string) (*os.File, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return f, nil
-}
-
-// commitOutput moves the recording at tmp to path, keeping an existing file
-// as path.old as perf does.
-func commitOutput(tmp, path string) error {
-	if st, err := os.Lstat(path); err == nil && st.Mode().IsRegular() {
-		if err := os.Rename(path, path+".old"); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 // The layout is checked before attaching; while recording, the frames the

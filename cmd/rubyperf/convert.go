@@ -4,10 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -41,6 +41,11 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	}
 	if *out == "" {
 		*out = def
+	}
+	if *out != "-" {
+		if err := outfile.Check(*out); err != nil {
+			return err // before reading the recording, not after
+		}
 	}
 	// No format holds the recording's stacks: a recording of any length
 	// converts in memory bounded by its distinct stacks (speedscope adds a
@@ -77,20 +82,16 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	w, closeOut := stdout, func() error { return nil }
-	if *out != "-" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		w, closeOut = f, f.Close
+	if *out == "-" {
+		return pw.Write(stdout)
 	}
-	err = pw.Write(w)
-	if cerr := closeOut(); err == nil {
-		err = cerr
-	}
+	f, err := outfile.Create(*out, 0o644)
 	if err != nil {
+		return err
+	}
+	if err := pw.Write(f); err != nil {
+		f.Abort()
 		return fmt.Errorf("%s: %w", *out, err)
 	}
-	return nil
+	return f.Commit()
 }

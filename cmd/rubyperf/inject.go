@@ -4,10 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/perfmap"
 	"github.com/rubyperf/rubyperf/recording"
@@ -34,6 +34,9 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	}
 	if *out == *in.input {
 		return usageError{"-o must differ from -i"}
+	}
+	if err := outfile.Check(*out); err != nil {
+		return err // before reading the recording or writing any perf map
 	}
 	stacks, _, err := in.stacks(stderr)
 	if err != nil {
@@ -84,12 +87,12 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "rubyperf: %d Ruby frame names of pid %d in %s\n", len(list), pid, path)
 	}
 
-	f, err := os.OpenFile(*out, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	dst, err := outfile.Create(*out, 0o600)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	w, err := perfdata.NewWriter(f)
+	defer dst.Abort()
+	w, err := perfdata.NewWriter(dst.File)
 	if err != nil {
 		return err
 	}
@@ -151,7 +154,10 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	if err := src.Err(); err != nil {
 		return err
 	}
-	return w.Close()
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("%s: %w", *out, err)
+	}
+	return dst.Commit()
 }
 
 // injectedSample is s with its merged stack as the callchain.

@@ -21,8 +21,9 @@ var allowed = map[string][]string{
 	"bpf":               {"rubybuild", "rubystack"},
 	"perfdata":          {},
 	"perfmap":           {},
+	"outfile":           {},
 	"merge":             {"rubystack"},
-	"recording":         {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo"},
+	"recording":         {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile"},
 	"native":            {"debuginfo"},
 	"export":            {"merge"},
 	"cmd/rubyperf":      {"*"},
@@ -42,7 +43,7 @@ var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfo
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
-var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true}
+var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true}
 
 // externalOnly packages may import, outside the standard library, only
 // what starts with one of the listed prefixes.
