@@ -1,10 +1,14 @@
 package rubystack
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,8 +20,8 @@ import (
 func ThreadPointer(pid, tid int) (uint64, error) {
 	runtime.LockOSThread() // ptrace requests must come from the tracing thread
 	defer runtime.UnlockOSThread()
-	if err := unix.PtraceSeize(tid); err != nil {
-		return 0, fmt.Errorf("pid %d: ptrace thread %d: %w; run as root or with CAP_SYS_PTRACE", pid, tid, err)
+	if err := seize(pid, tid, "run as root or with CAP_SYS_PTRACE"); err != nil {
+		return 0, err
 	}
 	defer unix.PtraceDetach(tid)
 	if err := unix.PtraceInterrupt(tid); err != nil {
@@ -28,6 +32,84 @@ func ThreadPointer(pid, tid int) (uint64, error) {
 		return 0, fmt.Errorf("pid %d: wait for thread %d: %w", pid, tid, err)
 	}
 	return threadPointerFromRegs(tid)
+}
+
+// tracedWait is how long seize waits for another tracer to let a thread go:
+// another rubyperf attaching to the same process holds each thread for
+// milliseconds.
+const tracedWait = 2 * time.Second
+
+// seize attaches to thread tid of pid (PTRACE_SEIZE). A thread can have one
+// tracer: while another holds it (a second recorder attaching at the same
+// moment), seize waits up to tracedWait; a tracer that stays (a debugger)
+// is named in the error. Other refusals get hint, about privileges.
+func seize(pid, tid int, hint string) error {
+	deadline := time.Now().Add(tracedWait)
+	retried := false
+	for {
+		err := unix.PtraceSeize(tid)
+		if err == nil {
+			return nil
+		}
+		tracer := tracerOf(tid)
+		switch {
+		case err == unix.EPERM && tracer == 0 && !retried:
+			retried = true // a tracer may have let go between the two looks
+			continue
+		case err != unix.EPERM || tracer <= 0:
+			return fmt.Errorf("pid %d: ptrace thread %d: %w; %s", pid, tid, err, hint)
+		case time.Now().After(deadline):
+			return fmt.Errorf("pid %d: thread %d is being traced by pid %d (%s): detach that tracer (a debugger?) and try again",
+				pid, tid, tracer, commOf(tracer))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// commOf is the command name of process pid, "?" when unknown.
+func commOf(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)) // at most 16 bytes
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// maxStatus bounds what is read of /proc/TID/status.
+const maxStatus = 16 << 10
+
+// statusField is the number in field name ("TracerPid") of
+// /proc/TID/status, -1 when unknown.
+func statusField(tid int, name string) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxStatus))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
+// tracerOf is the process (not the thread: TracerPid is the tracing
+// thread's id) tracing thread tid, 0 when none, -1 when unknown.
+func tracerOf(tid int) int {
+	t := statusField(tid, "TracerPid")
+	if t <= 0 {
+		return t
+	}
+	if pid := statusField(t, "Tgid"); pid > 0 {
+		return pid
+	}
+	return t
 }
 
 // maxFreezeThreads bounds the threads stopped at once.
@@ -63,11 +145,11 @@ func Freeze(pid int) (thaw func(), err error) {
 		if err != nil {
 			continue
 		}
-		if err := unix.PtraceSeize(tid); err != nil {
-			if err == unix.ESRCH {
+		if err := seize(pid, tid, "run as root or with CAP_SYS_PTRACE, or pass --nonblocking"); err != nil {
+			if errors.Is(err, unix.ESRCH) {
 				continue // the thread exited meanwhile
 			}
-			return nil, fmt.Errorf("pid %d: ptrace thread %d: %w; run as root or with CAP_SYS_PTRACE, or pass --nonblocking", pid, tid, err)
+			return nil, err
 		}
 		stopped = append(stopped, tid)
 		if err := unix.PtraceInterrupt(tid); err != nil {

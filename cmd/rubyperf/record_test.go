@@ -10,11 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
@@ -518,4 +521,57 @@ func TestRecordDurationEndsCommand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRecordWhileTraced: a thread has one tracer at a time, and attaching
+// stops the target's threads with ptrace for an instant. While another
+// tracer holds one briefly (a second recorder attaching at the same moment)
+// record waits and records; a tracer that stays (a debugger) is named in a
+// one-line refusal.
+func TestRecordWhileTraced(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "debian-3.1")
+	target := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; x = 0; loop { x += 1 }`)
+	pid := target.Process.Pid
+	// hold traces the target's main thread from this process until release
+	// is closed.
+	hold := func(release <-chan struct{}) {
+		held := make(chan error)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			// Seized and stopped, as an attaching recorder holds it
+			// (a running tracee cannot be detached).
+			err := unix.PtraceSeize(pid)
+			if err == nil {
+				if err = unix.PtraceInterrupt(pid); err == nil {
+					var ws unix.WaitStatus
+					_, err = unix.Wait4(pid, &ws, unix.WALL, nil)
+				}
+			}
+			held <- err
+			<-release
+			if err := unix.PtraceDetach(pid); err != nil {
+				t.Errorf("detach pid %d: %v", pid, err)
+			}
+		}()
+		if err := <-held; err != nil {
+			t.Fatalf("seize pid %d: %v", pid, err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+
+	release := make(chan struct{})
+	hold(release)
+	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	if sum := record(t, "-F", "99", "-d", "1", "-o", out, "-p", strconv.Itoa(pid)); sum.samples < 20 {
+		t.Errorf("traced for 300 ms while attaching: %d samples", sum.samples)
+	}
+
+	release = make(chan struct{})
+	hold(release)
+	defer close(release)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"record", "-F", "99", "-d", "1", "-o", out, "-p", strconv.Itoa(pid)}, &stdout, &stderr)
+	oneLine(t, "traced throughout", code, stderr.String(), pid, fmt.Sprintf("being traced by pid %d", os.Getpid()))
 }
