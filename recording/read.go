@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 
@@ -25,14 +26,21 @@ type ReadOptions struct {
 	// Debuginfo finds the debug files that name stripped objects' functions
 	// (debuginfod, --debug-file); nil: the local filesystem only.
 	Debuginfo *debuginfo.Finder
+	// Warn, when set, gets a line about a recording that was not finished.
+	Warn io.Writer
 }
 
 // ReadStats count what reading found.
 type ReadStats struct {
-	Samples    int
-	Fallbacks  int // samples whose Ruby and native stacks could not be interleaved
-	Incomplete int // samples whose native unwinding stopped early (merge.IncompleteName)
-	NoPayload  int // samples without a readable Ruby payload (native only)
+	Samples int
+	// Unfinished: the recording has no sections of a finished one (its
+	// recorder was killed); SymbolsFrom is where its Ruby names came from
+	// then, "" when nowhere.
+	Unfinished  bool
+	SymbolsFrom string
+	Fallbacks   int // samples whose Ruby and native stacks could not be interleaved
+	Incomplete  int // samples whose native unwinding stopped early (merge.IncompleteName)
+	NoPayload   int // samples without a readable Ruby payload (native only)
 }
 
 // interpFrames are libruby's interpreter plumbing between a C method and
@@ -65,9 +73,27 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	}
 	defer r.Close()
 	symtab := NewSymbolTable()
+	var stats ReadStats
 	if b, ok := r.Feature(perfdata.Feature(FeatureRubySymbols)); ok {
 		if symtab, err = DecodeSymbolTable(b); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	} else if _, ok := r.Feature(perfdata.Feature(FeatureKallsyms)); !ok {
+		// Neither of the sections a recording ends with: its recorder
+		// died. Its last checkpoint left the Ruby names beside it.
+		stats.Unfinished = true
+		if b, err := readBounded(SymbolsPath(path), maxSymbolTableBytes); err == nil {
+			if t, err := DecodeSymbolTable(b); err == nil {
+				symtab, stats.SymbolsFrom = t, SymbolsPath(path)
+			}
+		}
+		if opts.Warn != nil {
+			names := "Ruby names from " + stats.SymbolsFrom
+			if stats.SymbolsFrom == "" {
+				names = "no readable " + SymbolsPath(path) + ": Ruby frames show as " + rubystack.UnknownLabel
+			}
+			fmt.Fprintf(opts.Warn, "rubyperf: %s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s\n",
+				path, names)
 		}
 	}
 	var kernel *native.Kernel
@@ -77,7 +103,8 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		}
 	}
 	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}}}
+		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}},
+		stats: stats}
 	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
 	// may sit in the file after samples that need it. Like perf, apply them
 	// by time: collect them first, then replay them up to each sample's time.
@@ -295,6 +322,20 @@ func (rd *reader) rubyFrame(pid uint32, f bpf.Frame) merge.Ruby {
 		r.Frame = merge.Frame{Kind: kind, Name: info.Label, File: info.Path, Line: info.Line}
 	}
 	return r
+}
+
+// readBounded reads the file at path, refusing one over limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s: over %d bytes", path, limit)
+	}
+	return b, err
 }
 
 // compilerClone strips the suffixes GCC gives function clones

@@ -124,6 +124,49 @@ type session struct {
 	// of its previous sample are in symtab already (it never forgets): only
 	// the frames above the shared part need looking up.
 	lastFrames map[threadKey][]bpf.Frame
+
+	// The last checkpoint (see checkpoint), and the symbol table's size
+	// when its copy beside the recording was written.
+	checkpointed time.Time
+	savedSymbols int
+}
+
+// checkpointInterval is how often a recording is made readable as it
+// stands, should the recorder be killed (SIGKILL, the OOM killer, a crash):
+// the header then covers every record written, and the Ruby symbol table,
+// which goes into the file only when the recording ends, has a copy
+// beside it (SymbolsPath).
+const checkpointInterval = time.Second
+
+// SymbolsPath is where a recording in progress keeps a copy of its Ruby
+// symbol table: beside it, removed once the table is in the file.
+func SymbolsPath(recording string) string { return recording + ".symbols" }
+
+// checkpoint makes the recording readable as it stands, at most once a
+// checkpointInterval (s.mu held). The copy of the symbol table goes first:
+// every frame of a record the header covers is named in it. The copy is
+// a help after a crash, so failing to write it only means trying again.
+func (s *session) checkpoint() error {
+	if now := time.Now(); now.Sub(s.checkpointed) >= checkpointInterval {
+		s.checkpointed = now
+	} else {
+		return nil
+	}
+	if n := len(s.symtab.Frames) + len(s.symtab.VMExec); n != s.savedSymbols {
+		if b, err := s.symtab.Encode(); err == nil {
+			if f, err := outfile.Create(SymbolsPath(s.opts.Output), 0o600); err == nil {
+				if _, err := f.Write(b); err != nil {
+					f.Abort()
+				} else if f.Commit() == nil {
+					s.savedSymbols = n
+				}
+			}
+		}
+	}
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", s.opts.Output, err)
+	}
+	return nil
 }
 
 // threadKey is a thread of a target process.
@@ -282,6 +325,10 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	if err := out.Place(); err != nil {
 		return nil, err
+	}
+	// A killed recording's copy of its symbol table goes with it to .old.
+	if _, err := os.Lstat(SymbolsPath(opts.Output)); err == nil {
+		os.Rename(SymbolsPath(opts.Output), SymbolsPath(opts.Output+".old"))
 	}
 
 	// Stop on: the caller, the duration, the command's exit, every target's exit.
@@ -477,7 +524,7 @@ func (s *session) handle(rec bpf.Record) error {
 	if err := s.w.WriteRecord(s.raw); err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Output, err)
 	}
-	return nil
+	return s.checkpoint()
 }
 
 // newFrames is p with only the frames above the part its thread's previous
@@ -661,6 +708,9 @@ func (s *session) finish() error {
 	}
 	if err := s.w.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", s.opts.Output, err))
+	}
+	if len(errs) == 0 {
+		os.Remove(SymbolsPath(s.opts.Output)) // the table is in the file now
 	}
 	return errors.Join(errs...)
 }

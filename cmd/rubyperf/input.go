@@ -35,6 +35,7 @@ func (f inputFlags) readOptions(stderr io.Writer) recording.ReadOptions {
 	return recording.ReadOptions{
 		Merge:     merge.Options{View: f.view()},
 		Debuginfo: newFinder(stderr, *f.debugFiles),
+		Warn:      stderr,
 	}
 }
 

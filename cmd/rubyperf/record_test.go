@@ -575,3 +575,56 @@ func TestRecordWhileTraced(t *testing.T) {
 	code := run([]string{"record", "-F", "99", "-d", "1", "-o", out, "-p", strconv.Itoa(pid)}, &stdout, &stderr)
 	oneLine(t, "traced throughout", code, stderr.String(), pid, fmt.Sprintf("being traced by pid %d", os.Getpid()))
 }
+
+// TestRecordKilled: a recorder killed with SIGKILL (or by the OOM killer)
+// cannot finish its file, but its last checkpoint left it readable: report
+// and script read the samples up to then, with Ruby names from the copy of
+// the symbol table beside the file, and say the recording is unfinished;
+// stock perf script reads the samples too. A finished recording leaves no
+// such copy.
+func TestRecordKilled(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "debian-3.1")
+	target := testruby.Start(t, r, workload(t), "30")
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	c := exec.Command(rubyperfBinary(t), "record", "-F", "199", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3500 * time.Millisecond) // three checkpoints, a second apart, after attaching
+	c.Process.Kill()
+	c.Wait()
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"report", "-i", out, "-n", "50"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("report: exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "not finished") || !strings.Contains(stderr.String(), "Ruby names from "+out+".symbols") {
+		t.Errorf("report does not say the recording is unfinished and where its names come from: %q", stderr.String())
+	}
+	var samples int
+	fmt.Sscanf(strings.SplitN(stdout.String(), ": ", 2)[1], "%d samples", &samples)
+	if samples < 100 {
+		t.Errorf("%d samples read after the kill, want the ~2 s before the last checkpoint:\n%s", samples, stdout.String())
+	}
+	for _, m := range []string{"Fib.fib", "Workload#step"} {
+		if !strings.Contains(stdout.String(), m) {
+			t.Errorf("report does not name %s:\n%s", m, stdout.String())
+		}
+	}
+	// Its event's name is in a section only a finished file has: perf
+	// shows the samples under an unnamed event, one line each with -F tid.
+	perfOut, err := exec.Command(perfBinary(t), "script", "-F", "tid", "-i", out).Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	if n := len(strings.Fields(string(perfOut))); n != samples {
+		t.Errorf("perf script reads %d samples, report %d", n, samples)
+	}
+
+	finished := filepath.Join(t.TempDir(), "rubyperf.data")
+	record(t, "-F", "99", "-d", "2", "-o", finished, "-p", strconv.Itoa(target.Process.Pid))
+	if _, err := os.Stat(finished + ".symbols"); !os.IsNotExist(err) {
+		t.Errorf("a finished recording left %s.symbols (%v)", finished, err)
+	}
+}
