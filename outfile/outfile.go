@@ -37,7 +37,11 @@ func Create(path string, perm fs.FileMode) (*File, error) {
 	}
 	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the temporary name means nothing to the user
+		}
+		return nil, fmt.Errorf("%s: cannot create a file in %s: %w", path, dir, err)
 	}
 	if err := f.Chmod(perm); err != nil {
 		f.Close()

@@ -628,3 +628,61 @@ func TestRecordKilled(t *testing.T) {
 		t.Errorf("a finished recording left %s.symbols (%v)", finished, err)
 	}
 }
+
+// TestRecordFullOrReadOnlyDisk records onto a 2 MiB tmpfs, which fills
+// within a second at 999 Hz: record stops, says so in its summary, and
+// leaves a file that report and perf script read whole, every record that
+// reached the disk in it, and nothing else beside it. On a read-only mount
+// it refuses in one line naming the output.
+func TestRecordFullOrReadOnlyDisk(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "debian-3.1")
+	target := testruby.Start(t, r, workload(t), "30")
+	pid := strconv.Itoa(target.Process.Pid)
+	mount := func(opts string) string {
+		dir := t.TempDir()
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput(); err != nil {
+			t.Fatalf("mount tmpfs -o %s: %v: %s", opts, err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+		return dir
+	}
+
+	full := mount("size=2m")
+	out := filepath.Join(full, "rubyperf.data")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"record", "-F", "999", "-d", "10", "-o", out, "-p", pid}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "no space left on device") {
+		t.Errorf("record onto a full disk: exit %d, stderr %q: want 1 and the reason", code, stderr.String())
+	}
+	sum := parseSummary(t, stderr.String())
+	stdout.Reset()
+	if code := run([]string{"report", "-i", out, "-n", "5"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("report of the full disk's recording: exit %d: %s", code, stderr.String())
+	}
+	var samples int
+	fmt.Sscanf(strings.SplitN(stdout.String(), ": ", 2)[1], "%d samples", &samples)
+	if samples < 50 || samples > sum.samples {
+		t.Errorf("report reads %d samples, record handled %d", samples, sum.samples)
+	}
+	if n := len(perfScript(t, out)); n != samples {
+		t.Errorf("perf script reads %d samples, report %d", n, samples)
+	}
+	if entries, _ := os.ReadDir(full); len(entries) > 2 { // the file, and perhaps its symbol table's copy
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left beside the recording: %v", names)
+	}
+
+	ro := mount("ro")
+	out = filepath.Join(ro, "rubyperf.data")
+	stderr.Reset()
+	code = run([]string{"record", "-F", "99", "-d", "1", "-o", out, "-p", pid}, &stdout, &stderr)
+	msg := strings.TrimRight(stderr.String(), "\n")
+	if code != 1 || strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "rubyperf: "+out+": ") ||
+		!strings.Contains(msg, "read-only file system") || strings.Contains(msg, ".tmp") {
+		t.Errorf("record onto a read-only mount: exit %d, stderr %q: want one line naming %s and why", code, msg, out)
+	}
+}
