@@ -95,28 +95,29 @@ func (f *File) Place() error {
 	if f.placed || f.closed {
 		return fmt.Errorf("%s: placed or closed already", f.Path)
 	}
-	return f.place()
+	if err := f.place(); err != nil {
+		return fmt.Errorf("%s: %w", f.Path, err)
+	}
+	return nil
 }
 
 func (f *File) place() error {
-	var err error
 	if f.KeepOld {
-		if st, lerr := os.Lstat(f.Path); lerr == nil && st.Mode().IsRegular() {
-			err = os.Rename(f.Path, f.Path+".old")
+		if st, err := os.Lstat(f.Path); err == nil && st.Mode().IsRegular() {
+			if err := os.Rename(f.Path, f.Path+".old"); err != nil {
+				return err
+			}
 		}
 	}
-	if err == nil {
-		err = os.Rename(f.File.Name(), f.Path)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", f.Path, err)
+	if err := os.Rename(f.File.Name(), f.Path); err != nil {
+		return err
 	}
 	f.placed = true
 	return nil
 }
 
 // Commit closes the file and places it if Place has not. After an error
-// the file is removed.
+// the file is removed, unless it was placed.
 func (f *File) Commit() error {
 	if f.closed {
 		return fmt.Errorf("%s: closed already", f.Path)
@@ -124,10 +125,7 @@ func (f *File) Commit() error {
 	f.closed = true
 	err := f.File.Close()
 	if err == nil && !f.placed {
-		if err = f.place(); err != nil {
-			os.Remove(f.File.Name())
-			return err
-		}
+		err = f.place()
 	}
 	if err != nil {
 		if !f.placed {

@@ -33,9 +33,9 @@ type ReadOptions struct {
 // ReadStats count what reading found.
 type ReadStats struct {
 	Samples int
-	// Unfinished: the recording has no sections of a finished one (its
-	// recorder was killed); SymbolsFrom is where its Ruby names came from
-	// then, "" when nowhere.
+	// Unfinished: the recording has no feature sections, as a finished one
+	// has (its recorder was killed); SymbolsFrom is where its Ruby names
+	// came from then, "" when nowhere.
 	Unfinished  bool
 	SymbolsFrom string
 	Fallbacks   int // samples whose Ruby and native stacks could not be interleaved
@@ -78,9 +78,10 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		if symtab, err = DecodeSymbolTable(b); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-	} else if _, ok := r.Feature(perfdata.Feature(FeatureKallsyms)); !ok {
-		// Neither of the sections a recording ends with: its recorder
-		// died. Its last checkpoint left the Ruby names beside it.
+	} else if len(r.Features()) == 0 {
+		// No feature section at all, where a finished file has a dozen
+		// (perf's or ours): its recorder died after a checkpoint, which
+		// left the Ruby names beside it.
 		stats.Unfinished = true
 		if b, err := readBounded(SymbolsPath(path), maxSymbolTableBytes); err == nil {
 			if t, err := DecodeSymbolTable(b); err == nil {

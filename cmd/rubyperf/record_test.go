@@ -576,6 +576,18 @@ func TestRecordWhileTraced(t *testing.T) {
 	oneLine(t, "traced throughout", code, stderr.String(), pid, fmt.Sprintf("being traced by pid %d", os.Getpid()))
 }
 
+// reportSamples is the sample count on report's first line
+// ("# FILE: N samples...").
+func reportSamples(t *testing.T, report string) int {
+	t.Helper()
+	var n int
+	_, rest, _ := strings.Cut(strings.SplitN(report, "\n", 2)[0], ": ")
+	if _, err := fmt.Sscanf(rest, "%d samples", &n); err != nil {
+		t.Fatalf("report's first line gives no sample count: %q", report)
+	}
+	return n
+}
+
 // TestRecordKilled: a recorder killed with SIGKILL (or by the OOM killer)
 // cannot finish its file, but its last checkpoint left it readable: report
 // and script read the samples up to then, with Ruby names from the copy of
@@ -602,8 +614,7 @@ func TestRecordKilled(t *testing.T) {
 	if !strings.Contains(stderr.String(), "not finished") || !strings.Contains(stderr.String(), "Ruby names from "+out+".symbols") {
 		t.Errorf("report does not say the recording is unfinished and where its names come from: %q", stderr.String())
 	}
-	var samples int
-	fmt.Sscanf(strings.SplitN(stdout.String(), ": ", 2)[1], "%d samples", &samples)
+	samples := reportSamples(t, stdout.String())
 	if samples < 100 {
 		t.Errorf("%d samples read after the kill, want the ~2 s before the last checkpoint:\n%s", samples, stdout.String())
 	}
@@ -660,8 +671,7 @@ func TestRecordFullOrReadOnlyDisk(t *testing.T) {
 	if code := run([]string{"report", "-i", out, "-n", "5"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("report of the full disk's recording: exit %d: %s", code, stderr.String())
 	}
-	var samples int
-	fmt.Sscanf(strings.SplitN(stdout.String(), ": ", 2)[1], "%d samples", &samples)
+	samples := reportSamples(t, stdout.String())
 	if samples < 50 || samples > sum.samples {
 		t.Errorf("report reads %d samples, record handled %d", samples, sum.samples)
 	}
