@@ -78,7 +78,7 @@ func BenchmarkBPFRunTime(b *testing.B) {
 						for _, f := range p.Frames {
 							if k := [2]uint64{f.Iseq, f.PC}; !named[k] {
 								named[k] = true
-								s.MarkNamed(p.PID, []Frame{f})
+								s.MarkNamed(p.PID, p.Gen, []Frame{f})
 							}
 						}
 					}

@@ -14,8 +14,9 @@ import (
 const (
 	PayloadMagic = 0x46504252 // "RBPF"
 	// PayloadVersion is the version the program writes. Version 1 (older
-	// recordings, still read) had Frame.CME resolved to a method entry.
-	PayloadVersion = 2
+	// recordings, still read) had Frame.CME resolved to a method entry;
+	// before version 3 the header had no Gen (it reads as 0).
+	PayloadVersion = 3
 
 	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
 	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
@@ -43,9 +44,12 @@ const (
 type Payload struct {
 	Flags    uint32
 	PID, TID uint32
-	EC, CFP  uint64
-	Period   uint64 // the cpu-clock period this sample stands for, in ns
-	Frames   []Frame
+	// Gen tells apart the process images PID had while recording: the
+	// ProcessConfig.Gen it was sampled with.
+	Gen     uint32
+	EC, CFP uint64
+	Period  uint64 // the cpu-clock period this sample stands for, in ns
+	Frames  []Frame
 }
 
 // Frame is one control frame as the program saw it.
@@ -87,7 +91,7 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	switch {
 	case h.Magic != PayloadMagic:
 		return fmt.Errorf("payload: bad magic %#x", h.Magic)
-	case h.Version != PayloadVersion && h.Version != 1:
+	case h.Version < 1 || h.Version > PayloadVersion:
 		return fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, PayloadVersion)
 	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
 		return fmt.Errorf("payload: header size %d", h.HeaderSize)
@@ -102,6 +106,9 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	}
 	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
 		Frames: frames[:h.Nframes]}
+	if h.Version >= 3 {
+		p.Gen = h.Gen
+	}
 	b := raw[h.HeaderSize:]
 	for i := range p.Frames {
 		f := b[i*frameSize:]

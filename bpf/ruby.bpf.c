@@ -14,6 +14,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -40,7 +41,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define FRESH_FRAMES 8
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 2 // 2: cme_flags may hold an svar (struct frame)
+#define PAYLOAD_VERSION 3 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -68,6 +69,12 @@ struct proc_config {
 	__u64 t_mask, t_imemo, fl_ushift, qnil, imm_mask;
 	__u64 imemo_ment;
 	__u32 cfp_jit_return; // offset of cfp->jit_return + 1; 0: the layout has none
+	// gen tells apart the process images a pid had while recording (user
+	// space counts its attaches); samples and frame keys carry it.
+	__u32 gen;
+	// follow_forks: a child this process forks is a target from its first
+	// instant, with this configuration (it has the same memory image).
+	__u32 follow_forks;
 };
 
 struct payload_header {
@@ -78,7 +85,7 @@ struct payload_header {
 	__u32 nframes;
 	__u32 flags;
 	__u32 pid, tid;
-	__u32 pad;
+	__u32 gen; // proc_config.gen of the process when sampled
 	__u64 ec;
 	__u64 cfp;    // ec->cfp when sampled
 	__u64 period; // the cpu-clock sample's period (ns): the weight of this sample
@@ -140,7 +147,7 @@ struct {
 } urgent_events SEC(".maps");
 
 struct frame_key {
-	__u32 pid, pad;
+	__u32 pid, gen;
 	__u64 iseq, pc;
 };
 
@@ -171,7 +178,7 @@ static __always_inline int known(struct frame_key *key)
 	__u32 slot = ((key->iseq ^ key->pc ^ key->pid) * 0x9E3779B97F4A7C15ULL) >> 54; // 10 bits
 	slot &= SEEN_SLOTS - 1;
 	struct frame_key *seen = bpf_map_lookup_elem(&seen_frames, &slot);
-	if (seen && seen->pid == key->pid && seen->iseq == key->iseq && seen->pc == key->pc)
+	if (seen && seen->pid == key->pid && seen->gen == key->gen && seen->iseq == key->iseq && seen->pc == key->pc)
 		return 1;
 	if (!bpf_map_lookup_elem(&known_frames, key))
 		return 0;
@@ -185,7 +192,9 @@ static __always_inline int known(struct frame_key *key)
 #define COUNT_OUTPUT_ERRORS 1
 #define COUNT_TRUNCATED 2
 #define COUNT_URGENT 3
-#define COUNT_MAX 4
+#define COUNT_EXECS 4 // targets that exec'd: no longer sampled with their old configuration
+#define COUNT_FORKS 5 // children of targets made targets (follow_forks)
+#define COUNT_MAX 6
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNT_MAX);
@@ -355,7 +364,7 @@ stop:
 // any_fresh: one of the top FRESH_FRAMES Ruby frames is not named yet. It
 // runs after the walk, not in it: the verifier follows the walk's callback
 // frame by frame, and every branch there costs its time many times over.
-static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, long n)
+static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 gen, long n)
 {
 	for (int i = 0; i < FRESH_FRAMES; i++) {
 		if (i >= n)
@@ -363,7 +372,7 @@ static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, long n
 		struct frame *f = &buf->frames[i];
 		if (!f->iseq || (f->cme_flags & FRAME_CFRAME))
 			continue;
-		struct frame_key key = {.pid = pid, .iseq = f->iseq, .pc = f->pc};
+		struct frame_key key = {.pid = pid, .gen = gen, .iseq = f->iseq, .pc = f->pc};
 		if (!known(&key))
 			return 1;
 	}
@@ -390,6 +399,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	buf->h.nframes = 0;
 	buf->h.flags = 0;
 	buf->h.pid = tgid;
+	buf->h.gen = c->gen;
 	buf->h.tid = (__u32)pid_tgid;
 	buf->h.ec = 0;
 	buf->h.cfp = 0;
@@ -443,7 +453,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 				if (n > MAX_FRAMES)
 					n = MAX_FRAMES;
 				buf->h.nframes = n;
-				fresh = any_fresh(buf, tgid, n);
+				fresh = any_fresh(buf, tgid, c->gen, n);
 				if (n >= MAX_FRAMES && cfp + (__u64)MAX_FRAMES * c->cfp_size < end) {
 					buf->h.flags |= PAYLOAD_TRUNCATED;
 					count(COUNT_TRUNCATED);
@@ -466,5 +476,40 @@ out:;
 	}
 	if (err)
 		count(COUNT_OUTPUT_ERRORS);
+	return 0;
+}
+
+// A target that execs is another program from that instant: its old
+// configuration would read the new image as if it were the old one. It is
+// no longer a target; user space sees the exec (a COMM record) and decides
+// whether to attach to the new image.
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(target_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = p->tgid;
+	if (bpf_map_delete_elem(&procs, &tgid) == 0)
+		count(COUNT_EXECS);
+	return 0;
+}
+
+// A new process forked by a target that follows forks is a target from its
+// first instant: until it execs it runs the same image, so the same
+// configuration reads it. New threads (same tgid) are not new processes, and
+// a vfork child runs no Ruby of its own.
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(target_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	// A vfork child (posix_spawn, system) shares its parent's memory and
+	// thread pointer until it execs: read as a Ruby, it would show the
+	// parent's stack under its own pid.
+	if (ptgid == ctgid || child->mm == parent->mm)
+		return 0;
+	struct proc_config *c = bpf_map_lookup_elem(&procs, &ptgid);
+	if (!c || !c->follow_forks)
+		return 0;
+	struct proc_config copy = *c;
+	if (bpf_map_update_elem(&procs, &ctgid, &copy, BPF_NOEXIST) == 0)
+		count(COUNT_FORKS);
 	return 0;
 }

@@ -23,7 +23,7 @@ type rubyFrame struct {
 type rubyFrameKey struct {
 	_    structs.HostLayout
 	Pid  uint32
-	Pad  uint32
+	Gen  uint32
 	Iseq uint64
 	Pc   uint64
 }
@@ -38,7 +38,7 @@ type rubyPayloadHeader struct {
 	Flags      uint32
 	Pid        uint32
 	Tid        uint32
-	Pad        uint32
+	Gen        uint32
 	Ec         uint64
 	Cfp        uint64
 	Period     uint64
@@ -67,6 +67,8 @@ type rubyProcConfig struct {
 	ImmMask        uint64
 	ImemoMent      uint64
 	CfpJitReturn   uint32
+	Gen            uint32
+	FollowForks    uint32
 	_              [4]byte
 }
 
@@ -92,6 +94,8 @@ const (
 	rubyMapSeenFrames   = "seen_frames"
 	rubyMapUrgentEvents = "urgent_events"
 	rubyProgSampleRuby  = "sample_ruby"
+	rubyProgTargetExec  = "target_exec"
+	rubyProgTargetFork  = "target_fork"
 )
 
 // loadRuby returns the embedded CollectionSpec for ruby.
@@ -137,6 +141,8 @@ type rubySpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rubyProgramSpecs struct {
 	SampleRuby *ebpf.ProgramSpec `ebpf:"sample_ruby"`
+	TargetExec *ebpf.ProgramSpec `ebpf:"target_exec"`
+	TargetFork *ebpf.ProgramSpec `ebpf:"target_fork"`
 }
 
 // rubyMapSpecs contains maps before they are loaded into the kernel.
@@ -210,11 +216,15 @@ type rubyVariables struct {
 // It can be passed to loadRubyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rubyPrograms struct {
 	SampleRuby *ebpf.Program `ebpf:"sample_ruby"`
+	TargetExec *ebpf.Program `ebpf:"target_exec"`
+	TargetFork *ebpf.Program `ebpf:"target_fork"`
 }
 
 func (p *rubyPrograms) Close() error {
 	return _RubyClose(
 		p.SampleRuby,
+		p.TargetExec,
+		p.TargetFork,
 	)
 }
 

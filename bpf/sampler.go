@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	perf "github.com/elastic/go-perf"
 	"golang.org/x/sys/unix"
@@ -88,6 +89,9 @@ type Sampler struct {
 	trackers []*perf.Event
 	cpus     []int
 	attr     perf.Attr
+	// the programs that end a target at exec and start its forked
+	// children (tp_btf/sched_process_exec, _fork)
+	links []link.Link
 }
 
 // Record is one raw record read from a CPU's ring: its header and data,
@@ -136,6 +140,14 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("load BPF program: %v", ve)
 		}
 		return nil, fmt.Errorf("load BPF program: %w", err)
+	}
+	// Before any process is a target: a target's exec must never be missed.
+	for _, prog := range []*ebpf.Program{s.objs.TargetExec, s.objs.TargetFork} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			return nil, fmt.Errorf("attach BPF program to %s: %w", prog, err)
+		}
+		s.links = append(s.links, l)
 	}
 	s.cpus, err = onlineCPUs()
 	if err != nil {
@@ -246,6 +258,13 @@ func (s *Sampler) AddProcess(pid int, cfg ProcessConfig) error {
 		return fmt.Errorf("pid %d: add to the BPF target map: %w", pid, err)
 	}
 	return nil
+}
+
+// Sampled reports whether pid is a target with configuration gen: not
+// since it exec'd, or before it was added.
+func (s *Sampler) Sampled(pid int, gen uint32) bool {
+	var c ProcessConfig
+	return s.objs.Procs.Lookup(uint32(pid), &c) == nil && c.Gen == gen
 }
 
 // RemoveProcess stops sampling pid.
@@ -411,13 +430,13 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 }
 
 // MarkNamed tells the program that user space has named these frames of
-// pid (iseq, pc): samples whose top frames are all named can wait in the
-// batched rings.
-func (s *Sampler) MarkNamed(pid uint32, frames []Frame) error {
+// pid's image gen (iseq, pc): samples whose top frames are all named can
+// wait in the batched rings.
+func (s *Sampler) MarkNamed(pid, gen uint32, frames []Frame) error {
 	keys := make([]rubyFrameKey, 0, len(frames))
 	for _, f := range frames {
 		if f.Iseq != 0 && !f.CFrame {
-			keys = append(keys, rubyFrameKey{Pid: pid, Iseq: f.Iseq, Pc: f.PC})
+			keys = append(keys, rubyFrameKey{Pid: pid, Gen: gen, Iseq: f.Iseq, Pc: f.PC})
 		}
 	}
 	if len(keys) == 0 {
@@ -442,12 +461,14 @@ type Counts struct {
 	OutputErrors uint64 // records the kernel would not take (ring full)
 	Truncated    uint64 // stacks deeper than MaxFrames
 	Urgent       uint64 // samples sent to the urgent rings
+	Execs        uint64 // targets that exec'd, and so stopped being targets
+	Forks        uint64 // children of targets that became targets (ProcessConfig.FollowForks)
 }
 
 // Counts sums the program's per-CPU counters.
 func (s *Sampler) Counts() (Counts, error) {
 	var c Counts
-	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated, &c.Urgent} {
+	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated, &c.Urgent, &c.Execs, &c.Forks} {
 		var per []uint64
 		if err := s.objs.Counts.Lookup(uint32(i), &per); err != nil {
 			return c, err
@@ -464,6 +485,9 @@ func (s *Sampler) Close() error {
 	for _, c := range s.clocks {
 		c.Disable()
 		c.Close()
+	}
+	for _, l := range s.links {
+		l.Close()
 	}
 	for _, o := range append(append(s.outputs, s.urgent...), s.trackers...) {
 		o.Close()

@@ -30,6 +30,21 @@ const JITName = "[JIT]"
 // stopped before the part the view shows was complete.
 const IncompleteName = "[native unwind incomplete]"
 
+// TruncatedName is the root frame of a stack whose Ruby frames were more
+// than a sample carries (the outermost are missing, and so is every native
+// frame below the outermost Ruby frame carried).
+const TruncatedName = "[ruby stack truncated]"
+
+// Truncate makes frames (leaf first) a truncated stack: cut below its
+// outermost Ruby or C-method frame, under a TruncatedName root.
+func Truncate(frames []Frame) []Frame {
+	end := len(frames)
+	for end > 0 && frames[end-1].Kind != KindRuby && frames[end-1].Kind != KindCFunc {
+		end--
+	}
+	return append(frames[:end], Frame{Kind: KindNative, Name: TruncatedName})
+}
+
 // Ruby is a Ruby control frame offered to Merge, leaf first, as the
 // sampler captured it.
 type Ruby struct {

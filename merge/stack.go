@@ -60,4 +60,7 @@ type Stack struct {
 	// Incomplete: native unwinding stopped early; the root frame says so
 	// (IncompleteName).
 	Incomplete bool
+	// Truncated: the Ruby stack was deeper than one sample carries; the
+	// stack ends at its outermost Ruby frame carried, under TruncatedName.
+	Truncated bool
 }

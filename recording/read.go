@@ -40,6 +40,7 @@ type ReadStats struct {
 	SymbolsFrom string
 	Fallbacks   int // samples whose Ruby and native stacks could not be interleaved
 	Incomplete  int // samples whose native unwinding stopped early (merge.IncompleteName)
+	Truncated   int // samples whose Ruby stack was cut at bpf.MaxFrames (merge.TruncatedName)
 	NoPayload   int // samples without a readable Ruby payload (native only)
 }
 
@@ -179,6 +180,9 @@ func (rd *reader) apply(rec perfdata.Record) {
 			Path: rec.Filename, Exec: rec.Misc&perfdata.MiscMmapData == 0})
 	case *perfdata.Comm:
 		rd.comms[rec.Tid] = rec.Comm
+		if rec.Misc&perfdata.MiscCommExec != 0 {
+			delete(rd.maps, rec.Pid) // a new image: the old mappings are gone
+		}
 	case *perfdata.Fork:
 		if rec.Pid != rec.PPid { // a new process starts with its parent's mappings
 			if parent, ok := rd.maps[rec.PPid]; ok {
@@ -215,8 +219,13 @@ func (rd *reader) mapsOf(pid uint32) *native.Maps {
 
 func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
+	p, perr := bpf.DecodePayload(s.Raw)
+	im := Image{PID: s.Pid}
+	if perr == nil {
+		im.Gen = p.Gen
+	}
 	rd.natives = rd.kernelFrames(rd.natives[:0], s.Callchain)
-	rd.natives = rd.userFrames(rd.natives, s)
+	rd.natives = rd.userFrames(rd.natives, s, im)
 	if rd.opts.NativeOnly {
 		for _, n := range rd.natives {
 			st.Frames = append(st.Frames, n.Frame)
@@ -224,9 +233,9 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 		return st
 	}
 	rd.rubies = rd.rubies[:0]
-	if p, err := bpf.DecodePayload(s.Raw); err == nil {
+	if perr == nil {
 		for _, f := range p.Frames {
-			rd.rubies = append(rd.rubies, rd.rubyFrame(p.PID, f))
+			rd.rubies = append(rd.rubies, rd.rubyFrame(p.PID, p.Gen, f))
 		}
 	} else {
 		rd.stats.NoPayload++
@@ -234,6 +243,10 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	var how merge.Outcome
 	st.Frames, how = rd.merger.Merge(rd.natives, rd.rubies, rd.opts.Merge)
 	st.Fallback, st.Incomplete = how.Fallback, how.Incomplete
+	if perr == nil && p.Flags&bpf.PayloadTruncated != 0 {
+		st.Frames, st.Incomplete, st.Truncated = merge.Truncate(st.Frames), false, true
+		rd.stats.Truncated++
+	}
 	if st.Fallback {
 		rd.stats.Fallbacks++
 	}
@@ -264,7 +277,7 @@ func (rd *reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Nativ
 	return out
 }
 
-func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample) []merge.Native {
+func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) []merge.Native {
 	maps, ok := rd.maps[s.Pid]
 	if !ok {
 		return out
@@ -272,7 +285,7 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample) []merge.Nat
 	if len(s.RegsUser) == 0 || len(s.StackUser) == 0 {
 		return rd.callchainUserFrames(out, s.Callchain, maps)
 	}
-	vm, hasVM := rd.symtab.VMExec[s.Pid]
+	vm, hasVM := rd.symtab.VMExec[im]
 	rd.unwound = native.Unwind(rd.unwound[:0], s.RegsUser, s.StackUser, maps, rd.objs)
 	for i, f := range rd.unwound {
 		// A caller's frame is shown inside its call instruction (the return
@@ -307,9 +320,9 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample) []merge.Nat
 	return out
 }
 
-func (rd *reader) rubyFrame(pid uint32, f bpf.Frame) merge.Ruby {
+func (rd *reader) rubyFrame(pid, gen uint32, f bpf.Frame) merge.Ruby {
 	r := merge.Ruby{Finish: f.Finish}
-	info, ok := rd.symtab.Frames[Key(pid, f)]
+	info, ok := rd.symtab.Frames[Key(pid, gen, f)]
 	switch {
 	case f.Error || !ok:
 		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: rubystack.UnknownLabel}

@@ -26,10 +26,13 @@ import (
 
 // Options describe one recording.
 type Options struct {
-	PIDs      []int    // -p
-	Command   []string // -- CMD ARGS: started, recorded, and its exit ends the recording
-	All       bool     // -a: every Ruby process, including ones that start while recording
-	Frequency int      // -F
+	PIDs    []int    // -p
+	Command []string // -- CMD ARGS: started, recorded, and its exit ends the recording
+	All     bool     // -a: every Ruby process, including ones that start while recording
+	// FollowForks records the children targets fork from their first
+	// instant (-a always does).
+	FollowForks bool
+	Frequency   int // -F
 	// StackSize is how many bytes of user stack each sample copies for
 	// native unwinding (perf's --call-graph dwarf,SIZE): 0 means
 	// bpf.DefaultOptions' 8 KiB, a negative size none (no native user frames).
@@ -63,8 +66,13 @@ type Summary struct {
 	Truncated     uint64 // stacks deeper than bpf.MaxFrames
 	UnknownFrames uint64 // frames that could not be symbolized
 	Dropped       []int  // targets no longer sampled: most of their frames were implausible
-	Duration      time.Duration
-	CommandErr    error // how the started command ended, if one was
+	// Events says, a line each, what targets did that changed what was
+	// recorded: an exec (and whether the new image is recorded), a fork.
+	Events []string
+	// MoreEvents counts the events past maxEvents, not in Events.
+	MoreEvents int
+	Duration   time.Duration
+	CommandErr error // how the started command ended, if one was
 	// CommandEnd says how the recording left the started command: "" when
 	// it exited by itself, else what ended it (CommandStopped and others).
 	CommandEnd string
@@ -104,10 +112,20 @@ type session struct {
 	sampler *bpf.Sampler
 	symtab  *SymbolTable
 
-	mu       sync.Mutex // guards targets, symtab, counters, pending
-	targets  map[int]*Target
-	gone     map[int]bool
-	pending  map[int]int // -a: pids that exec'd, with attempts left
+	mu      sync.Mutex // guards targets, symtab, counters, pending
+	targets map[int]*Target
+	gone    map[int]bool
+	pending map[int]int // pids that exec'd, with attempts left to attach
+	// execd: targets whose image ended by exec, not yet attached again or
+	// given up on; retired: their old Targets, closed at the end.
+	execd   map[int]string
+	retired []*Target
+	// execSeen: targets with a COMM record of an exec the program has not
+	// acted on (yet), by when to look again. The record of the exec that
+	// started a command comes after the command was attached; a later
+	// exec's record comes a moment before the program removes the target.
+	execSeen map[int]execSeen
+	nextGen  uint32 // the Gen of the next attach
 	sum      Summary
 	noTarget chan struct{} // closed when every target has exited (not with -a)
 	closeNT  sync.Once
@@ -170,7 +188,7 @@ func (s *session) checkpoint() error {
 }
 
 // threadKey is a thread of a target process.
-type threadKey struct{ pid, tid uint32 }
+type threadKey struct{ pid, tid, gen uint32 }
 
 // maxLastFrames bounds lastFrames; past it, the map starts afresh.
 const maxLastFrames = 4096
@@ -207,8 +225,11 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Frequency <= 0 {
 		opts.Frequency = bpf.DefaultOptions.Frequency
 	}
+	if opts.All {
+		opts.FollowForks = true
+	}
 	s := &session{opts: opts, symtab: NewSymbolTable(), targets: map[int]*Target{}, gone: map[int]bool{},
-		pending: map[int]int{}, noTarget: make(chan struct{})}
+		pending: map[int]int{}, execd: map[int]string{}, execSeen: map[int]execSeen{}, noTarget: make(chan struct{})}
 	s.sum.Output = opts.Output
 	start := time.Now()
 
@@ -352,9 +373,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		case <-runCtx.Done():
 		}
 	}()
-	if opts.All {
-		go s.discover(runCtx)
-	}
+	go s.discover(runCtx)
 	if opts.Status != nil {
 		go s.status(runCtx, start)
 	}
@@ -456,17 +475,29 @@ func (s *session) add(t *Target) error {
 		t.Close()
 		return err
 	}
+	t.Config.Gen = s.nextGen
+	if s.opts.FollowForks {
+		t.Config.FollowForks = 1
+	}
 	if err := s.sampler.AddProcess(t.PID, t.Config); err != nil {
 		t.Close()
 		return err
 	}
+	s.nextGen++
+	s.register(t)
+	return nil
+}
+
+// register makes t, sampled already, the target of its pid (s.mu held).
+func (s *session) register(t *Target) {
 	s.targets[t.PID] = t
 	if a := t.Process.Binary.Anchors(t.Reader.Layout).VMExec; a.Found && a.Size > 0 {
-		s.symtab.VMExec[uint32(t.PID)] = VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
+		s.symtab.VMExec[Image{uint32(t.PID), t.Config.Gen}] = VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
 	}
-	s.sum.Targets++
-	s.sum.PIDs = append(s.sum.PIDs, t.PID)
-	return nil
+	if _, again := s.execd[t.PID]; !again {
+		s.sum.Targets++
+		s.sum.PIDs = append(s.sum.PIDs, t.PID)
+	}
 }
 
 // handle takes one record from the rings.
@@ -481,13 +512,21 @@ func (s *session) handle(rec bpf.Record) error {
 		}
 		if err := bpf.DecodePayloadInto(&s.payload, smp.Raw); err == nil {
 			p := &s.payload
-			if t, ok := s.targets[int(p.PID)]; ok {
+			// A sample of an image that has exec'd since is not read through
+			// the new one: its frames stay unnamed.
+			if t, ok := s.targets[int(p.PID)]; ok && t.Config.Gen == p.Gen {
 				added, bad := s.symtab.Resolve(t.Reader, s.newFrames(p))
+				if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
+					// It exec'd before its COMM record was read: what was
+					// just read may be the new program's. Unnamed is right.
+					s.symtab.Forget(p.PID, p.Gen, added)
+					added, bad = nil, 0
+				}
 				s.checkPlausible(t, len(added), bad)
 				if len(added) > 0 {
 					// Their later samples may wait in the batched rings. A
 					// failure only keeps sending them to the urgent ones.
-					s.sampler.MarkNamed(p.PID, added)
+					s.sampler.MarkNamed(p.PID, p.Gen, added)
 				}
 			}
 			bpf.SetPeriod(rec.Data, p.Period)
@@ -506,15 +545,36 @@ func (s *session) handle(rec bpf.Record) error {
 		}
 	case recordComm, recordMmap, recordMmap2, recordFork, recordExit:
 		pid, tid := recordPID(rec)
-		if rec.Header.Type == recordComm && rec.Header.Misc&miscCommExec != 0 && s.opts.All {
+		exec := rec.Header.Type == recordComm && rec.Header.Misc&miscCommExec != 0
+		if exec && s.opts.All {
 			if _, ok := s.targets[pid]; !ok {
 				s.pending[pid] = attachAttempts
 			}
 		}
-		if _, ok := s.targets[pid]; !ok {
+		if rec.Header.Type == recordFork {
+			s.forked(rec)
+		}
+		_, target := s.targets[pid]
+		if _, ok := s.execd[pid]; ok && rec.Header.Type != recordFork {
+			target = true // the records of its new image, until given up on
+			if exec {     // again (a wrapper script's exec of its Ruby): a new start
+				s.execd[pid], s.pending[pid] = commOf(rec), attachAttempts
+			}
+			if rec.Header.Type == recordExit && pid == tid {
+				s.giveUp(pid, "exited")
+			}
+		}
+		if !target {
 			return nil // not a target: keep the file small
 		}
-		if rec.Header.Type == recordExit && pid == tid {
+		switch {
+		case exec:
+			if t := s.targets[pid]; t != nil && s.sampler.Sampled(pid, t.Config.Gen) {
+				s.execSeen[pid] = execSeen{comm: commOf(rec), gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
+			} else if t != nil {
+				s.targetExecd(pid, commOf(rec))
+			}
+		case rec.Header.Type == recordExit && pid == tid:
 			s.targetExited(pid)
 		}
 	default:
@@ -531,7 +591,7 @@ func (s *session) handle(rec bpf.Record) error {
 // sample shared (in s.unseen, overwritten by the next call), and remembers
 // p's frames for the next.
 func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
-	k := threadKey{p.PID, p.TID}
+	k := threadKey{p.PID, p.TID, p.Gen}
 	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames {
 		s.lastFrames = map[threadKey][]bpf.Frame{}
 	}
@@ -542,7 +602,7 @@ func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 		shared++
 	}
 	s.lastFrames[k] = append(prev[:0], p.Frames...)
-	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Flags: p.Flags, Frames: p.Frames[:len(p.Frames)-shared]}
+	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, Frames: p.Frames[:len(p.Frames)-shared]}
 	return &s.unseen
 }
 
@@ -576,13 +636,122 @@ func (s *session) targetExited(pid int) {
 	}
 	s.gone[pid] = true
 	s.sampler.RemoveProcess(pid)
-	if !s.opts.All && len(s.gone) == len(s.targets) {
-		s.closeNT.Do(func() { close(s.noTarget) })
+	s.checkTargets()
+}
+
+// checkTargets ends the recording when no target is left to sample and
+// none may come back (s.mu held). With -a, more may start.
+func (s *session) checkTargets() {
+	if s.opts.All || len(s.execd) > 0 {
+		return
+	}
+	for pid := range s.targets {
+		if !s.gone[pid] {
+			return
+		}
+	}
+	s.closeNT.Do(func() { close(s.noTarget) })
+}
+
+// targetExecd: target pid exec'd (s.mu held). The program stopped sampling
+// it at that instant; its new image is attached again if it is a Ruby,
+// as a new Gen, so nothing of the old image is read through the new one.
+func (s *session) targetExecd(pid int, comm string) {
+	t := s.targets[pid]
+	s.sampler.RemoveProcess(pid)
+	delete(s.targets, pid)
+	delete(s.execSeen, pid)
+	s.retired = append(s.retired, t)
+	s.execd[pid] = comm
+	s.pending[pid] = attachAttempts
+}
+
+// execSeen is a COMM record of an exec of a target still sampled.
+type execSeen struct {
+	comm     string
+	gen      uint32
+	deadline time.Time
+}
+
+// execGrace is how long the program may take to act on an exec whose
+// COMM record came first (the rest of the exec: loading the binary).
+const execGrace = 200 * time.Millisecond
+
+// checkExecs decides on the execs seen while their target was still
+// sampled (s.mu held): the program removed it since (an exec of the
+// image attached), or it still samples it after execGrace (the exec that
+// made the image attached).
+func (s *session) checkExecs() {
+	for pid, e := range s.execSeen {
+		t := s.targets[pid]
+		switch {
+		case t == nil || t.Config.Gen != e.gen:
+			delete(s.execSeen, pid)
+		case !s.sampler.Sampled(pid, e.gen):
+			s.targetExecd(pid, e.comm)
+		case time.Now().After(e.deadline):
+			delete(s.execSeen, pid)
+		}
 	}
 }
 
-// discover attaches to Ruby processes that start while recording (-a): a
-// process is tried after it execs, and a full rescan runs every few seconds.
+// giveUp: pid exec'd and will not be recorded again (s.mu held): why says
+// what it became.
+func (s *session) giveUp(pid int, why string) {
+	comm, ok := s.execd[pid]
+	if !ok {
+		return
+	}
+	delete(s.execd, pid)
+	delete(s.pending, pid)
+	s.gone[pid] = true
+	s.event(fmt.Sprintf("pid %d exec'd %s and %s: no longer recorded", pid, comm, why))
+	if len(s.opts.Command) > 0 && len(s.sum.PIDs) > 0 && s.sum.PIDs[0] == pid {
+		return // the command goes on: the recording ends when it exits, as it would have
+	}
+	s.checkTargets()
+}
+
+// forked takes a FORK record (s.mu held): a child of a target that
+// follows forks is sampled from its first instant (the program copied its
+// parent's configuration); here it gets its Target to be named through.
+func (s *session) forked(rec bpf.Record) {
+	d := rec.Data
+	if len(d) < 8 {
+		return
+	}
+	child, parent := int(binary.LittleEndian.Uint32(d[0:])), int(binary.LittleEndian.Uint32(d[4:])) // pid, ppid
+	pt, ok := s.targets[parent]
+	if child == parent || !ok || !s.opts.FollowForks || s.gone[parent] {
+		return
+	}
+	if _, known := s.targets[child]; known {
+		return
+	}
+	t, err := pt.forked(child)
+	if err != nil {
+		s.sampler.RemoveProcess(child) // it exec'd or exited already: nothing of it to name
+		return
+	}
+	s.register(t)
+	s.event(fmt.Sprintf("pid %d forked pid %d: recorded", parent, child))
+}
+
+// commOf is the name in a COMM record (perf_record_comm: pid, tid, comm).
+func commOf(rec bpf.Record) string {
+	if len(rec.Data) <= 8 {
+		return "?"
+	}
+	b := rec.Data[8:]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// discover attaches to Ruby processes that exec: a target that exec'd
+// (again, if it is a Ruby now), and with -a any process; with -a a full
+// rescan also runs every few seconds.
 func (s *session) discover(ctx context.Context) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -594,17 +763,19 @@ func (s *session) discover(ctx context.Context) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
+		s.checkExecs()
 		var try []int
 		for pid, left := range s.pending {
 			if left <= 0 {
 				delete(s.pending, pid)
+				s.giveUp(pid, "is not a Ruby")
 				continue
 			}
 			s.pending[pid] = left - 1
 			try = append(try, pid)
 		}
 		s.mu.Unlock()
-		if time.Since(rescan) > 3*time.Second {
+		if s.opts.All && time.Since(rescan) > 3*time.Second {
 			rescan = time.Now()
 			if pids, err := RubyPIDs(); err == nil {
 				try = append(try, pids...)
@@ -617,20 +788,34 @@ func (s *session) discover(ctx context.Context) {
 			if known || !looksLikeRuby(pid) {
 				continue
 			}
-			t, err := Attach(pid, rubybuild.OpenOptions{Debuginfo: s.opts.Debuginfo})
+			t, err := Attach(pid, rubybuild.OpenOptions{DebugFile: s.debugFileFor(pid), Debuginfo: s.opts.Debuginfo})
 			if err != nil {
 				s.mu.Lock()
 				_, retry := s.pending[pid]
+				final := !retry || errors.Is(err, rubybuild.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch)
+				_, again := s.execd[pid]
+				if again && final {
+					s.giveUp(pid, "cannot be recorded ("+err.Error()+")")
+				}
 				s.mu.Unlock()
 				// A process that just exec'd may not have mapped its Ruby yet.
-				if !retry || errors.Is(err, rubybuild.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch) {
+				if final && !again {
 					s.skipped(pid, err)
 				}
 				continue
 			}
-			s.add(t)
+			s.mu.Lock()
+			comm, again := s.execd[pid]
+			s.mu.Unlock()
+			if err := s.add(t); err != nil {
+				continue
+			}
 			s.mu.Lock()
 			delete(s.pending, pid)
+			if again {
+				delete(s.execd, pid)
+				s.event(fmt.Sprintf("pid %d exec'd %s: recording the new Ruby", pid, comm))
+			}
 			s.mu.Unlock()
 		}
 	}
@@ -706,6 +891,9 @@ func (s *session) finish() error {
 	for _, t := range s.targets {
 		t.Close()
 	}
+	for _, t := range s.retired {
+		t.Close()
+	}
 	if err := s.w.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", s.opts.Output, err))
 	}
@@ -733,4 +921,32 @@ func gzipFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// debugFileFor is the --debug-file for attaching pid: only a process given
+// by the user has the Ruby it names (a process -a finds may not).
+func (s *session) debugFileFor(pid int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.opts.PIDs {
+		if p == pid {
+			return s.opts.DebugFile
+		}
+	}
+	if len(s.opts.Command) > 0 && len(s.sum.PIDs) > 0 && s.sum.PIDs[0] == pid {
+		return s.opts.DebugFile
+	}
+	return ""
+}
+
+// maxEvents bounds Summary.Events: a target may fork all day.
+const maxEvents = 100
+
+// event adds a line to Summary.Events (s.mu held).
+func (s *session) event(line string) {
+	if len(s.sum.Events) < maxEvents {
+		s.sum.Events = append(s.sum.Events, line)
+	} else {
+		s.sum.MoreEvents++
+	}
 }

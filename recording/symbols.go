@@ -26,10 +26,15 @@ const symbolTableVersion = 1
 // maxSymbolTableBytes bounds the decompressed symbol table read from a file.
 const maxSymbolTableBytes = 256 << 20
 
-// FrameKey identifies a captured control frame in one process: the pointers
-// the BPF walker copied.
+// Image is a process image: a pid from one exec to the next. Gen counts
+// the times the recording attached to the pid (bpf.Payload.Gen).
+type Image struct{ PID, Gen uint32 }
+
+// FrameKey identifies a captured control frame in one process image: the
+// pointers the BPF walker copied.
 type FrameKey struct {
 	PID    uint32
+	Gen    uint32
 	Iseq   uint64
 	PC     uint64
 	CME    uint64
@@ -52,7 +57,7 @@ type FrameInfo struct {
 // where each process's VM entry function is.
 type SymbolTable struct {
 	Frames map[FrameKey]FrameInfo
-	VMExec map[uint32]VMExec // by pid
+	VMExec map[Image]VMExec
 }
 
 // VMExec is where rb_vm_exec lies in a process's Ruby binary (stripped
@@ -64,12 +69,12 @@ type VMExec struct {
 
 // NewSymbolTable returns an empty table.
 func NewSymbolTable() *SymbolTable {
-	return &SymbolTable{Frames: map[FrameKey]FrameInfo{}, VMExec: map[uint32]VMExec{}}
+	return &SymbolTable{Frames: map[FrameKey]FrameInfo{}, VMExec: map[Image]VMExec{}}
 }
 
-// Key is the key of a payload frame.
-func Key(pid uint32, f bpf.Frame) FrameKey {
-	return FrameKey{PID: pid, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}
+// Key is the key of a frame of a payload of process image (pid, gen).
+func Key(pid, gen uint32, f bpf.Frame) FrameKey {
+	return FrameKey{PID: pid, Gen: gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}
 }
 
 // Resolve symbolizes the payload's frames that the table does not know yet,
@@ -77,7 +82,7 @@ func Key(pid uint32, f bpf.Frame) FrameKey {
 // (now in the table, named, dropped or unknown) and how many are unknown.
 func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (added []bpf.Frame, unknown int) {
 	for _, f := range p.Frames {
-		k := Key(p.PID, f)
+		k := Key(p.PID, p.Gen, f)
 		if _, ok := t.Frames[k]; ok {
 			continue
 		}
@@ -98,12 +103,19 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (added []bpf.
 	return added, unknown
 }
 
+// Forget drops what Resolve added for frames of process image (pid, gen).
+func (t *SymbolTable) Forget(pid, gen uint32, frames []bpf.Frame) {
+	for _, f := range frames {
+		delete(t.Frames, Key(pid, gen, f))
+	}
+}
+
 // Stack returns the Ruby frames of a payload, leaf first, as the table names
 // them; frames it does not know come out unknown.
 func (t *SymbolTable) Stack(p *bpf.Payload) []FrameInfo {
 	out := make([]FrameInfo, 0, len(p.Frames))
 	for _, f := range p.Frames {
-		info, ok := t.Frames[Key(p.PID, f)]
+		info, ok := t.Frames[Key(p.PID, p.Gen, f)]
 		switch {
 		case !ok || f.Error:
 			out = append(out, FrameInfo{Label: rubystack.UnknownLabel, Unknown: true})
@@ -123,6 +135,7 @@ type symbolTableJSON struct {
 
 type vmExecJSON struct {
 	PID   uint32 `json:"pid"`
+	Gen   uint32 `json:"gen,omitempty"`
 	Path  string `json:"path"`
 	Start uint64 `json:"start"`
 	End   uint64 `json:"end"`
@@ -130,6 +143,7 @@ type vmExecJSON struct {
 
 type frameJSON struct {
 	PID     uint32 `json:"pid"`
+	Gen     uint32 `json:"gen,omitempty"`
 	Iseq    uint64 `json:"iseq,omitempty"`
 	PC      uint64 `json:"pc,omitempty"`
 	CME     uint64 `json:"cme,omitempty"`
@@ -147,13 +161,16 @@ type frameJSON struct {
 func (t *SymbolTable) Encode() ([]byte, error) {
 	doc := symbolTableJSON{Version: symbolTableVersion, Frames: make([]frameJSON, 0, len(t.Frames))}
 	for k, v := range t.Frames {
-		doc.Frames = append(doc.Frames, frameJSON{PID: k.PID, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
+		doc.Frames = append(doc.Frames, frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
 			Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
 	}
 	sort.Slice(doc.Frames, func(i, j int) bool {
 		a, b := doc.Frames[i], doc.Frames[j]
 		if a.PID != b.PID {
 			return a.PID < b.PID
+		}
+		if a.Gen != b.Gen {
+			return a.Gen < b.Gen
 		}
 		if a.CME != b.CME {
 			return a.CME < b.CME
@@ -163,10 +180,13 @@ func (t *SymbolTable) Encode() ([]byte, error) {
 		}
 		return a.PC < b.PC
 	})
-	for pid, v := range t.VMExec {
-		doc.VMExec = append(doc.VMExec, vmExecJSON{PID: pid, Path: v.Path, Start: v.Start, End: v.End})
+	for im, v := range t.VMExec {
+		doc.VMExec = append(doc.VMExec, vmExecJSON{PID: im.PID, Gen: im.Gen, Path: v.Path, Start: v.Start, End: v.End})
 	}
-	sort.Slice(doc.VMExec, func(i, j int) bool { return doc.VMExec[i].PID < doc.VMExec[j].PID })
+	sort.Slice(doc.VMExec, func(i, j int) bool {
+		a, b := doc.VMExec[i], doc.VMExec[j]
+		return a.PID < b.PID || a.PID == b.PID && a.Gen < b.Gen
+	})
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if err := json.NewEncoder(zw).Encode(doc); err != nil {
@@ -200,10 +220,10 @@ func DecodeSymbolTable(b []byte) (*SymbolTable, error) {
 	}
 	t := NewSymbolTable()
 	for _, v := range doc.VMExec {
-		t.VMExec[v.PID] = VMExec{Path: v.Path, Start: v.Start, End: v.End}
+		t.VMExec[Image{v.PID, v.Gen}] = VMExec{Path: v.Path, Start: v.Start, End: v.End}
 	}
 	for _, f := range doc.Frames {
-		t.Frames[FrameKey{PID: f.PID, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}] = FrameInfo{
+		t.Frames[FrameKey{PID: f.PID, Gen: f.Gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}] = FrameInfo{
 			Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}
 	}
 	return t, nil

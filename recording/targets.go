@@ -29,6 +29,8 @@ type Target struct {
 	// walk brought and how many of them could not be read as Ruby frames.
 	framesSeen, framesImplausible int
 	dropped                       bool
+	// sharesProcess: a forked child's Process is its parent's, closed with it.
+	sharesProcess bool
 }
 
 // Attach prepares pid for sampling: its Ruby binary and Layout, and the
@@ -77,7 +79,24 @@ func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) {
 // Close releases the target's files.
 func (t *Target) Close() {
 	t.mem.Close()
-	t.Process.Close()
+	if !t.sharesProcess {
+		t.Process.Close()
+	}
+}
+
+// forked is the target for pid, a child t forked: until it execs it has
+// t's memory image, so t's binary, layout and configuration read it. Only
+// its memory is its own.
+func (t *Target) forked(pid int) (*Target, error) {
+	p := *t.Process
+	p.PID = pid
+	c := &Target{PID: pid, Process: &p, Config: t.Config, mem: &rubystack.ProcessMemory{PID: pid}, sharesProcess: true}
+	var err error
+	if c.Reader, err = rubystack.NewReaderFor(&p, c.mem, rubybuild.UseRecord); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("pid %d (forked by %d): %w", pid, t.PID, err)
+	}
+	return c, nil
 }
 
 // AttachWhenReady attaches to a process that was just started, waiting

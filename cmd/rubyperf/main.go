@@ -19,7 +19,7 @@ type command struct {
 }
 
 var commands = []command{
-	{"record", "[-p PID[,PID..] | -a | -- CMD ARGS..] [-F HZ] [-d DURATION] [-o FILE]",
+	{"record", "[-p PID[,PID..] | -a | -- CMD ARGS..] [--follow-forks] [-F HZ] [-d DURATION] [-o FILE]",
 		"sample Ruby and native stacks into a perf.data", runRecord},
 	{"snapshot", "-p PID [--format text|json] [--nonblocking] [--debug-file FILE]",
 		"every thread's Ruby stack, read from outside", runSnapshot},

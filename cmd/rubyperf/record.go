@@ -22,6 +22,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	pids := fs.String("p", "", "pid[,pid..] of running Rubies")
 	all := fs.Bool("a", false, "every Ruby process, including ones that start while recording")
+	follow := fs.Bool("follow-forks", false, "also record the processes the targets fork, from their first instant (-a always does)")
 	freq := fs.Int("F", 99, "samples per second")
 	var dur seconds
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
@@ -32,7 +33,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := recording.Options{All: *all, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
+	opts := recording.Options{All: *all, FollowForks: *follow, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
 		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: stderr}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
@@ -76,12 +77,22 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		if sum.CommandEnd != "" && len(opts.Command) > 0 && len(sum.PIDs) > 0 {
 			fmt.Fprintf(stderr, "rubyperf: %s (pid %d): %s\n", opts.Command[0], sum.PIDs[0], sum.CommandEnd)
 		}
+		for i, e := range sum.Events {
+			if more := len(sum.Events) - i + sum.MoreEvents; i == maxEventLines && more > 1 {
+				fmt.Fprintf(stderr, "rubyperf: and %d more forks and execs\n", more)
+				break
+			}
+			fmt.Fprintf(stderr, "rubyperf: %s\n", e)
+		}
 		if sum.LostSideBand > 0 {
 			fmt.Fprintf(stderr, "rubyperf: warning: the kernel dropped %d process events (mmap, comm, exit) while the machine was busy; native frames in code loaded meanwhile may show as [unknown]\n", sum.LostSideBand)
 		}
 	}
 	return err
 }
+
+// maxEventLines bounds the lines a summary gives to forks and execs.
+const maxEventLines = 10
 
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)

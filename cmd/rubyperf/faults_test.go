@@ -1,0 +1,415 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/merge"
+)
+
+// Faults of the target while it is recorded: each recording is valid (stock
+// perf script shows every sample the summary counts), every sample before
+// the fault is there, and the summary says what happened.
+
+// scriptSampleText is one sample of `rubyperf script`: the thread and its
+// frames' lines, leaf first.
+type scriptSampleText struct {
+	tid    int
+	frames []string
+}
+
+var scriptSampleHeader = regexp.MustCompile(`^\S.*?\s(\d+)\s+\[\d+\]\s`)
+
+// threadSamples runs `rubyperf script ARGS -i file` and splits its samples.
+func threadSamples(t *testing.T, file string, args ...string) []scriptSampleText {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append(append([]string{"script"}, args...), "-i", file), &stdout, &stderr); code != 0 {
+		t.Fatalf("script %v -i %s: exit %d: %s", args, file, code, stderr.String())
+	}
+	var out []scriptSampleText
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if m := scriptSampleHeader.FindStringSubmatch(line); m != nil {
+			tid, _ := strconv.Atoi(m[1])
+			out = append(out, scriptSampleText{tid: tid})
+		} else if s := strings.TrimSpace(line); s != "" && len(out) > 0 {
+			out[len(out)-1].frames = append(out[len(out)-1].frames, s)
+		}
+	}
+	return out
+}
+
+func (s scriptSampleText) has(name string) bool {
+	for _, f := range s.frames {
+		if strings.Contains(f, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func rubyScript(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("../../testdata/ruby", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkValid: stock perf script reads every sample the summary counts.
+func checkValid(t *testing.T, file string, sum summary) {
+	t.Helper()
+	if n := len(perfScript(t, file)); n != sum.samples {
+		t.Errorf("perf script shows %d samples, rubyperf reported %d", n, sum.samples)
+	}
+}
+
+// TestTargetExecs: a target that execs is another program from that
+// instant. Exec'ing a Ruby, the new image is attached again and named
+// through its own memory; exec'ing anything else, it is no longer sampled,
+// and the recording of a started command goes on until the command exits.
+func TestTargetExecs(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1")
+	script := rubyScript(t, "execs.rb")
+	t.Run("ruby", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "rubyperf.data")
+		second := `def second_image; t = Time.now; nil while Time.now - t < 1.5; end; second_image`
+		sum, stderr := recordOutput(t, "-F", "499", "-o", out, "--", r.Exe, script, r.Exe, "1.5", "-e", second)
+		if !strings.Contains(stderr, "exec'd") || !strings.Contains(stderr, "recording the new Ruby") {
+			t.Errorf("the summary does not say the target exec'd a Ruby: %s", stderr)
+		}
+		checkValid(t, out, sum)
+		first, secondN := 0, 0
+		for _, s := range threadSamples(t, out, "--ruby-only") {
+			a, b := s.has("first_image"), s.has("second_image")
+			if a && b {
+				t.Fatalf("one sample names both images: %v", s.frames)
+			}
+			if a {
+				first++
+			}
+			if b {
+				secondN++
+			}
+		}
+		t.Logf("%d samples: %d in first_image, %d in second_image, %d unknown frames", sum.samples, first, secondN, sum.unknown)
+		// 499 Hz for 1.5 s each; re-attaching costs the new image's first
+		// 0.1-0.3 s.
+		if first < 400 || secondN < 250 {
+			t.Errorf("%d samples in first_image, %d in second_image", first, secondN)
+		}
+		if sum.unknown*100 > sum.samples {
+			t.Errorf("%d unknown frames", sum.unknown)
+		}
+	})
+	t.Run("not ruby", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "rubyperf.data")
+		start := time.Now()
+		sum, stderr := recordOutput(t, "-F", "499", "-o", out, "--", r.Exe, script, "sleep", "1", "3")
+		took := time.Since(start)
+		if !strings.Contains(stderr, "exec'd sleep") || !strings.Contains(stderr, "not a Ruby") {
+			t.Errorf("the summary does not say the target exec'd sleep: %s", stderr)
+		}
+		if strings.Contains(stderr, "SIGTERM") || took < 3500*time.Millisecond {
+			t.Errorf("the command was ended after %v, before it exited: %s", took, stderr)
+		}
+		checkValid(t, out, sum)
+		first := 0
+		for _, s := range threadSamples(t, out, "--ruby-only") {
+			if s.has("first_image") {
+				first++
+			}
+		}
+		if first < 400 || sum.unknown*100 > sum.samples {
+			t.Errorf("%d samples in first_image of %d, %d unknown frames", first, sum.samples, sum.unknown)
+		}
+	})
+}
+
+// TestTargetForks: a child the target forks is not recorded, unless
+// --follow-forks; followed, its samples are its own (its pid, its frames)
+// from its start, and never the parent's.
+func TestTargetForks(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1")
+	script := rubyScript(t, "forks.rb")
+	for _, follow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("follow=%v", follow), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			args := []string{"-F", "499", "-o", out}
+			if follow {
+				args = append(args, "--follow-forks")
+			}
+			sum, stderr := recordOutput(t, append(args, "--", r.Exe, script, "1.5")...)
+			checkValid(t, out, sum)
+			byTID := map[int][2]int{} // parent_work, child_work samples
+			for _, s := range threadSamples(t, out, "--ruby-only") {
+				c := byTID[s.tid]
+				if s.has("parent_work") {
+					c[0]++
+				}
+				if s.has("child_work") {
+					c[1]++
+				}
+				byTID[s.tid] = c
+			}
+			t.Logf("samples by thread (parent_work, child_work): %v; %s", byTID, stderr)
+			var parents, children []int
+			for tid, c := range byTID {
+				if c[0] > 0 && c[1] > 0 {
+					t.Errorf("thread %d has samples of both parent_work and child_work", tid)
+				}
+				if c[0] > 0 {
+					parents = append(parents, tid)
+				}
+				if c[1] > 0 {
+					children = append(children, tid)
+				}
+			}
+			if len(parents) != 1 || byTID[parents[0]][0] < 500 {
+				t.Errorf("parent_work samples by thread: %v", byTID)
+			}
+			switch {
+			case !follow && len(children) > 0:
+				t.Errorf("the child was recorded without --follow-forks: %v", byTID)
+			case follow && (len(children) != 1 || byTID[children[0]][1] < 500):
+				t.Errorf("child_work samples by thread: %v", byTID)
+			case follow && !strings.Contains(stderr, "forked pid"):
+				t.Errorf("the summary does not say the target forked: %s", stderr)
+			}
+			if sum.unknown*100 > sum.samples { // a few of Ruby's start-up, gone before they are read
+				t.Errorf("%d unknown frames", sum.unknown)
+			}
+		})
+	}
+}
+
+// TestTargetThreadChurn: a target that starts and ends 3000 threads, 50
+// at a time, loses no sample, and their frames are named.
+func TestTargetThreadChurn(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1")
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	sum := record(t, "-F", "999", "-o", out, "--", r.Exe, rubyScript(t, "churn.rb"), "3000")
+	checkValid(t, out, sum)
+	tids := map[int]bool{}
+	work := 0
+	for _, s := range threadSamples(t, out, "--ruby-only") {
+		tids[s.tid] = true
+		if s.has("Object#churn_work") {
+			work++
+		}
+	}
+	t.Logf("%d samples, %d lost, %d threads sampled, %d in churn_work, %d unknown frames", sum.samples, sum.lost, len(tids), work, sum.unknown)
+	// Ruby 3.1 runs new threads on the native threads of ended ones (its
+	// thread cache): 50 at a time make some 50 native threads.
+	if sum.lost > 0 || len(tids) < 40 || work*2 < sum.samples || sum.unknown*100 > sum.samples {
+		t.Errorf("%d samples, %d lost, %d threads, %d in churn_work, %d unknown frames", sum.samples, sum.lost, len(tids), work, sum.unknown)
+	}
+}
+
+// TestTargetDeepRecursion: a 10,000-deep Ruby stack is more than a sample
+// carries (bpf.MaxFrames): the summary counts truncated stacks, and each
+// shows its innermost frames under a root that says it was cut.
+func TestTargetDeepRecursion(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "debian-3.1")
+	cmd := exec.Command(r.Exe, "-e", `def down(n) = n.zero? ? (puts "ready"; STDOUT.flush; loop { }) : down(n - 1); down(10_000)`)
+	cmd.Env = append(os.Environ(), "RUBY_THREAD_VM_STACK_SIZE=16777216")
+	target := startReady(t, cmd)
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	sum := record(t, "-F", "199", "-d", "2", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+	checkValid(t, out, sum)
+	if sum.truncated == 0 || sum.truncated*10 < sum.samples*9 {
+		t.Errorf("%d of %d stacks truncated", sum.truncated, sum.samples)
+	}
+	samples := threadSamples(t, out, "--ruby-only")
+	for i, s := range samples {
+		if len(s.frames) != bpf.MaxFrames+1 || !strings.Contains(s.frames[len(s.frames)-1], merge.TruncatedName) ||
+			!strings.Contains(s.frames[len(s.frames)-2], "Object#down") {
+			t.Fatalf("sample %d: %d frames, ending %q", i, len(s.frames), s.frames[max(0, len(s.frames)-2):])
+		}
+	}
+}
+
+// startReady starts cmd and waits for it to print "ready".
+func startReady(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	buf := make([]byte, 64)
+	if n, _ := stdout.Read(buf); !strings.Contains(string(buf[:n]), "ready") {
+		t.Fatalf("%v: no ready line: %q", cmd.Args, buf[:n])
+	}
+	return cmd
+}
+
+// TestTargetCompacted: GC.compact moves iseqs and method entries while they
+// are sampled; every frame is still named after the code that ran.
+func TestTargetCompacted(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1")
+	target := testruby.Start(t, r, rubyScript(t, "compact.rb"), "30")
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	sum := record(t, "-F", "999", "-d", "4", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+	checkValid(t, out, sum)
+	pair := regexp.MustCompile(`Pairs\.(?:outer|inner)_(\d+) \(pairs\.rb:(\d+)\)`)
+	named, bad := map[int]bool{}, 0
+	for _, s := range threadSamples(t, out, "--ruby-only") {
+		ns := map[int]bool{}
+		for _, f := range s.frames {
+			if m := pair.FindStringSubmatch(f); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				line, _ := strconv.Atoi(m[2])
+				ns[n] = true
+				if line < n*10+1 || line > n*10+9 {
+					ns[-1] = true
+				}
+			}
+		}
+		if len(ns) > 1 {
+			if bad++; bad <= 3 {
+				t.Errorf("a sample names code of more than one pair: %v", s.frames)
+			}
+		}
+		for n := range ns {
+			named[n] = true
+		}
+	}
+	t.Logf("%d samples, %d pairs named, %d inconsistent, %d unknown frames", sum.samples, len(named), bad, sum.unknown)
+	if bad > 0 || len(named) < 50 {
+		t.Errorf("%d inconsistent samples, %d pairs named", bad, len(named))
+	}
+}
+
+// TestTargetKilled: a target SIGKILLed while recorded ends the recording;
+// the file is valid and has its samples.
+func TestTargetKilled(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1")
+	target := testruby.Start(t, r, workload(t), "60")
+	go func() {
+		time.Sleep(2 * time.Second)
+		target.Process.Signal(syscall.SIGKILL)
+	}()
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	start := time.Now()
+	sum := record(t, "-F", "499", "-d", "30", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the recording went on %v after its target was killed", d)
+	}
+	checkValid(t, out, sum)
+	if sum.samples < 300 {
+		t.Errorf("%d samples before the kill", sum.samples)
+	}
+}
+
+// TestTargetNotRecordable: a process that is not a Ruby, a zombie, and a
+// pid that does not exist are each refused in one line naming the pid,
+// exit status 1, with no file left behind.
+func TestTargetNotRecordable(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	// A zombie: a child that exited, whose parent (sleep, after exec) never
+	// waits for it.
+	parent := exec.Command("sh", "-c", "true & exec sleep 30")
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { parent.Process.Kill(); parent.Wait() })
+	zombie := 0
+	for deadline := time.Now().Add(5 * time.Second); zombie == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent.Process.Pid, parent.Process.Pid))
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(st), ") Z ") {
+				zombie = pid
+			}
+		}
+	}
+	if zombie == 0 {
+		t.Fatal("no zombie to record")
+	}
+	for name, pid := range map[string]int{"not ruby": sleeper.Process.Pid, "zombie": zombie, "no such process": 1 << 22} {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"record", "-d", "1", "-o", out, "-p", strconv.Itoa(pid)}, &stdout, &stderr)
+			msg := strings.TrimSpace(stderr.String())
+			if code != 1 || strings.Contains(msg, "\n") || !strings.Contains(msg, fmt.Sprintf("pid %d", pid)) {
+				t.Errorf("exit %d, %q: want exit 1 and one line naming pid %d", code, msg, pid)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%s was left behind", out)
+			}
+			t.Log(msg)
+		})
+	}
+}
+
+// TestTargetExitsDuringAttach: Rubies that exit while being attached (a
+// few ms after they start, at different moments) give a valid recording
+// or a one-line error naming the pid, never a crash or a hang.
+func TestTargetExitsDuringAttach(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "debian-3.1")
+	bin := rubyperfBinary(t)
+	outcomes := map[string]int{}
+	for i := 0; i < 8; i++ {
+		spin := fmt.Sprintf(`t = Time.now; nil while Time.now - t < %g`, 0.02*float64(i))
+		target := exec.Command(r.Exe, "-e", spin)
+		if err := target.Start(); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "rubyperf.data")
+		c := exec.Command(bin, "record", "-d", "5", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		done := make(chan error, 1)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- c.Wait() }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			c.Process.Kill()
+			t.Fatalf("record -p of a Ruby exiting after %s hung", spin)
+		}
+		target.Wait()
+		msg := strings.TrimSpace(stderr.String())
+		switch ee, _ := err.(*exec.ExitError); {
+		case err == nil:
+			outcomes["recorded"]++
+			sum := parseSummary(t, msg)
+			checkValid(t, out, sum)
+		case ee != nil && ee.ExitCode() == 1 && !strings.Contains(msg, "\n") &&
+			strings.Contains(msg, fmt.Sprintf("pid %d", target.Process.Pid)):
+			outcomes["refused"]++
+			t.Logf("refused: %s", msg)
+		default:
+			t.Errorf("record -p of a Ruby exiting after %s: %v: %q", spin, err, msg)
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
