@@ -4,7 +4,7 @@ export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
 FUZZTIME ?=
 
-.PHONY: build deps rubies viewers lint test fuzz demo tables bench bench-micro clean generate check-generated
+.PHONY: build deps rubies viewers lint test fuzz fuzz-long soak demo tables bench bench-micro clean generate check-generated
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rubyperf
@@ -40,22 +40,22 @@ check-generated: generate
 	  echo "bpf/ generated files are stale: run 'make generate' and commit them"; exit 1; }
 
 # Every byte parser is fuzzed on each test run for a fixed number of inputs (a few
-# seconds each on 2 cores); FUZZTIME=10m fuzzes each for that long instead. A count,
-# not a duration, by default: Go 1.26's fuzz coordinator can fail a duration run with a
-# bare "context deadline exceeded" when a busy worker misses the deadline
-# (go.dev/issue/75804); a count has no deadline to miss.
-fuzz_one = $(GO) test -run='^$$' -fuzz='^$(1)$$' -fuzztime=$(or $(FUZZTIME),$(3)) -fuzzminimizetime=1s $(2)
+# seconds each on 2 cores; scripts/fuzz-targets lists them); FUZZTIME=10m fuzzes each
+# for that long instead.
 fuzz:
-	$(call fuzz_one,FuzzOpenBinary,./rubybuild,2000x)
-	$(call fuzz_one,FuzzParseMaps,./rubystack,50000x)
-	$(call fuzz_one,FuzzParseVersion,./rubybuild,50000x)
-	$(call fuzz_one,FuzzReplay,./rubystack,1000x)
-	$(call fuzz_one,FuzzDisassemblyFinders,./rubybuild,20000x)
-	$(call fuzz_one,FuzzReader,./perfdata,50000x)
-	$(call fuzz_one,FuzzParse,./perfmap,100000x)
-	$(call fuzz_one,FuzzDecodePayload,./bpf,40000x)
-	$(call fuzz_one,FuzzDecodeSample,./bpf,40000x)
-	$(call fuzz_one,FuzzReadIdentity,./debuginfo,30000x)
+	@bash scripts/fuzz.sh
+
+# A million inputs per fuzz target (hours on 2 cores), outside make test; writes the
+# counts to fuzz-report.md. FUZZ_LONG=N for another number.
+FUZZ_LONG ?= 1000000
+fuzz-long:
+	@FUZZTIME=$(FUZZ_LONG)x bash scripts/fuzz.sh --report fuzz-report.md
+	@cat fuzz-report.md
+
+# A long recording (30 minutes at 999 Hz, multi-threaded; SOAK=5m for less), outside
+# make test: lost samples must be 0 and the recorder's RSS flat; see scripts/soak.sh.
+soak: rubies build
+	@bash scripts/soak.sh
 
 demo: rubies build
 	@bash scripts/demo.sh

@@ -44,6 +44,8 @@ func FuzzReader(f *testing.F) {
 	if err != nil || len(seeds) == 0 {
 		f.Fatalf("no seeds: %v", err)
 	}
+	broken, _ := filepath.Glob(filepath.Join(malformedDir, "*.data"))
+	seeds = append(seeds, broken...)
 	for _, path := range seeds {
 		b, err := os.ReadFile(path)
 		if err != nil {

@@ -2,6 +2,8 @@ package perfmap
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -25,6 +27,12 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	broken, _ := filepath.Glob("testdata/malformed/*.map")
+	for _, path := range broken {
+		if b, err := os.ReadFile(path); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := Parse(bytes.NewReader(data))
 		if err != nil {
@@ -46,4 +54,28 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMalformedMaps: the committed malformed perf maps (FuzzParse's
+// regression inputs) parse without error, keeping only well-formed lines.
+func TestMalformedMaps(t *testing.T) {
+	files, _ := filepath.Glob("testdata/malformed/*.map")
+	if len(files) == 0 {
+		t.Fatal("no malformed maps in testdata/malformed")
+	}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err := Parse(bytes.NewReader(b))
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+		for _, e := range entries {
+			if e.Name == "" || strings.ContainsAny(e.Name, "\n\x00") {
+				t.Errorf("%s: entry %+v", path, e)
+			}
+		}
+	}
 }

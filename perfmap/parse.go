@@ -2,6 +2,7 @@ package perfmap
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -52,7 +53,7 @@ func (e Entry) String() string { return fmt.Sprintf("%x %x %s", e.Start, e.Size,
 // A line is an entry when it is START SEP SIZE SEP NAME: START and SIZE
 // in hex of at most 64 bits, each optionally prefixed by 0x and preceded
 // by spaces or tabs; SEP any one byte; NAME the non-empty rest of the line
-// without a trailing "\r". That is what perf 6.1 reads (it parses with
+// without a trailing "\r", up to a NUL byte. That is what perf 6.1 reads (it parses with
 // strtoull and skips exactly one byte after each number), except that
 // perf also turns lines without digits into symbols near address 0, which
 // are skipped here as junk. Perf ignores entries whose name is shorter
@@ -159,7 +160,14 @@ func parseLine(line []byte) (Entry, bool) {
 	if !ok || len(line) < 2 { // a separator and a name
 		return Entry{}, false
 	}
-	return Entry{Start: start, Size: size, Name: string(line[1:])}, true
+	name := line[1:]
+	if i := bytes.IndexByte(name, 0); i >= 0 {
+		name = name[:i] // perf copies the name as a C string
+	}
+	if len(name) == 0 {
+		return Entry{}, false
+	}
+	return Entry{Start: start, Size: size, Name: string(name)}, true
 }
 
 // parseHex parses blanks, an optional 0x, and at least one hex digit,

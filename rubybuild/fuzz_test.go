@@ -68,7 +68,8 @@ func TestFakeRuby(t *testing.T) {
 // file: symbols, version, debug links, DWARF, tables, disassembly. It must
 // return errors, never panic or run away.
 func FuzzOpenBinary(f *testing.F) {
-	for _, seed := range []string{"testdata/fakeruby.so", "testdata/fakeruby-zlib.so", "testdata/fakeruby-zstd.so"} {
+	broken, _ := filepath.Glob(filepath.Join(malformedDir, "*.so"))
+	for _, seed := range append([]string{"testdata/fakeruby.so", "testdata/fakeruby-zlib.so", "testdata/fakeruby-zstd.so"}, broken...) {
 		b, err := os.ReadFile(seed)
 		if err != nil {
 			f.Fatal(err)
