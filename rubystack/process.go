@@ -150,6 +150,11 @@ func OpenProcess(pid int, opts rubybuild.OpenOptions) (*Process, error) {
 		start, _ := b.Image()
 		return &Process{PID: pid, Binary: b, MappedPath: path, Maps: maps, Bias: first.Start - first.Offset - start}, nil
 	}
+	for _, err := range tried {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, ProcError(pid, err)
+		}
+	}
 	if len(tried) > 0 {
 		return nil, fmt.Errorf("pid %d: %w", pid, tried)
 	}
@@ -188,6 +193,10 @@ func (p *Process) loaded(addr uint64) error {
 	}
 	return nil
 }
+
+// ErrNotPermitted says this process may not read the target's files or
+// memory.
+var ErrNotPermitted = errors.New("not permitted to read its files and memory")
 
 // ErrNoProcess says the process does not exist (any more).
 var ErrNoProcess = errors.New("no such process")
@@ -238,7 +247,8 @@ func ProcError(pid int, err error) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("pid %d: permission denied; run as root or as the process's user with CAP_SYS_PTRACE", pid)
+		return fmt.Errorf("pid %d: %w: reading another user's process needs CAP_SYS_PTRACE: "+
+			"record it as its own user, grant CAP_SYS_PTRACE, or run as root", pid, ErrNotPermitted)
 	}
 	return fmt.Errorf("pid %d: %w", pid, err)
 }

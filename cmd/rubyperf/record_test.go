@@ -289,14 +289,21 @@ func rubyperfBinary(t *testing.T) string {
 	return bin
 }
 
-// TestRecordInterrupted: a recording stopped by SIGINT after 2 s is a valid
-// file with every sample it reported.
+// TestRecordInterrupted: a recording stopped by SIGINT (Ctrl-C) or SIGTERM
+// after 2 s is a valid file with every sample it reported.
 func TestRecordInterrupted(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
-	target := testruby.Start(t, r, workload(t), "30")
+	target := testruby.Start(t, r, workload(t), "60")
+	bin := rubyperfBinary(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { recordInterrupted(t, bin, target.Process.Pid, sig) })
+	}
+}
+
+func recordInterrupted(t *testing.T, bin string, pid int, sig syscall.Signal) {
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
-	c := exec.Command(rubyperfBinary(t), "record", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+	c := exec.Command(bin, "record", "-o", out, "-p", strconv.Itoa(pid))
 	var stderr bytes.Buffer
 	c.Stderr = &stderr
 	if err := c.Start(); err != nil {
@@ -314,9 +321,9 @@ func TestRecordInterrupted(t *testing.T) {
 		}
 	}
 	time.Sleep(2 * time.Second)
-	c.Process.Signal(syscall.SIGINT)
+	c.Process.Signal(sig)
 	if err := c.Wait(); err != nil {
-		t.Fatalf("rubyperf after SIGINT: %v: %s", err, stderr.String())
+		t.Fatalf("rubyperf after %v: %v: %s", sig, err, stderr.String())
 	}
 	sum := parseSummary(t, stderr.String())
 	if n := len(perfScript(t, out)); n != sum.samples || n < 100 {
