@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/outfile"
@@ -299,7 +301,13 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		t, err := AttachWhenReady(actx, cmd.Process.Pid, rubybuild.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
 		cancel()
-		go func() { cmdDone <- cmd.Wait() }()
+		go func() {
+			// Wait only once it has exited: attaching it again after an
+			// exec stops it with ptrace, and a wait of its parent (this
+			// process) that is under way would take that stop for an end.
+			waitExit(cmd.Process.Pid)
+			cmdDone <- cmd.Wait()
+		}()
 		if err != nil {
 			cmd.Process.Kill()
 			<-cmdDone
@@ -948,5 +956,25 @@ func (s *session) event(line string) {
 		s.sum.Events = append(s.sum.Events, line)
 	} else {
 		s.sum.MoreEvents++
+	}
+}
+
+// waitExit returns once process pid (a child) has exited, without reaping
+// it or taking any ptrace stop of it: its pidfd becomes readable then.
+// Without pidfds (before Linux 5.3) it looks at the process's state.
+func waitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		for alive(pid) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return
+		}
 	}
 }

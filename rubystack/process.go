@@ -196,7 +196,7 @@ func (p *Process) loaded(addr uint64) error {
 
 // ErrNotPermitted says this process may not read the target's files or
 // memory.
-var ErrNotPermitted = errors.New("not permitted to read its files and memory")
+var ErrNotPermitted = errors.New("permission denied")
 
 // ErrNoProcess says the process does not exist (any more).
 var ErrNoProcess = errors.New("no such process")
@@ -247,7 +247,7 @@ func ProcError(pid int, err error) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("pid %d: %w: reading another user's process needs CAP_SYS_PTRACE: "+
+		return fmt.Errorf("pid %d: %w: reading another user's process needs CAP_SYS_PTRACE; "+
 			"record it as its own user, grant CAP_SYS_PTRACE, or run as root", pid, ErrNotPermitted)
 	}
 	return fmt.Errorf("pid %d: %w", pid, err)

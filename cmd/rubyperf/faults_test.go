@@ -105,9 +105,9 @@ func TestTargetExecs(t *testing.T) {
 			}
 		}
 		t.Logf("%d samples: %d in first_image, %d in second_image, %d unknown frames", sum.samples, first, secondN, sum.unknown)
-		// 499 Hz for 1.5 s each; re-attaching costs the new image's first
-		// 0.1-0.3 s.
-		if first < 400 || secondN < 250 {
+		// 499 Hz for 1.5 s each (less on a busy machine, where each gets a
+		// share of a CPU); re-attaching costs the new image's first 0.1-0.3 s.
+		if first < 150 || secondN < 100 {
 			t.Errorf("%d samples in first_image, %d in second_image", first, secondN)
 		}
 		if sum.unknown*100 > sum.samples {
@@ -132,7 +132,7 @@ func TestTargetExecs(t *testing.T) {
 				first++
 			}
 		}
-		if first < 400 || sum.unknown*100 > sum.samples {
+		if first < 150 || sum.unknown*100 > sum.samples {
 			t.Errorf("%d samples in first_image of %d, %d unknown frames", first, sum.samples, sum.unknown)
 		}
 	})
@@ -177,13 +177,14 @@ func TestTargetForks(t *testing.T) {
 					children = append(children, tid)
 				}
 			}
-			if len(parents) != 1 || byTID[parents[0]][0] < 500 {
+			// 1.5 s at 499 Hz each; on a busy machine, a share of a CPU.
+			if len(parents) != 1 || byTID[parents[0]][0] < 150 {
 				t.Errorf("parent_work samples by thread: %v", byTID)
 			}
 			switch {
 			case !follow && len(children) > 0:
 				t.Errorf("the child was recorded without --follow-forks: %v", byTID)
-			case follow && (len(children) != 1 || byTID[children[0]][1] < 500):
+			case follow && (len(children) != 1 || byTID[children[0]][1] < 150):
 				t.Errorf("child_work samples by thread: %v", byTID)
 			case follow && !strings.Contains(stderr, "forked pid"):
 				t.Errorf("the summary does not say the target forked: %s", stderr)
