@@ -73,6 +73,9 @@ type Summary struct {
 	Events []string
 	// MoreEvents counts the events past maxEvents, not in Events.
 	MoreEvents int
+	// TargetsGone: the recording ended because no target was left (they
+	// exited, were killed, exec'd other programs, or were dropped).
+	TargetsGone bool
 	Duration   time.Duration
 	CommandErr error // how the started command ended, if one was
 	// CommandEnd says how the recording left the started command: "" when
@@ -377,6 +380,9 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			cmdDone <- err // for the wait below
 			stop()
 		case <-s.noTarget:
+			s.mu.Lock()
+			s.sum.TargetsGone = true
+			s.mu.Unlock()
 			stop()
 		case <-runCtx.Done():
 		}

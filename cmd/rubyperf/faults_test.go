@@ -310,9 +310,12 @@ func TestTargetKilled(t *testing.T) {
 	}()
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	start := time.Now()
-	sum := record(t, "-F", "499", "-d", "30", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
+	sum, stderr := recordOutput(t, "-F", "499", "-d", "30", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the recording went on %v after its target was killed", d)
+	}
+	if !strings.Contains(stderr, "ended when its last target was gone") {
+		t.Errorf("the summary does not say the target went: %s", stderr)
 	}
 	checkValid(t, out, sum)
 	if sum.samples < 300 {

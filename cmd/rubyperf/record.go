@@ -84,6 +84,9 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			}
 			fmt.Fprintf(stderr, "rubyperf: %s\n", e)
 		}
+		if sum.TargetsGone && len(opts.Command) == 0 {
+			fmt.Fprintf(stderr, "rubyperf: the recording ended when its last target was gone\n")
+		}
 		if sum.LostSideBand > 0 {
 			fmt.Fprintf(stderr, "rubyperf: warning: the kernel dropped %d process events (mmap, comm, exit) while the machine was busy; native frames in code loaded meanwhile may show as [unknown]\n", sum.LostSideBand)
 		}
