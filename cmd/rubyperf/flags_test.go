@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -31,6 +33,17 @@ func TestParseFlags(t *testing.T) {
 		}
 		if err == nil && (!slices.Equal(pos, tc.pos) || *out != tc.out) {
 			t.Errorf("%q: positional %q, -o %q; want %q, %q", tc.args, pos, *out, tc.pos, tc.out)
+		}
+	}
+}
+
+// TestHelp: -h prints the command's usage and every flag, exit 0.
+func TestHelp(t *testing.T) {
+	for _, c := range commands {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{c.name, "-h"}, &stdout, &stderr)
+		if code != 0 || !strings.HasPrefix(stderr.String(), "usage: rubyperf "+c.name) || strings.Count(stderr.String(), "\n  -") == 0 {
+			t.Errorf("%s -h: exit %d: %q", c.name, code, stderr.String())
 		}
 	}
 }

@@ -62,6 +62,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case err == nil:
 			return 0
 		case errors.Is(err, flag.ErrHelp):
+			fmt.Fprintf(stderr, "usage: rubyperf %s %s\n  %s\n", c.name, c.args, c.summary)
+			var h helpRequest
+			if errors.As(err, &h) {
+				h.fs.SetOutput(stderr)
+				h.fs.PrintDefaults()
+			}
 			return 0
 		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "rubyperf %s: %v\nusage: rubyperf %s %s\n", c.name, err, c.name, c.args)
@@ -84,7 +90,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, helpRequest{fs}
 			}
 			return nil, usageError{err.Error()}
 		}
@@ -101,3 +107,9 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		args = rest[1:]
 	}
 }
+
+// helpRequest is -h or --help: the command's flags are printed.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (helpRequest) Error() string { return "help requested" }
+func (helpRequest) Unwrap() error { return flag.ErrHelp }
