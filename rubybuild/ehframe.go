@@ -15,7 +15,7 @@ func (e *elfFile) functionEnd(addr uint64) (uint64, bool) {
 		return 0, false
 	}
 	b, err := e.sectionData(s)
-	if err != nil {
+	if err != nil || len(b) < 12 { // the data may be shorter than the header's size (SHT_NOBITS)
 		return 0, false
 	}
 	// version 1; eh_frame_ptr as pcrel|sdata4 (0x1b); fde_count udata4 (0x03);

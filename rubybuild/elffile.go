@@ -102,6 +102,9 @@ func (e *elfFile) sectionData(s *elf.Section) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("section %s: %w", s.Name, err)
 	}
+	if uint64(len(b)) != s.Size {
+		return nil, fmt.Errorf("section %s: %d of its %d bytes are in the file", s.Name, len(b), s.Size)
+	}
 	return b, nil
 }
 
