@@ -76,8 +76,8 @@ type Summary struct {
 	// TargetsGone: the recording ended because no target was left (they
 	// exited, were killed, exec'd other programs, or were dropped).
 	TargetsGone bool
-	Duration   time.Duration
-	CommandErr error // how the started command ended, if one was
+	Duration    time.Duration
+	CommandErr  error // how the started command ended, if one was
 	// CommandEnd says how the recording left the started command: "" when
 	// it exited by itself, else what ended it (CommandStopped and others).
 	CommandEnd string
