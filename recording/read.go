@@ -202,6 +202,7 @@ type reader struct {
 	stats  ReadStats
 
 	// Buffers reused from one sample to the next.
+	payload bpf.Payload
 	natives []merge.Native
 	unwound []native.Frame
 	rubies  []merge.Ruby
@@ -219,7 +220,8 @@ func (rd *reader) mapsOf(pid uint32) *native.Maps {
 
 func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
-	p, perr := bpf.DecodePayload(s.Raw)
+	p := &rd.payload
+	perr := bpf.DecodePayloadInto(p, s.Raw)
 	im := Image{PID: s.Pid}
 	if perr == nil {
 		im.Gen = p.Gen

@@ -117,7 +117,7 @@ type session struct {
 	sampler *bpf.Sampler
 	symtab  *SymbolTable
 
-	mu      sync.Mutex // guards targets, symtab, counters, pending
+	mu      sync.Mutex // guards targets, symtab, counters, and the maps below
 	targets map[int]*Target
 	gone    map[int]bool
 	pending map[int]int // pids that exec'd, with attempts left to attach
@@ -131,6 +131,7 @@ type session struct {
 	// exec's record comes a moment before the program removes the target.
 	execSeen map[int]execSeen
 	nextGen  uint32 // the Gen of the next attach
+	command  int    // the pid of the command Record started, or 0
 	sum      Summary
 	noTarget chan struct{} // closed when every target has exited (not with -a)
 	closeNT  sync.Once
@@ -298,6 +299,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("start %s: %w", opts.Command[0], err)
 		}
+		s.command = cmd.Process.Pid
 		// Wait for the command only after attaching: attaching stops its
 		// main thread with ptrace, and as its parent a concurrent wait
 		// would take that stop for itself.
@@ -583,10 +585,8 @@ func (s *session) handle(rec bpf.Record) error {
 		}
 		switch {
 		case exec:
-			if t := s.targets[pid]; t != nil && s.sampler.Sampled(pid, t.Config.Gen) {
+			if t := s.targets[pid]; t != nil { // checkExecs decides
 				s.execSeen[pid] = execSeen{comm: commOf(rec), gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
-			} else if t != nil {
-				s.targetExecd(pid, commOf(rec))
 			}
 		case rec.Header.Type == recordExit && pid == tid:
 			s.targetExited(pid)
@@ -720,7 +720,7 @@ func (s *session) giveUp(pid int, why string) {
 	delete(s.pending, pid)
 	s.gone[pid] = true
 	s.event(fmt.Sprintf("pid %d exec'd %s and %s: no longer recorded", pid, comm, why))
-	if len(s.opts.Command) > 0 && len(s.sum.PIDs) > 0 && s.sum.PIDs[0] == pid {
+	if pid == s.command {
 		return // the command goes on: the recording ends when it exits, as it would have
 	}
 	s.checkTargets()
@@ -940,14 +940,12 @@ func gzipFile(path string) ([]byte, error) {
 // debugFileFor is the --debug-file for attaching pid: only a process given
 // by the user has the Ruby it names (a process -a finds may not).
 func (s *session) debugFileFor(pid int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, p := range s.opts.PIDs {
 		if p == pid {
 			return s.opts.DebugFile
 		}
 	}
-	if len(s.opts.Command) > 0 && len(s.sum.PIDs) > 0 && s.sum.PIDs[0] == pid {
+	if pid == s.command {
 		return s.opts.DebugFile
 	}
 	return ""

@@ -34,8 +34,8 @@ bin/rubyperf report -i "$out/soak.data" -n 8 > "$out/report.txt"
 head -12 "$out/report.txt"
 # Every sample, read back by rubyperf and by perf (without unwinding: perf's DWARF
 # unwinding of a million stack copies takes hours).
-samples=$(bin/rubyperf script --ruby-only -i "$out/soak.data" | grep -c 'ruby-cpu:' || true)
-unknown=$(bin/rubyperf script --ruby-only -i "$out/soak.data" | grep -c '\[unknown\]' || true)
+read -r samples unknown < <(bin/rubyperf script --ruby-only -i "$out/soak.data" |
+  awk '/ruby-cpu:/ {n++} /\[unknown\]/ {u++} END {print n+0, u+0}')
 perf_samples=$(perf script -F comm,tid,time -i "$out/soak.data" 2>"$out/perf-script.err" | wc -l)
 summary=$(sed -n 's/^rubyperf: \([0-9]*\) samples,.*/\1/p' "$out/record.log" | tail -1)
 awk -F'\t' 'NR==2 {first=$2} NR>1 {if ($2>max) max=$2; last=$2} NR==7 {warm=$2}

@@ -227,7 +227,7 @@ func TestTargetDeepRecursion(t *testing.T) {
 	r := testruby.Get(t, "debian-3.1")
 	cmd := exec.Command(r.Exe, "-e", `def down(n) = n.zero? ? (puts "ready"; STDOUT.flush; loop { }) : down(n - 1); down(10_000)`)
 	cmd.Env = append(os.Environ(), "RUBY_THREAD_VM_STACK_SIZE=16777216")
-	target := startReady(t, cmd)
+	target, _ := testruby.StartCommand(t, cmd)
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	sum := record(t, "-F", "199", "-d", "2", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
 	checkValid(t, out, sum)
@@ -241,25 +241,6 @@ func TestTargetDeepRecursion(t *testing.T) {
 			t.Fatalf("sample %d: %d frames, ending %q", i, len(s.frames), s.frames[max(0, len(s.frames)-2):])
 		}
 	}
-}
-
-// startReady starts cmd and waits for it to print "ready".
-func startReady(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
-	t.Helper()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	buf := make([]byte, 64)
-	if n, _ := stdout.Read(buf); !strings.Contains(string(buf[:n]), "ready") {
-		t.Fatalf("%v: no ready line: %q", cmd.Args, buf[:n])
-	}
-	return cmd
 }
 
 // TestTargetCompacted: GC.compact moves iseqs and method entries while they

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -46,17 +45,7 @@ func TestRecordLeastPrivilege(t *testing.T) {
 	spin := func(attr *syscall.SysProcAttr) int {
 		c := exec.Command(ruby, "-e", `def spin = loop { }; STDOUT.puts "ready"; STDOUT.flush; spin`)
 		c.SysProcAttr = attr
-		out, err := c.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-		if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "ready" {
-			t.Fatalf("%s as %v: %q", ruby, attr, line)
-		}
+		testruby.StartCommand(t, c)
 		return c.Process.Pid
 	}
 	mine, roots := spin(nobody()), spin(nil)

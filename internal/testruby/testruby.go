@@ -226,14 +226,21 @@ func Start(t testing.TB, r Ruby, args ...string) *exec.Cmd {
 // StartOutput is Start, also returning the lines printed before "ready".
 func StartOutput(t testing.TB, r Ruby, args ...string) (*exec.Cmd, []string) {
 	t.Helper()
-	cmd := exec.Command(r.Exe, args...)
+	return StartCommand(t, exec.Command(r.Exe, args...))
+}
+
+// StartCommand is StartOutput for a command made by the caller (its
+// environment, its credentials): started, and waited for until it prints
+// "ready"; it is killed when the test ends.
+func StartCommand(t testing.TB, cmd *exec.Cmd) (*exec.Cmd, []string) {
+	t.Helper()
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", r.Exe, err)
+		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	ready := make(chan error, 1)
@@ -253,10 +260,10 @@ func StartOutput(t testing.TB, r Ruby, args ...string) (*exec.Cmd, []string) {
 	select {
 	case err := <-ready:
 		if err != nil {
-			t.Fatalf("%s: %v", r.Name, err)
+			t.Fatalf("%v: %v", cmd.Args, err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: no \"ready\" line within 30s", r.Name)
+		t.Fatalf("%v: no \"ready\" line within 30s", cmd.Args)
 	}
 	return cmd, lines
 }
