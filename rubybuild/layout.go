@@ -115,6 +115,22 @@ type Layout struct {
 	NativeThread struct {
 		ThreadID, TID int64
 	}
+	// GC is what tells, for a sample, whether the code at an address may
+	// have been freed and replaced since a name was read there: the count
+	// of GCs started, the count when the last major GC started, and the
+	// GC's phase. Offsets are from the objspace (vm->objspace); -1 (and a
+	// zero BitSize) when the layout has no rb_objspace (a stripped build
+	// whose table predates it).
+	GC struct {
+		Count       int64 // rb_objspace profile.count
+		LastMajorGC int64 // rb_objspace rgengc.last_major_gc
+		// MinorCount and MajorCount (profile.minor_gc_count and
+		// major_gc_count) add up to Count: a table's offsets are checked
+		// against the live process by that.
+		MinorCount, MajorCount int64
+		Mode                   Member // flags.mode: a gc_mode
+		Compacting             Member // flags.during_compacting
+	}
 
 	// Constants are the enumerator values read with the layout (flag bits,
 	// type tags, frame magics), by their C names.
@@ -167,6 +183,10 @@ type Capabilities struct {
 	// TopFramePCRangeCheck: rb_profile_frames gives line 0 for a top frame
 	// whose pc lies outside its iseq (4.0+), instead of trusting jit_return.
 	TopFramePCRangeCheck bool
+	// GCStamps: the layout has the GC's counters and phase (Layout.GC) and
+	// the old-generation flag bit (RUBY_FL_PROMOTED), so a sample can say
+	// which GC interval it was taken in and a name how long it holds.
+	GCStamps bool
 }
 
 // field says where one Layout field comes from.
@@ -303,6 +323,13 @@ func (l *Layout) fields() []field {
 
 		f(&l.NativeThread.ThreadID, "rb_native_thread", "thread_id", opt),
 		f(&l.NativeThread.TID, "rb_native_thread", "tid", opt),
+
+		f(&l.GC.Count, "rb_objspace", "profile.count", opt),
+		f(&l.GC.LastMajorGC, "rb_objspace", "rgengc.last_major_gc", opt),
+		f(&l.GC.MinorCount, "rb_objspace", "profile.minor_gc_count", opt),
+		f(&l.GC.MajorCount, "rb_objspace", "profile.major_gc_count", opt),
+		f(&l.GC.Mode.Offset, "rb_objspace", "flags.mode", opt),
+		f(&l.GC.Compacting.Offset, "rb_objspace", "flags.during_compacting", opt),
 	}
 }
 
@@ -385,6 +412,10 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	if sl, ok := structs["rb_iseq_constant_body"]; ok {
 		l.IseqBody.FirstLinenoSize = sl.Members["location.first_lineno"].Size
 	}
+	if sl, ok := structs["rb_objspace"]; ok {
+		l.GC.Mode = sl.Members["flags.mode"]
+		l.GC.Compacting = sl.Members["flags.during_compacting"]
+	}
 	for _, c := range requiredConstants {
 		if _, ok := consts[c]; !ok {
 			missing = append(missing, "constant "+c)
@@ -438,6 +469,24 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 		ClassFieldsObject: l.Shape.ClassextIvPtr < 0 && fieldsObject,
 		ShapeListInVM:     l.Shape.TreeShapeList < 0 && l.Shape.VMShapeList >= 0,
 		SuperInClassext:   l.Class.Super < 0 && l.Class.ClassextSuper >= 0,
+		GCStamps:          hasGCStamps(l),
 	}
 	return l, nil
+}
+
+// hasGCStamps: the layout has every piece a GC stamp needs, each plausible
+// (8-byte counters, a bit-field phase of at most 2 bits and a 1-bit flag
+// inside their words, the enumerators and flag bit present).
+func hasGCStamps(l *Layout) bool {
+	c := l.Constants
+	_, none := c["gc_mode_none"]
+	_, marking := c["gc_mode_marking"]
+	promoted := c["RUBY_FL_PROMOTED"]
+	bits := func(m Member, max int64) bool {
+		return m.Offset >= 0 && m.BitSize > 0 && m.BitSize <= max && m.BitOffset >= 0 && m.BitOffset+m.BitSize <= 32
+	}
+	return l.VM.ObjSpace >= 0 && l.GC.Count >= 0 && l.GC.LastMajorGC >= 0 && l.GC.MinorCount >= 0 && l.GC.MajorCount >= 0 &&
+		l.Structs["rb_objspace"].Members["profile.count"].Size == 8 &&
+		l.Structs["rb_objspace"].Members["rgengc.last_major_gc"].Size == 8 &&
+		bits(l.GC.Mode, 2) && bits(l.GC.Compacting, 1) && none && marking && promoted != 0
 }

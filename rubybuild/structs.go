@@ -80,6 +80,7 @@ var wantedStructs = map[string]bool{
 	"rb_shape":                        true, // 3.2+: object shapes
 	"rb_shape_tree_t":                 true,
 	"rb_fields":                       true, // 4.0+: the imemo holding a class's ivars
+	"rb_objspace":                     true, // gc.c (gc/default/default.c 3.4+): GC counters and phase
 }
 
 // wantedConstants are enumerators of Ruby's C enums that the walker and
@@ -112,4 +113,7 @@ var wantedConstants = map[string]bool{
 	"SHAPE_ROOT": true, "SHAPE_IVAR": true, "SHAPE_OBJ_TOO_COMPLEX": true,
 	"SHAPE_ID_FLAGS_MASK": true, "SHAPE_ID_FL_TOO_COMPLEX": true, // 4.0+: flag bits inside a shape id
 	"ROBJECT_HEAP": true,
+	// The GC's phase and an object's generation: whether a name read from
+	// memory still holds for a sample (recording's frame spans).
+	"gc_mode_none": true, "gc_mode_marking": true, "RUBY_FL_PROMOTED": true,
 }

@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.1.0", "3.1.1", "3.1.2", "3.1.3", "3.1.4"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -79,6 +79,14 @@ func init() {
 					"body.cfunc.func":   {Offset: 8, Size: 8},
 					"body.iseq.iseqptr": {Offset: 8, Size: 8},
 					"original_id":       {Offset: 32, Size: 8},
+				}},
+				"rb_objspace": {Size: 1120, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 384, Size: 8},
+					"profile.major_gc_count":  {Offset: 392, Size: 8},
+					"profile.count":           {Offset: 440, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 528, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 664, Members: map[string]Member{
 					"threads.set":        {Offset: 304, Size: 16},
@@ -146,6 +154,7 @@ func init() {
 				"RSTRING_EMBED_LEN_SHIFT": 14,
 				"RSTRING_NOEMBED":         8192,
 				"RUBY_FIXNUM_FLAG":        1,
+				"RUBY_FL_PROMOTED":        96,
 				"RUBY_FL_SINGLETON":       4096,
 				"RUBY_FL_USER0":           4096,
 				"RUBY_FL_USER1":           8192,
@@ -187,6 +196,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":    1,
 				"VM_METHOD_TYPE_ISEQ":     0,
 				"VM_METHOD_TYPE_REFINED":  11,
+				"gc_mode_marking":         1,
+				"gc_mode_none":            0,
 				"imemo_cref":              1,
 				"imemo_env":               0,
 				"imemo_iseq":              7,
@@ -198,7 +209,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.1.5", "3.1.6", "3.1.7"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -271,6 +282,14 @@ func init() {
 					"body.iseq.iseqptr": {Offset: 8, Size: 8},
 					"original_id":       {Offset: 32, Size: 8},
 				}},
+				"rb_objspace": {Size: 1120, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 384, Size: 8},
+					"profile.major_gc_count":  {Offset: 392, Size: 8},
+					"profile.count":           {Offset: 440, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 528, Size: 8},
+				}},
 				"rb_ractor_struct": {Size: 664, Members: map[string]Member{
 					"threads.set":        {Offset: 304, Size: 16},
 					"threads.running_ec": {Offset: 520, Size: 8},
@@ -337,6 +356,7 @@ func init() {
 				"RSTRING_EMBED_LEN_SHIFT": 14,
 				"RSTRING_NOEMBED":         8192,
 				"RUBY_FIXNUM_FLAG":        1,
+				"RUBY_FL_PROMOTED":        96,
 				"RUBY_FL_SINGLETON":       4096,
 				"RUBY_FL_USER0":           4096,
 				"RUBY_FL_USER1":           8192,
@@ -378,6 +398,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":    1,
 				"VM_METHOD_TYPE_ISEQ":     0,
 				"VM_METHOD_TYPE_REFINED":  11,
+				"gc_mode_marking":         1,
+				"gc_mode_none":            0,
 				"imemo_cref":              1,
 				"imemo_env":               0,
 				"imemo_iseq":              7,

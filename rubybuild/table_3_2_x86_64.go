@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.0", "3.2.1", "3.2.2"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -83,6 +83,14 @@ func init() {
 				"rb_native_thread": {Size: 88, Members: map[string]Member{
 					"thread_id": {Offset: 8, Size: 8},
 					"tid":       {Offset: 16, Size: 4},
+				}},
+				"rb_objspace": {Size: 2440, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 1224, Size: 8},
+					"profile.major_gc_count":  {Offset: 1232, Size: 8},
+					"profile.count":           {Offset: 1280, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1352, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 736, Members: map[string]Member{
 					"threads.set":        {Offset: 304, Size: 16},
@@ -154,6 +162,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       96,
 				"RUBY_FL_SINGLETON":      4096,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -198,6 +207,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,
@@ -209,7 +220,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.3"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -285,6 +296,14 @@ func init() {
 				"rb_native_thread": {Size: 88, Members: map[string]Member{
 					"thread_id": {Offset: 8, Size: 8},
 					"tid":       {Offset: 16, Size: 4},
+				}},
+				"rb_objspace": {Size: 2440, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 1224, Size: 8},
+					"profile.major_gc_count":  {Offset: 1232, Size: 8},
+					"profile.count":           {Offset: 1280, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1352, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 736, Members: map[string]Member{
 					"threads.set":        {Offset: 304, Size: 16},
@@ -356,6 +375,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       96,
 				"RUBY_FL_SINGLETON":      4096,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -400,6 +420,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,
@@ -411,7 +433,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.4", "3.2.5", "3.2.6"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -487,6 +509,14 @@ func init() {
 				"rb_native_thread": {Size: 88, Members: map[string]Member{
 					"thread_id": {Offset: 8, Size: 8},
 					"tid":       {Offset: 16, Size: 4},
+				}},
+				"rb_objspace": {Size: 2440, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 1224, Size: 8},
+					"profile.major_gc_count":  {Offset: 1232, Size: 8},
+					"profile.count":           {Offset: 1280, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1352, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 736, Members: map[string]Member{
 					"threads.set":        {Offset: 304, Size: 16},
@@ -558,6 +588,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       96,
 				"RUBY_FL_SINGLETON":      4096,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -602,6 +633,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,
@@ -613,7 +646,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.7", "3.2.8", "3.2.9", "3.2.10", "3.2.11"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -690,6 +723,14 @@ func init() {
 					"thread_id": {Offset: 8, Size: 8},
 					"tid":       {Offset: 16, Size: 4},
 				}},
+				"rb_objspace": {Size: 2440, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 1224, Size: 8},
+					"profile.major_gc_count":  {Offset: 1232, Size: 8},
+					"profile.count":           {Offset: 1280, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1352, Size: 8},
+				}},
 				"rb_ractor_struct": {Size: 736, Members: map[string]Member{
 					"threads.set":        {Offset: 304, Size: 16},
 					"threads.running_ec": {Offset: 520, Size: 8},
@@ -760,6 +801,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       96,
 				"RUBY_FL_SINGLETON":      4096,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -804,6 +846,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,

@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.3.0"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -84,6 +84,14 @@ func init() {
 				"rb_native_thread": {Size: 120, Members: map[string]Member{
 					"thread_id": {Offset: 16, Size: 8},
 					"tid":       {Offset: 24, Size: 4},
+				}},
+				"rb_objspace": {Size: 2608, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 1336, Size: 8},
+					"profile.major_gc_count":  {Offset: 1344, Size: 8},
+					"profile.count":           {Offset: 1392, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1496, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 600, Members: map[string]Member{
 					"threads.set":        {Offset: 256, Size: 16},
@@ -157,6 +165,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       32,
 				"RUBY_FL_SINGLETON":      4096,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -201,6 +210,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,
@@ -212,7 +223,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.3.1", "3.3.2", "3.3.3", "3.3.4", "3.3.5", "3.3.6"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -289,6 +300,14 @@ func init() {
 				"rb_native_thread": {Size: 120, Members: map[string]Member{
 					"thread_id": {Offset: 16, Size: 8},
 					"tid":       {Offset: 24, Size: 4},
+				}},
+				"rb_objspace": {Size: 2608, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 1336, Size: 8},
+					"profile.major_gc_count":  {Offset: 1344, Size: 8},
+					"profile.count":           {Offset: 1392, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1496, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 600, Members: map[string]Member{
 					"threads.set":        {Offset: 256, Size: 16},
@@ -362,6 +381,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       32,
 				"RUBY_FL_SINGLETON":      4096,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -406,6 +426,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,
@@ -417,7 +439,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.3.7", "3.3.8", "3.3.9", "3.3.10", "3.3.11"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -495,6 +517,14 @@ func init() {
 					"thread_id": {Offset: 16, Size: 8},
 					"tid":       {Offset: 24, Size: 4},
 				}},
+				"rb_objspace": {Size: 2608, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 1336, Size: 8},
+					"profile.major_gc_count":  {Offset: 1344, Size: 8},
+					"profile.count":           {Offset: 1392, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1496, Size: 8},
+				}},
 				"rb_ractor_struct": {Size: 600, Members: map[string]Member{
 					"threads.set":        {Offset: 256, Size: 16},
 					"threads.running_ec": {Offset: 384, Size: 8},
@@ -567,6 +597,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       32,
 				"RUBY_FL_SINGLETON":      4096,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -611,6 +642,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,

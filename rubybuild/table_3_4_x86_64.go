@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.4.0", "3.4.1", "3.4.2", "3.4.3", "3.4.4", "3.4.5", "3.4.6", "3.4.7", "3.4.8", "3.4.9"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -85,6 +85,14 @@ func init() {
 					"thread_id": {Offset: 16, Size: 8},
 					"tid":       {Offset: 24, Size: 4},
 				}},
+				"rb_objspace": {Size: 2224, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 20, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 20, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 952, Size: 8},
+					"profile.major_gc_count":  {Offset: 960, Size: 8},
+					"profile.count":           {Offset: 1008, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1104, Size: 8},
+				}},
 				"rb_ractor_struct": {Size: 520, Members: map[string]Member{
 					"threads.set":        {Offset: 256, Size: 16},
 					"threads.running_ec": {Offset: 384, Size: 8},
@@ -157,6 +165,7 @@ func init() {
 				"RMODULE_IS_REFINEMENT":  32768,
 				"RSTRING_NOEMBED":        8192,
 				"RUBY_FIXNUM_FLAG":       1,
+				"RUBY_FL_PROMOTED":       32,
 				"RUBY_FL_SINGLETON":      8192,
 				"RUBY_FL_USER0":          4096,
 				"RUBY_FL_USER1":          8192,
@@ -201,6 +210,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_marking":        1,
+				"gc_mode_none":           0,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,

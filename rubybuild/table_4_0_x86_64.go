@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"4.0.0", "4.0.1", "4.0.2", "4.0.3", "4.0.4", "4.0.5"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit --disable-zjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -88,6 +88,14 @@ func init() {
 					"thread_id": {Offset: 16, Size: 8},
 					"tid":       {Offset: 24, Size: 4},
 				}},
+				"rb_objspace": {Size: 2256, Members: map[string]Member{
+					"flags.during_compacting": {Offset: 28, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.mode":              {Offset: 28, Size: 4, BitOffset: 0, BitSize: 2},
+					"profile.minor_gc_count":  {Offset: 992, Size: 8},
+					"profile.major_gc_count":  {Offset: 1000, Size: 8},
+					"profile.count":           {Offset: 1048, Size: 8},
+					"rgengc.last_major_gc":    {Offset: 1152, Size: 8},
+				}},
 				"rb_ractor_struct": {Size: 464, Members: map[string]Member{
 					"threads.set":        {Offset: 184, Size: 16},
 					"threads.running_ec": {Offset: 312, Size: 8},
@@ -161,6 +169,7 @@ func init() {
 				"ROBJECT_HEAP":            65536,
 				"RSTRING_NOEMBED":         8192,
 				"RUBY_FIXNUM_FLAG":        1,
+				"RUBY_FL_PROMOTED":        32,
 				"RUBY_FL_SINGLETON":       8192,
 				"RUBY_FL_USER0":           4096,
 				"RUBY_FL_USER1":           8192,
@@ -206,6 +215,8 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":    1,
 				"VM_METHOD_TYPE_ISEQ":     0,
 				"VM_METHOD_TYPE_REFINED":  11,
+				"gc_mode_marking":         1,
+				"gc_mode_none":            0,
 				"imemo_cref":              1,
 				"imemo_env":               0,
 				"imemo_iseq":              7,

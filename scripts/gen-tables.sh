@@ -2,9 +2,12 @@
 # Built-in layout tables (rubybuild/table_<major>_<minor>_<arch>.go) for every Ruby
 # patch release, from the DWARF of scripts/layout-probe.c compiled inside each
 # release's configured source tree. No Ruby is built: a release needs
-# configure, the few generated headers its internal headers include, and four
-# compiles (the probe, and iseq.c, st.c, symbol.c, which keep some structs
-# private). Every number in a table comes from DWARF through `rubyperf offsets`.
+# configure, the few generated files its sources include (headers, and
+# gc.rbinc, which BASERUBY makes from gc.rb), and five compiles (the probe, and
+# iseq.c, st.c, symbol.c, gc.c, which keep some structs and enums private; gc.c
+# holds struct rb_objspace and enum gc_mode, from 3.4 through
+# gc/default/default.c, which it includes). Every number in a table comes from
+# DWARF through `rubyperf offsets`: none is typed by hand.
 #
 #   scripts/gen-tables.sh prepare [VERSION..]  fetch and configure the source trees (default:
 #                                             every version, the most valuable first); kept in
@@ -166,16 +169,26 @@ configure_tree() {
   echo "$flags" >"$dir/flags"
 }
 
+# The .c files of Ruby whose objects are linked with the probe: they keep
+# structs or enums private (iseq.c: succ_index_table, succ_dict_block; st.c:
+# st_table_entry; symbol.c: enum id_entry_type, rb_symbols_t from 4.0; gc.c:
+# struct rb_objspace, enum gc_mode). The recorded --source names them.
+private_sources="iseq.c st.c symbol.c gc.c"
+
 # layout_object DIR: compile the probe (when it changed) and the .c files that
 # keep structs private, with Ruby's own flags, into DIR/rubyperf-layout.o.
 layout_object() {
-  local dir=$1 src=$1/src cflags
-  # A configured tree does not change: only a new probe needs a new object.
-  [ -f "$dir/rubyperf-layout.o" ] && [ "$dir/rubyperf-layout.o" -nt "$probe" ] && return 0
+  local dir=$1 src=$1/src cflags c objs=()
+  for c in $private_sources; do objs+=("${c%.c}.o"); done
+  # A configured tree does not change: only a new probe, or a new list of
+  # objects to link (recorded in DIR/layout-objects), needs a new object.
+  [ -f "$dir/rubyperf-layout.o" ] && [ "$dir/rubyperf-layout.o" -nt "$probe" ] &&
+    [ "$(cat "$dir/layout-objects" 2>/dev/null)" = "${objs[*]}" ] && return 0
   local mk; mk=$(mktemp)
   printf 'rubyperf-probe-flags:\n\t@echo $(CC) $(CFLAGS) $(XCFLAGS) $(CPPFLAGS)\n' >"$mk"
-  # make builds the generated headers these include (id.h, insns.inc, probes.h, ...).
-  (cd "$src" && nice -n 10 make -s iseq.o st.o symbol.o >"$dir/make.log" 2>&1) ||
+  # make builds the generated files these include (id.h, insns.inc, probes.h,
+  # gc.rbinc with BASERUBY, ...).
+  (cd "$src" && nice -n 10 make -s "${objs[@]}" >"$dir/make.log" 2>&1) ||
     { rm -f "$mk"; tail -20 "$dir/make.log" >&2; return 1; }
   cflags=$(cd "$src" && make -s -f GNUmakefile -f "$mk" rubyperf-probe-flags 2>/dev/null | tail -1)
   rm -f "$mk"
@@ -183,8 +196,9 @@ layout_object() {
   # shellcheck disable=SC2086
   (cd "$src" && nice -n 10 $cflags -fno-eliminate-unused-debug-types -w \
       -o rubyperf-probe.o -c "$probe") || return 1
-  ld -r -o "$dir/rubyperf-layout.o.tmp" "$src/rubyperf-probe.o" "$src/iseq.o" "$src/st.o" "$src/symbol.o" &&
-    mv "$dir/rubyperf-layout.o.tmp" "$dir/rubyperf-layout.o"
+  ld -r -o "$dir/rubyperf-layout.o.tmp" "$src/rubyperf-probe.o" "${objs[@]/#/$src/}" &&
+    mv "$dir/rubyperf-layout.o.tmp" "$dir/rubyperf-layout.o" &&
+    echo "${objs[*]}" >"$dir/layout-objects"
 }
 
 prepare() {
@@ -232,7 +246,7 @@ tables() {
     fi
     out=$repo/rubybuild/table_${line//./_}_${arch}.go
     "$bin" offsets --format go --configure "$flags" \
-      --source "scripts/layout-probe.c with iseq.c, st.c, symbol.c, compiled in the configured source tree" \
+      --source "scripts/layout-probe.c with $(echo $private_sources | sed 's/ /, /g'), compiled in the configured source tree" \
       "${objs[@]}" >"$out.tmp" && mv "$out.tmp" "$out" || { rm -f "$out.tmp"; return 1; }
     log "$line: $(basename "$out"): ${#objs[@]} versions"
   done

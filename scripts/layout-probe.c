@@ -6,8 +6,9 @@
  * headers declare is described, used or not), links it with `ld -r` to the
  * objects of the .c files that keep some structs private (iseq.c:
  * succ_index_table, succ_dict_block; st.c: st_table_entry; symbol.c:
- * enum id_entry_type, and rb_symbols_t from 4.0), and runs
- * `rubyperf offsets --format go` on the result.
+ * enum id_entry_type, and rb_symbols_t from 4.0; gc.c: struct rb_objspace
+ * and enum gc_mode, from 3.4 in gc/default/default.c, which gc.c includes),
+ * and runs `rubyperf offsets --format go` on the result.
  *
  * No number is written here: offsets, sizes and enumerator values all come
  * from the compiler's DWARF. The only definition is ruby_version, spelled from
