@@ -55,6 +55,9 @@ func BenchmarkBPFRunTime(b *testing.B) {
 			}
 			cmd := testruby.Start(b, r, append([]string{script}, args...)...)
 			tg := prepareTB(b, cmd.Process.Pid)
+			if os.Getenv("RUBYPERF_BENCH_NO_GC_STAMPS") != "" { // A/B: the cost of the GC stamp
+				tg.config.GcSpan = 0
+			}
 			s, err := Open(Options{Frequency: 999, StackSize: uint32(cf.stack)})
 			if err != nil {
 				b.Fatal(err)
@@ -64,7 +67,7 @@ func BenchmarkBPFRunTime(b *testing.B) {
 				b.Fatal(err)
 			}
 			frames, n := 0, 0
-			named := map[[2]uint64]bool{}
+			named := map[[3]uint64]bool{}
 			// One Run for all ops: Run stops sampling when it returns.
 			b.ResetTimer()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.N)*time.Second)
@@ -75,10 +78,15 @@ func BenchmarkBPFRunTime(b *testing.B) {
 					if p, err := DecodePayload(smp.Raw); err == nil {
 						frames += len(p.Frames)
 						n++
+						// As the recorder marks old code: for the rest of the epoch.
+						span := FullSpan
+						if p.GC.Stamped {
+							span = Span{Epoch: p.GC.Epoch, From: 0, To: ^uint64(0)}
+						}
 						for _, f := range p.Frames {
-							if k := [2]uint64{f.Iseq, f.PC}; !named[k] {
+							if k := [3]uint64{f.Iseq, f.PC, span.Epoch}; !named[k] {
 								named[k] = true
-								s.MarkNamed(p.PID, p.Gen, []Frame{f})
+								s.MarkNamed(p.PID, p.Gen, []NamedFrame{{Frame: f, Span: span}})
 							}
 						}
 					}

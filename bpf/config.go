@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rubyperf/rubyperf/rubybuild"
@@ -72,4 +73,37 @@ func u32(v int64) uint32 {
 		return 0
 	}
 	return uint32(v)
+}
+
+// gcSpan is GC_SPAN in ruby.bpf.c: the most bytes of the objspace the
+// program reads for a sample's GC stamp.
+const gcSpan = 2048
+
+// StampGC makes the program stamp every sample with the GC's progress,
+// read from the objspace at address objspace (vm->objspace of the live
+// process) at the Layout's offsets. It refuses offsets the program's one
+// read cannot serve, leaving the configuration without stamps.
+func (cfg *ProcessConfig) StampGC(l *rubybuild.Layout, objspace uint64) error {
+	if !l.Capabilities.GCStamps {
+		return errors.New("the layout has no GC counters")
+	}
+	if objspace == 0 {
+		return errors.New("no objspace")
+	}
+	g := l.GC
+	start := min(g.Count, g.LastMajorGC, g.Mode.Offset, g.Compacting.Offset) &^ 7
+	end := max(g.Count+8, g.LastMajorGC+8, g.Mode.Offset+4, g.Compacting.Offset+4)
+	switch {
+	case start < 0 || end-start > gcSpan:
+		return fmt.Errorf("GC fields from %d to %d do not fit the program's %d-byte read", start, end, gcSpan)
+	case g.Count%8 != 0 || g.LastMajorGC%8 != 0 || g.Mode.Offset%4 != 0 || g.Mode.Offset != g.Compacting.Offset:
+		return fmt.Errorf("GC fields at %d, %d and %d are not where the program reads them", g.Count, g.LastMajorGC, g.Mode.Offset)
+	}
+	cfg.GcStart = objspace + uint64(start)
+	cfg.GcSpan = u32(end - start)
+	cfg.GcCount, cfg.GcEpoch, cfg.GcFlags = u32(g.Count-start), u32(g.LastMajorGC-start), u32(g.Mode.Offset-start)
+	cfg.GcModeShift, cfg.GcModeMask = u32(g.Mode.BitOffset), u32(1<<g.Mode.BitSize-1)
+	cfg.GcModeMarking = u32(l.Constants["gc_mode_marking"])
+	cfg.GcCompactingShift = u32(g.Compacting.BitOffset)
+	return nil
 }

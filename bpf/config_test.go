@@ -25,6 +25,19 @@ func TestConfigForBuiltinLayouts(t *testing.T) {
 			int64(cfg.EcStart)+int64(cfg.EcVmStackSize) != ec.VMStackSize || cfg.EcSpan == 0 || cfg.EcSpan > 64 {
 			t.Errorf("%s: config %+v does not locate ec fields %+v", v, cfg, ec)
 		}
+		// Every built-in layout gives GC stamps, in the program's one read.
+		if err := cfg.StampGC(l, 0x7f0000000000); err != nil {
+			t.Errorf("%s: %v", v, err)
+		} else if g := l.GC; cfg.GcStart+uint64(cfg.GcCount) != 0x7f0000000000+uint64(g.Count) ||
+			cfg.GcStart+uint64(cfg.GcEpoch) != 0x7f0000000000+uint64(g.LastMajorGC) ||
+			cfg.GcStart+uint64(cfg.GcFlags) != 0x7f0000000000+uint64(g.Mode.Offset) || cfg.GcSpan > gcSpan {
+			t.Errorf("%s: config %+v does not locate the GC fields %+v", v, cfg, g)
+		}
+		far := *l
+		far.GC.LastMajorGC = far.GC.Count + gcSpan
+		if err := cfg.StampGC(&far, 0x7f0000000000); err == nil {
+			t.Errorf("%s: GC fields %d bytes apart: no refusal", v, gcSpan)
+		}
 		spread := *l
 		spread.ExecutionContext.CFP = ec.VMStack + 64
 		if _, err := ConfigFor(&spread, -8); err == nil || !strings.Contains(err.Error(), "execution context") {

@@ -15,8 +15,9 @@ const (
 	PayloadMagic = 0x46504252 // "RBPF"
 	// PayloadVersion is the version the program writes. Version 1 (older
 	// recordings, still read) had Frame.CME resolved to a method entry;
-	// before version 3 the header had no Gen (it reads as 0).
-	PayloadVersion = 3
+	// before version 3 the header had no Gen (it reads as 0); before
+	// version 4 no GC stamp (Payload.GC reads as not stamped).
+	PayloadVersion = 4
 
 	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
 	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
@@ -30,6 +31,15 @@ const (
 	PayloadReadError = 1 << 2
 	PayloadBadCFP    = 1 << 3
 	PayloadTopJIT    = 1 << 4 // the top frame's cfp->jit_return is set
+
+	PayloadGCStamped    = 1 << 5 // GC.Count and GC.Epoch were read
+	PayloadGCMarking    = 1 << 6 // the GC was marking (a major GC's incremental marking)
+	PayloadGCCompacting = 1 << 7 // the GC was compacting: objects may move
+
+	// PayloadNamed is set by the recorder, never by the program: each
+	// frame's Iseq holds the id of its name in the recording's symbol
+	// table, decided when the sample was read (NameFrames).
+	PayloadNamed = 1 << 8
 )
 
 // Frame bits in the low bits of frame.cme_flags.
@@ -49,7 +59,30 @@ type Payload struct {
 	Gen     uint32
 	EC, CFP uint64
 	Period  uint64 // the cpu-clock period this sample stands for, in ns
+	GC      GCStamp
 	Frames  []Frame
+}
+
+// GCStamp is where the process's garbage collector was when a sample was
+// taken. Code is freed, and its memory reused, only by the GC: a name read
+// from an address holds for the samples of GC intervals in which the code
+// there could not have been replaced (recording's frame spans).
+type GCStamp struct {
+	Stamped    bool   // the program read the counters (the layout has them)
+	Count      uint64 // GCs started (objspace profile.count)
+	Epoch      uint64 // Count when the last major GC started (rgengc.last_major_gc)
+	Marking    bool   // a major GC was marking incrementally
+	Compacting bool   // the GC was compacting: objects may move
+}
+
+// Interval numbers the stretch of time between GC phase changes a stamp
+// falls in: 2*Count while the GC that Count started is marking, 2*Count+1
+// after. Only a major GC marks while the program runs.
+func (s GCStamp) Interval() uint64 {
+	if s.Marking {
+		return 2 * s.Count
+	}
+	return 2*s.Count + 1
 }
 
 // Frame is one control frame as the program saw it.
@@ -109,6 +142,10 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	if h.Version >= 3 {
 		p.Gen = h.Gen
 	}
+	if h.Version >= 4 && h.Flags&PayloadGCStamped != 0 {
+		p.GC = GCStamp{Stamped: true, Count: h.GcCount, Epoch: h.GcEpoch,
+			Marking: h.Flags&PayloadGCMarking != 0, Compacting: h.Flags&PayloadGCCompacting != 0}
+	}
 	b := raw[h.HeaderSize:]
 	for i := range p.Frames {
 		f := b[i*frameSize:]
@@ -118,6 +155,27 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 			CME: cf &^ frameBits, CFrame: cf&frameCFrame != 0, Finish: cf&frameFinish != 0, Error: cf&frameError != 0,
 		}
 	}
+	return nil
+}
+
+// NameFrames overwrites, in a sample's RAW payload as the program wrote it,
+// each frame's iseq with ids[i] and flags the payload PayloadNamed: the
+// names a recording decided for this sample travel with it. It changes
+// nothing and says why when the payload is not one it can read.
+func NameFrames(raw []byte, ids []uint64) error {
+	var p Payload
+	if err := DecodePayloadInto(&p, raw); err != nil {
+		return err
+	}
+	if len(ids) != len(p.Frames) {
+		return fmt.Errorf("payload: %d names for %d frames", len(ids), len(p.Frames))
+	}
+	var h rubyPayloadHeader
+	hs := int(binary.LittleEndian.Uint16(raw[unsafe.Offsetof(h.HeaderSize):]))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint64(raw[hs+i*frameSize+int(unsafe.Offsetof(rubyFrame{}.Iseq)):], id)
+	}
+	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], p.Flags|PayloadNamed)
 	return nil
 }
 

@@ -39,9 +39,11 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define EC_SPAN 64
 // FRESH_FRAMES is how many frames from the top are looked up in known_frames.
 #define FRESH_FRAMES 8
+// GC_SPAN bounds the one read of the GC's counters and flags.
+#define GC_SPAN 2048
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 3 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen
+#define PAYLOAD_VERSION 4 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -49,6 +51,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PAYLOAD_READ_ERROR (1 << 2) // the EC or its stack could not be read
 #define PAYLOAD_BAD_CFP (1 << 3)   // ec->cfp outside the VM stack
 #define PAYLOAD_TOP_JIT (1 << 4)   // the top frame's cfp->jit_return is set: it runs JIT code
+#define PAYLOAD_GC_STAMPED (1 << 5)    // gc_count and gc_epoch were read
+#define PAYLOAD_GC_MARKING (1 << 6)    // the GC was marking (a major GC's incremental marking)
+#define PAYLOAD_GC_COMPACTING (1 << 7) // the GC was compacting: objects may move
 
 // Low bits of frame.cme_flags (method entries are 8-byte aligned).
 #define FRAME_CFRAME (1 << 0)  // VM_FRAME_FLAG_CFRAME: a C frame
@@ -75,6 +80,16 @@ struct proc_config {
 	// follow_forks: a child this process forks is a target from its first
 	// instant, with this configuration (it has the same memory image).
 	__u32 follow_forks;
+	// The GC's progress, stamped on every sample so that user space can
+	// tell whether a name it read at an address holds for the sample: one
+	// read of gc_span bytes at gc_start (0: no stamp), holding the count of
+	// GCs started (gc_count), the count when the last major GC started
+	// (gc_epoch) and the 32-bit word of the GC's flags (gc_flags), at those
+	// offsets from gc_start.
+	__u64 gc_start;
+	__u32 gc_span, gc_count, gc_epoch, gc_flags;
+	__u32 gc_mode_shift, gc_mode_mask, gc_mode_marking; // flags.mode
+	__u32 gc_compacting_shift;                          // flags.during_compacting
 };
 
 struct payload_header {
@@ -89,6 +104,8 @@ struct payload_header {
 	__u64 ec;
 	__u64 cfp;    // ec->cfp when sampled
 	__u64 period; // the cpu-clock sample's period (ns): the weight of this sample
+	__u64 gc_count; // GCs the process had started (PAYLOAD_GC_STAMPED)
+	__u64 gc_epoch; // gc_count when its last major GC started
 };
 
 struct frame {
@@ -106,6 +123,7 @@ struct sample_buf {
 	struct frame frames[MAX_FRAMES];
 	__u8 cfps[CHUNK_BYTES]; // the control frames being walked (not output)
 	__u8 envs[ENV_CHUNK];   // a part of the VM stack holding environments (not output)
+	__u8 gc[GC_SPAN];       // the GC's counters and flags (not output)
 	// The addresses envs holds. They live in the map value, not in struct
 	// walk_ctx on the stack: the verifier does not track values in a map,
 	// so the walk's states still converge from one frame to the next.
@@ -151,39 +169,65 @@ struct frame_key {
 	__u64 iseq, pc;
 };
 
-// known_frames: the Ruby frames user space has named, per process.
+// frame_span: the samples a name user space read holds for: those stamped
+// with GC epoch epoch and a GC interval (2 * gc_count, plus 1 unless the
+// GC was marking) in [from, to]. Code is freed only by the GC, so a name
+// read at an address says nothing about a sample of another interval,
+// unless the code was in the old generation, which only a major GC frees.
+struct frame_span {
+	__u64 epoch, from, to;
+};
+
+// known_frames: the Ruby frames user space has named, per process, and
+// for which samples.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1 << 16);
 	__type(key, struct frame_key);
-	__type(value, __u8);
+	__type(value, struct frame_span);
 } known_frames SEC(".maps");
 
-// seen_frames: per CPU, a direct-mapped cache of keys found in known_frames.
-// A hash map lookup costs a few hundred ns on a busy machine, an array slot
-// next to nothing, and a running program samples the same frames again and
-// again. A key stays seen as long as it stays named: user space never takes
-// a name back.
+// seen_frames: per CPU, a direct-mapped cache of entries found in
+// known_frames. A hash map lookup costs a few hundred ns on a busy machine,
+// an array slot next to nothing, and a running program samples the same
+// frames again and again. An entry is checked against each sample's stamp
+// like the map's.
 #define SEEN_SLOTS 1024
+struct seen_frame {
+	struct frame_key key;
+	struct frame_span span;
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SEEN_SLOTS);
 	__type(key, __u32);
-	__type(value, struct frame_key);
+	__type(value, struct seen_frame);
 } seen_frames SEC(".maps");
 
-// known: user space has named the frame key.
-static __always_inline int known(struct frame_key *key)
+// covers: the span holds for a sample of this GC epoch and interval.
+static __always_inline int covers(struct frame_span *s, __u64 epoch, __u64 interval)
+{
+	return s->epoch == epoch && s->from <= interval && interval <= s->to;
+}
+
+// known: user space has named the frame key for a sample of this GC epoch
+// and interval (0 and 0 for a process without stamps: user space names its
+// frames for good).
+static __always_inline int known(struct frame_key *key, __u64 epoch, __u64 interval)
 {
 	__u32 slot = ((key->iseq ^ key->pc ^ key->pid) * 0x9E3779B97F4A7C15ULL) >> 54; // 10 bits
 	slot &= SEEN_SLOTS - 1;
-	struct frame_key *seen = bpf_map_lookup_elem(&seen_frames, &slot);
-	if (seen && seen->pid == key->pid && seen->gen == key->gen && seen->iseq == key->iseq && seen->pc == key->pc)
+	struct seen_frame *seen = bpf_map_lookup_elem(&seen_frames, &slot);
+	if (seen && seen->key.pid == key->pid && seen->key.gen == key->gen && seen->key.iseq == key->iseq &&
+	    seen->key.pc == key->pc && covers(&seen->span, epoch, interval))
 		return 1;
-	if (!bpf_map_lookup_elem(&known_frames, key))
+	struct frame_span *span = bpf_map_lookup_elem(&known_frames, key);
+	if (!span || !covers(span, epoch, interval))
 		return 0;
-	if (seen)
-		*seen = *key;
+	if (seen) {
+		seen->key = *key;
+		seen->span = *span;
+	}
 	return 1;
 }
 
@@ -361,11 +405,38 @@ stop:
 	return 1;
 }
 
-// any_fresh: one of the top FRESH_FRAMES Ruby frames is not named yet. It
-// runs after the walk, not in it: the verifier follows the walk's callback
-// frame by frame, and every branch there costs its time many times over.
+// stamp_gc reads the GC's counters and phase into the header.
+static __always_inline void stamp_gc(struct proc_config *c, struct sample_buf *buf)
+{
+	__u32 span = c->gc_span;
+	if (span < 8 || span > GC_SPAN || bpf_probe_read_user(buf->gc, span, (void *)c->gc_start))
+		return;
+	// ConfigFor checks the offsets are aligned and inside the span; the
+	// masks only prove to the verifier that they are inside the buffer.
+	buf->h.gc_count = *(__u64 *)(buf->gc + (c->gc_count & (GC_SPAN - 8)));
+	buf->h.gc_epoch = *(__u64 *)(buf->gc + (c->gc_epoch & (GC_SPAN - 8)));
+	__u32 flags = *(__u32 *)(buf->gc + (c->gc_flags & (GC_SPAN - 4)));
+	buf->h.flags |= PAYLOAD_GC_STAMPED;
+	if (((flags >> (c->gc_mode_shift & 31)) & c->gc_mode_mask) == c->gc_mode_marking)
+		buf->h.flags |= PAYLOAD_GC_MARKING;
+	if ((flags >> (c->gc_compacting_shift & 31)) & 1)
+		buf->h.flags |= PAYLOAD_GC_COMPACTING;
+}
+
+// any_fresh: one of the top FRESH_FRAMES Ruby frames is not named for this
+// sample's GC interval yet. It runs after the walk, not in it: the verifier
+// follows the walk's callback frame by frame, and every branch there costs
+// its time many times over.
 static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 gen, long n)
 {
+	__u64 epoch = 0, interval = 0;
+	if (buf->h.flags & PAYLOAD_GC_STAMPED) {
+		// While objects move no name can be read safely: nothing to hurry.
+		if (buf->h.flags & PAYLOAD_GC_COMPACTING)
+			return 0;
+		epoch = buf->h.gc_epoch;
+		interval = 2 * buf->h.gc_count + !(buf->h.flags & PAYLOAD_GC_MARKING);
+	}
 	for (int i = 0; i < FRESH_FRAMES; i++) {
 		if (i >= n)
 			break;
@@ -373,7 +444,7 @@ static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 
 		if (!f->iseq || (f->cme_flags & FRAME_CFRAME))
 			continue;
 		struct frame_key key = {.pid = pid, .gen = gen, .iseq = f->iseq, .pc = f->pc};
-		if (!known(&key))
+		if (!known(&key, epoch, interval))
 			return 1;
 	}
 	return 0;
@@ -404,6 +475,8 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	buf->h.ec = 0;
 	buf->h.cfp = 0;
 	buf->h.period = ctx->sample_period;
+	buf->h.gc_count = 0;
+	buf->h.gc_epoch = 0;
 	buf->env_lo = buf->env_hi = 0;
 
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -422,6 +495,8 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	buf->h.ec = ec;
 
 	if (ec) {
+		if (c->gc_span)
+			stamp_gc(c, buf);
 		__u64 fields[EC_SPAN / 8];
 		__u32 span = c->ec_span;
 		if (span == 0 || span > EC_SPAN ||

@@ -28,6 +28,13 @@ type rubyFrameKey struct {
 	Pc   uint64
 }
 
+type rubyFrameSpan struct {
+	_     structs.HostLayout
+	Epoch uint64
+	From  uint64
+	To    uint64
+}
+
 type rubyPayloadHeader struct {
 	_          structs.HostLayout
 	Magic      uint32
@@ -42,34 +49,45 @@ type rubyPayloadHeader struct {
 	Ec         uint64
 	Cfp        uint64
 	Period     uint64
+	GcCount    uint64
+	GcEpoch    uint64
 }
 
 type rubyProcConfig struct {
-	_              structs.HostLayout
-	EcTpOffset     int64
-	EcStart        uint32
-	EcSpan         uint32
-	EcVmStack      uint32
-	EcVmStackSize  uint32
-	EcCfp          uint32
-	CfpSize        uint32
-	CfpPc          uint32
-	CfpIseq        uint32
-	CfpEp          uint32
-	SkipDummyFrame uint32
-	FrameCframe    uint64
-	FrameFinish    uint64
-	EnvLocal       uint64
-	T_mask         uint64
-	T_imemo        uint64
-	FlUshift       uint64
-	Qnil           uint64
-	ImmMask        uint64
-	ImemoMent      uint64
-	CfpJitReturn   uint32
-	Gen            uint32
-	FollowForks    uint32
-	_              [4]byte
+	_                 structs.HostLayout
+	EcTpOffset        int64
+	EcStart           uint32
+	EcSpan            uint32
+	EcVmStack         uint32
+	EcVmStackSize     uint32
+	EcCfp             uint32
+	CfpSize           uint32
+	CfpPc             uint32
+	CfpIseq           uint32
+	CfpEp             uint32
+	SkipDummyFrame    uint32
+	FrameCframe       uint64
+	FrameFinish       uint64
+	EnvLocal          uint64
+	T_mask            uint64
+	T_imemo           uint64
+	FlUshift          uint64
+	Qnil              uint64
+	ImmMask           uint64
+	ImemoMent         uint64
+	CfpJitReturn      uint32
+	Gen               uint32
+	FollowForks       uint32
+	_                 [4]byte
+	GcStart           uint64
+	GcSpan            uint32
+	GcCount           uint32
+	GcEpoch           uint32
+	GcFlags           uint32
+	GcModeShift       uint32
+	GcModeMask        uint32
+	GcModeMarking     uint32
+	GcCompactingShift uint32
 }
 
 type rubySampleBuf struct {
@@ -78,8 +96,15 @@ type rubySampleBuf struct {
 	Frames [2048]rubyFrame
 	Cfps   [1024]uint8
 	Envs   [1024]uint8
+	Gc     [2048]uint8
 	EnvLo  uint64
 	EnvHi  uint64
+}
+
+type rubySeenFrame struct {
+	_    structs.HostLayout
+	Key  rubyFrameKey
+	Span rubyFrameSpan
 }
 
 // Names of all BPF objects in the ELF.

@@ -260,6 +260,15 @@ func (s *Sampler) AddProcess(pid int, cfg ProcessConfig) error {
 	return nil
 }
 
+// Reconfigure replaces the configuration of pid if it is still a target
+// (not since it exec'd).
+func (s *Sampler) Reconfigure(pid int, cfg ProcessConfig) error {
+	if err := s.objs.Procs.Update(uint32(pid), cfg, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: reconfigure: %w", pid, err)
+	}
+	return nil
+}
+
 // Sampled reports whether pid is a target with configuration gen: not
 // since it exec'd, or before it was added.
 func (s *Sampler) Sampled(pid int, gen uint32) bool {
@@ -429,21 +438,46 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	}
 }
 
+// Span is the samples a frame's name holds for: those of GC epoch Epoch
+// whose GCStamp.Interval is in [From, To]. A process without stamps has its
+// names marked with the full span of epoch 0.
+type Span struct{ Epoch, From, To uint64 }
+
+// FullSpan holds for every sample of a process without GC stamps.
+var FullSpan = Span{From: 0, To: ^uint64(0)}
+
+// Covers says whether the span holds for a sample with stamp st.
+func (s Span) Covers(st GCStamp) bool {
+	if !st.Stamped || s == FullSpan {
+		return !st.Stamped && s == FullSpan
+	}
+	i := st.Interval()
+	return !st.Compacting && s.Epoch == st.Epoch && s.From <= i && i <= s.To
+}
+
+// NamedFrame is a frame user space has named and the samples the name
+// holds for.
+type NamedFrame struct {
+	Frame
+	Span Span
+}
+
 // MarkNamed tells the program that user space has named these frames of
-// pid's image gen (iseq, pc): samples whose top frames are all named can
-// wait in the batched rings.
-func (s *Sampler) MarkNamed(pid, gen uint32, frames []Frame) error {
+// pid's image gen (iseq, pc) for the samples of their spans: samples whose
+// top frames are all named can wait in the batched rings.
+func (s *Sampler) MarkNamed(pid, gen uint32, frames []NamedFrame) error {
 	keys := make([]rubyFrameKey, 0, len(frames))
+	values := make([]rubyFrameSpan, 0, len(frames))
 	for _, f := range frames {
 		if f.Iseq != 0 && !f.CFrame {
 			keys = append(keys, rubyFrameKey{Pid: pid, Gen: gen, Iseq: f.Iseq, Pc: f.PC})
+			values = append(values, rubyFrameSpan{Epoch: f.Span.Epoch, From: f.Span.From, To: f.Span.To})
 		}
 	}
 	if len(keys) == 0 {
 		return nil
 	}
 	// One system call for a new deep stack, where the kernel has batches.
-	values := make([]uint8, len(keys))
 	if _, err := s.objs.KnownFrames.BatchUpdate(keys, values, nil); err == nil {
 		return nil
 	}

@@ -2,9 +2,11 @@ package bpf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +48,15 @@ func prepareTB(t testing.TB, pid int) target {
 	}
 	cfg, err := ConfigFor(r.Layout, off)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Samples carry GC stamps where the layout says where the GC keeps its
+	// counters, as recording's targets do.
+	if os, err := r.Objspace(); err == nil {
+		if err := cfg.StampGC(r.Layout, os); err != nil {
+			t.Fatal(err)
+		}
+	} else if !errors.Is(err, rubystack.ErrNoGCStamps) {
 		t.Fatal(err)
 	}
 	return target{pid: pid, reader: r, config: cfg}
@@ -308,5 +319,102 @@ func TestRingPagesFor(t *testing.T) {
 		if n := RingPagesFor(tc.ncpu, sampleRingBudget, sampleRingMin, sampleRingMax); n&(n-1) != 0 {
 			t.Errorf("%d CPUs: %d pages is not a power of two", tc.ncpu, n)
 		}
+	}
+}
+
+// TestSamplesCarryGCStamps: on a Ruby whose layout has the GC's counters,
+// every sample carries the count of GCs the process had started and the
+// count at its last major GC, as the process itself reads them: never
+// before the count when recording began nor past the count after, never
+// going back on a thread, the epoch never past the count.
+func TestSamplesCarryGCStamps(t *testing.T) {
+	testruby.Privileged(t, Supported())
+	var stamped []testruby.Ruby
+	for _, r := range testruby.All(t) {
+		if r.DWARF {
+			stamped = append(stamped, r)
+		}
+	}
+	if len(stamped) == 0 {
+		t.Fatal("no Ruby with DWARF to sample")
+	}
+	for _, r := range stamped {
+		t.Run(r.Name, func(t *testing.T) {
+			cmd := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush
+				i = 0
+				loop { i += 1; (i % 50).zero? ? GC.start : 2_000.times { "x" * 64 } }`)
+			tg := prepare(t, cmd.Process.Pid)
+			if tg.config.GcSpan == 0 {
+				t.Fatalf("%s carries DWARF, yet its configuration has no GC stamps", r.VM)
+			}
+			first, err := tg.reader.GCStamp()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(Options{Frequency: 999})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.AddProcess(tg.pid, tg.config); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			type timed struct {
+				time  uint64
+				stamp GCStamp
+			}
+			var got []timed
+			err = s.Run(ctx, func(rec Record) error {
+				if rec.Header.Type != perf.RecordTypeSample {
+					return nil
+				}
+				smp, err := DecodeSample(rec.Data)
+				if err != nil {
+					return err
+				}
+				p, err := DecodePayload(smp.Raw)
+				if err != nil {
+					return err
+				}
+				if p.EC != 0 {
+					got = append(got, timed{smp.Time, p.GC})
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last, err := tg.reader.GCStamp()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The rings are per CPU: in the order the samples were taken.
+			sort.Slice(got, func(i, j int) bool { return got[i].time < got[j].time })
+			stamps := make([]GCStamp, len(got))
+			for i, g := range got {
+				stamps[i] = g.stamp
+			}
+			if len(stamps) < 300 {
+				t.Fatalf("%d samples", len(stamps))
+			}
+			epochs := map[uint64]bool{}
+			for i, st := range stamps {
+				switch {
+				case !st.Stamped:
+					t.Fatalf("sample %d has no GC stamp", i)
+				case st.Count < first.Count || st.Count > last.Count || st.Epoch > st.Count:
+					t.Fatalf("sample %d: stamp %+v outside %+v .. %+v", i, st, first, last)
+				case i > 0 && (st.Count < stamps[i-1].Count || st.Epoch < stamps[i-1].Epoch):
+					t.Fatalf("sample %d: stamp %+v after %+v", i, st, stamps[i-1])
+				}
+				epochs[st.Epoch] = true
+			}
+			t.Logf("%d samples, GC count %d..%d, %d major GCs seen", len(stamps), stamps[0].Count, stamps[len(stamps)-1].Count, len(epochs))
+			if last.Count-first.Count < 10 || len(epochs) < 3 {
+				t.Errorf("GC count %d..%d, %d epochs: the workload's GCs were not seen", first.Count, last.Count, len(epochs))
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package recording
 import (
 	"bytes"
 	"compress/gzip"
+	"github.com/rubyperf/rubyperf/bpf"
 	"testing"
 )
 
@@ -11,7 +12,9 @@ import (
 // errors, never a panic, and what decodes encodes again.
 func FuzzDecodeSymbolTable(f *testing.F) {
 	t := NewSymbolTable()
-	t.Frames[FrameKey{PID: 1, Gen: 2, Iseq: 0x1000, PC: 0x2000}] = FrameInfo{Label: "Object#m", Path: "a.rb", HasPath: true, Line: 3}
+	k := FrameKey{PID: 1, Gen: 2, Iseq: 0x1000, PC: 0x2000}
+	t.Frames[k] = []Named{{FrameInfo: FrameInfo{Label: "Object#m", Path: "a.rb", HasPath: true, Line: 3}, Span: bpf.FullSpan},
+		{FrameInfo: FrameInfo{Label: "Object#n", Path: "a.rb", HasPath: true, Line: 9}, Span: bpf.Span{Epoch: 4, From: 11, To: 11}}}
 	t.VMExec[Image{1, 2}] = VMExec{Path: "/lib/libruby.so", Start: 10, End: 20}
 	good, err := t.Encode()
 	if err != nil {

@@ -42,6 +42,8 @@ type ReadStats struct {
 	Incomplete  int // samples whose native unwinding stopped early (merge.IncompleteName)
 	Truncated   int // samples whose Ruby stack was cut at bpf.MaxFrames (merge.TruncatedName)
 	NoPayload   int // samples without a readable Ruby payload (native only)
+	// NotNamed counts Ruby frames named only for other samples (ReplacedLabel).
+	NotNamed int
 }
 
 // interpFrames are libruby's interpreter plumbing between a C method and
@@ -237,7 +239,7 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	rd.rubies = rd.rubies[:0]
 	if perr == nil {
 		for _, f := range p.Frames {
-			rd.rubies = append(rd.rubies, rd.rubyFrame(p.PID, p.Gen, f))
+			rd.rubies = append(rd.rubies, rd.rubyFrame(p, f))
 		}
 	} else {
 		rd.stats.NoPayload++
@@ -322,12 +324,24 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) [
 	return out
 }
 
-func (rd *reader) rubyFrame(pid, gen uint32, f bpf.Frame) merge.Ruby {
+func (rd *reader) rubyFrame(p *bpf.Payload, f bpf.Frame) merge.Ruby {
 	r := merge.Ruby{Finish: f.Finish}
-	info, ok := rd.symtab.Frames[Key(pid, gen, f)]
+	var info FrameInfo
+	var named, ok bool
+	if p.Flags&bpf.PayloadNamed != 0 {
+		// The recorder decided the frame's name when it read the sample.
+		info, named, ok = rd.symtab.FrameName(f.Iseq)
+	} else {
+		info, named, ok = rd.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
+	}
 	switch {
-	case f.Error || !ok:
+	case f.Error || !named:
 		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: rubystack.UnknownLabel}
+	case !ok:
+		// Named only for other GC intervals: the code there may have been
+		// freed and replaced since.
+		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: ReplacedLabel}
+		rd.stats.NotNamed++
 	case info.Drop:
 		r.Hidden = true
 	default:

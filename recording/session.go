@@ -67,7 +67,15 @@ type Summary struct {
 	Urgent        uint64
 	Truncated     uint64 // stacks deeper than bpf.MaxFrames
 	UnknownFrames uint64 // frames that could not be symbolized
-	Dropped       []int  // targets no longer sampled: most of their frames were implausible
+	// FramesNotNamed counts frames of samples that could not be named for
+	// their sample: the name read at their addresses could not be proven to
+	// hold then (they read as ReplacedLabel).
+	FramesNotNamed uint64
+	// NoGCStamps lists, a line each, the targets whose samples carry no GC
+	// stamp, and why: frames of code freed and replaced while recording may
+	// keep the name of the code that was there before.
+	NoGCStamps []string
+	Dropped    []int // targets no longer sampled: most of their frames were implausible
 	// Events says, a line each, what targets did that changed what was
 	// recorded: an exec (and whether the new image is recorded), a fork.
 	Events []string
@@ -147,7 +155,9 @@ type session struct {
 	// stacks share their bottom from one sample to the next, and the frames
 	// of its previous sample are in symtab already (it never forgets): only
 	// the frames above the shared part need looking up.
-	lastFrames map[threadKey][]bpf.Frame
+	lastFrames map[threadKey]lastSample
+	// sharedIDs and ids are nameSample's scratch.
+	sharedIDs, ids []uint64
 
 	// The last checkpoint (see checkpoint), and the symbol table's size
 	// when its copy beside the recording was written.
@@ -176,7 +186,7 @@ func (s *session) checkpoint() error {
 	} else {
 		return nil
 	}
-	if n := len(s.symtab.Frames) + len(s.symtab.VMExec); n != s.savedSymbols {
+	if n := len(s.symtab.Names) + len(s.symtab.VMExec); n != s.savedSymbols {
 		if b, err := s.symtab.Encode(); err == nil {
 			if f, err := outfile.Create(SymbolsPath(s.opts.Output), 0o600); err == nil {
 				if _, err := f.Write(b); err != nil {
@@ -514,6 +524,22 @@ func (s *session) register(t *Target) {
 		s.sum.Targets++
 		s.sum.PIDs = append(s.sum.PIDs, t.PID)
 	}
+	s.noGCStamps(t)
+}
+
+// noGCStamps says, once per target, that its names are not checked.
+func (s *session) noGCStamps(t *Target) {
+	if t.NoGCStamps != nil && !t.sharesProcess {
+		line := fmt.Sprintf("pid %d (%s): no GC stamps (%v): a frame whose code is freed and replaced while "+
+			"recording may keep the name of the code there before; debug info for its Ruby (--debug-file, "+
+			"debuginfod) removes the doubt", t.PID, ProcessName(t.PID), t.NoGCStamps)
+		if len(s.sum.NoGCStamps) < maxEvents {
+			s.sum.NoGCStamps = append(s.sum.NoGCStamps, line)
+		}
+		if s.opts.Warn != nil && len(s.sum.NoGCStamps) == 1 {
+			fmt.Fprintf(s.opts.Warn, "rubyperf: %s\n", line)
+		}
+	}
 }
 
 // handle takes one record from the rings.
@@ -531,19 +557,25 @@ func (s *session) handle(rec bpf.Record) error {
 			// A sample of an image that has exec'd since is not read through
 			// the new one: its frames stay unnamed.
 			if t, ok := s.targets[int(p.PID)]; ok && t.Config.Gen == p.Gen {
-				added, bad := s.symtab.Resolve(t.Reader, s.newFrames(p))
+				if t.gcUnchecked {
+					s.checkGC(t)
+				}
+				added, bad, refused := s.symtab.Resolve(t.Reader, s.newFrames(p))
 				if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
 					// It exec'd before its COMM record was read: what was
 					// just read may be the new program's. Unnamed is right.
 					s.symtab.Forget(p.PID, p.Gen, added)
+					refused = 0
 					added, bad = nil, 0
 				}
+				s.sum.FramesNotNamed += uint64(refused)
 				s.checkPlausible(t, len(added), bad)
 				if len(added) > 0 {
 					// Their later samples may wait in the batched rings. A
 					// failure only keeps sending them to the urgent ones.
 					s.sampler.MarkNamed(p.PID, p.Gen, added)
 				}
+				s.nameSample(p, smp.Raw)
 			}
 			bpf.SetPeriod(rec.Data, p.Period)
 		}
@@ -601,23 +633,76 @@ func (s *session) handle(rec bpf.Record) error {
 	return s.checkpoint()
 }
 
+// checkGC checks the GC counters of a target attached before its first GC,
+// once one has run. Counters that do not agree turn its GC stamps off and
+// drop the names read under them: its later samples are named as a Ruby
+// without stamps is, its earlier ones stay unnamed rather than maybe wrong.
+func (s *session) checkGC(t *Target) {
+	err := t.Reader.CheckGC()
+	if errors.Is(err, rubystack.ErrGCNotRun) {
+		return
+	}
+	t.gcUnchecked = false
+	if err == nil {
+		return
+	}
+	t.Config.GcSpan = 0
+	if rerr := s.sampler.Reconfigure(t.PID, t.Config); rerr != nil {
+		err = fmt.Errorf("%w (and %v)", err, rerr)
+	}
+	t.Reader.NoGCStamps()
+	s.symtab.ForgetImage(uint32(t.PID), t.Config.Gen)
+	t.NoGCStamps = err
+	s.noGCStamps(t)
+}
+
+// lastSample is what newFrames keeps of a thread's previous sample.
+type lastSample struct {
+	frames []bpf.Frame
+	ids    []uint64 // the names frames had (SymbolTable.SampleNames)
+	gc     bpf.GCStamp
+}
+
 // newFrames is p with only the frames above the part its thread's previous
 // sample shared (in s.unseen, overwritten by the next call), and remembers
 // p's frames for the next.
 func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames {
-		s.lastFrames = map[threadKey][]bpf.Frame{}
+		s.lastFrames = map[threadKey]lastSample{}
 	}
 	prev := s.lastFrames[k]
 	shared := 0
-	for shared < len(prev) && shared < len(p.Frames) &&
-		prev[len(prev)-1-shared] == p.Frames[len(p.Frames)-1-shared] {
-		shared++
+	// Names hold for GC intervals: frames shared with a sample of another
+	// interval are looked up again.
+	if prev.gc.Stamped == p.GC.Stamped && prev.gc.Epoch == p.GC.Epoch && prev.gc.Interval() == p.GC.Interval() &&
+		!p.GC.Compacting && len(prev.ids) == len(prev.frames) {
+		for shared < len(prev.frames) && shared < len(p.Frames) &&
+			prev.frames[len(prev.frames)-1-shared] == p.Frames[len(p.Frames)-1-shared] {
+			shared++
+		}
 	}
-	s.lastFrames[k] = append(prev[:0], p.Frames...)
-	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, Frames: p.Frames[:len(p.Frames)-shared]}
+	// The names of the shared frames, before prev's storage is reused.
+	s.sharedIDs = append(s.sharedIDs[:0], prev.ids[len(prev.ids)-shared:]...)
+	s.lastFrames[k] = lastSample{frames: append(prev.frames[:0], p.Frames...), ids: prev.ids[:0], gc: p.GC}
+	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, GC: p.GC, Frames: p.Frames[:len(p.Frames)-shared]}
 	return &s.unseen
+}
+
+// nameSample writes into the sample's payload (raw, as recorded) the names
+// its frames have for it, once newFrames and Resolve have run for it: the
+// unseen frames' looked up, the shared ones' as the thread's previous
+// sample had them. Each sample thus carries the names proven for it.
+func (s *session) nameSample(p *bpf.Payload, raw []byte) {
+	ids := s.symtab.SampleNames(&s.unseen, s.ids[:0])
+	ids = append(ids, s.sharedIDs...)
+	s.ids = ids
+	k := threadKey{p.PID, p.TID, p.Gen}
+	if last, ok := s.lastFrames[k]; ok {
+		last.ids = append(last.ids[:0], ids...)
+		s.lastFrames[k] = last
+	}
+	bpf.NameFrames(raw, ids) // a payload it cannot read stays as it was: unnamed
 }
 
 // recordPID is the pid and tid a COMM, MMAP, MMAP2, FORK or EXIT record is about.
@@ -887,7 +972,7 @@ func (s *session) endCommand(ctx context.Context, cmd *exec.Cmd, done <-chan err
 func (s *session) finish() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, f := range s.symtab.Frames {
+	for _, f := range s.symtab.Names {
 		if f.Unknown {
 			s.sum.UnknownFrames++
 		}

@@ -7,7 +7,8 @@ import (
 )
 
 // TestNewFrames: a sample is looked up only above the part of its stack
-// (the bottom) it shares with its thread's previous sample.
+// (the bottom) it shares with its thread's previous sample of the same GC
+// interval; the names of the shared part are that sample's.
 func TestNewFrames(t *testing.T) {
 	f := func(iseqs ...uint64) []bpf.Frame { // leaf first
 		out := make([]bpf.Frame, len(iseqs))
@@ -16,7 +17,7 @@ func TestNewFrames(t *testing.T) {
 		}
 		return out
 	}
-	s := &session{}
+	s := &session{symtab: NewSymbolTable()}
 	steps := []struct {
 		pid, tid uint32
 		frames   []bpf.Frame
@@ -30,10 +31,21 @@ func TestNewFrames(t *testing.T) {
 		{1, 1, f(1), 0},          // shallower: the bottom frame was seen
 		{1, 1, f(9, 2, 1), 2},    // the history is the last sample only
 		{1, 1, nil, 0},
+		{1, 1, f(3, 2, 1), 3},
+		{1, 1, f(3, 2, 1), 3}, // another GC interval: all again
+		{1, 1, f(3, 2, 1), 0}, // the same one: none
 	}
 	for i, st := range steps {
 		p := &bpf.Payload{PID: st.pid, TID: st.tid, Frames: st.frames}
+		if i >= 9 {
+			// Another GC interval: the names of the last sample may not hold.
+			p.GC = bpf.GCStamp{Stamped: true, Count: 9}
+		}
 		got := s.newFrames(p)
+		s.nameSample(p, nil)
+		if n := len(s.lastFrames[threadKey{p.PID, p.TID, p.Gen}].ids); n != len(st.frames) {
+			t.Errorf("step %d: %d names kept for %d frames", i, n, len(st.frames))
+		}
 		if len(got.Frames) != st.want || got.PID != st.pid {
 			t.Errorf("step %d: %d frames of pid %d, want %d", i, len(got.Frames), got.PID, st.want)
 			continue

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 
 	"github.com/rubyperf/rubyperf/bpf"
@@ -21,7 +23,32 @@ const FeatureRubySymbols = 200
 const FeatureKallsyms = 201
 
 // symbolTableVersion is the format of the Ruby symbol table section.
-const symbolTableVersion = 1
+// Version 3 lists names, which samples refer to by id (bpf.PayloadNamed);
+// versions 1 (a name per frame key, for every sample) and 2 (names per key
+// with the spans of samples they hold for) are read too.
+const symbolTableVersion = 3
+
+// maxNamesPerKey bounds the names one frame key keeps while recording (code
+// churning at one address, a name per GC epoch); the oldest go first. A
+// sample is named when it is read, so a late one only misses a name it
+// could have had.
+const maxNamesPerKey = 64
+
+// Name ids a named sample's frames carry (bpf.PayloadNamed): the frame has
+// no name, or none that holds for its sample; names count from NameFirst.
+const (
+	NameUnknown  = 0
+	NameReplaced = 1
+	NameFirst    = 2
+)
+
+// maxNames bounds the distinct names a table holds.
+const maxNames = 1 << 22
+
+// ReplacedLabel names a Ruby frame whose code could not be named for its
+// sample: the name read at its address holds only for other GC intervals,
+// so the code there may have been freed and replaced in between.
+const ReplacedLabel = "[code freed before it was named]"
 
 // maxSymbolTableBytes bounds the decompressed symbol table read from a file.
 const maxSymbolTableBytes = 256 << 20
@@ -53,11 +80,105 @@ type FrameInfo struct {
 	Drop    bool
 }
 
+// Named is one name a frame key had, and the samples it holds for: those
+// whose GC stamp the span covers (bpf.FullSpan for a process without GC
+// stamps).
+type Named struct {
+	FrameInfo
+	Span bpf.Span
+}
+
 // SymbolTable maps frame keys to their meaning, per process, and says
-// where each process's VM entry function is.
+// where each process's VM entry function is. A key has several names when
+// the code at its addresses was freed and replaced while recording; each
+// holds for the samples of its span.
 type SymbolTable struct {
-	Frames map[FrameKey]FrameInfo
+	Frames map[FrameKey][]Named
 	VMExec map[Image]VMExec
+	// Names are the distinct names samples refer to, by id NameFirst+i.
+	Names   []FrameInfo
+	nameIDs map[FrameInfo]uint64
+	// decodedFrames: Frames came from a file (a recording before version 3,
+	// whose samples name frames by key), so Encode keeps them.
+	decodedFrames bool
+}
+
+// NameID is the id samples refer to name info by (bpf.NameFrames).
+func (t *SymbolTable) NameID(info FrameInfo) uint64 {
+	if id, ok := t.nameIDs[info]; ok {
+		return id
+	}
+	if len(t.Names) >= maxNames {
+		return NameUnknown
+	}
+	t.Names = append(t.Names, info)
+	id := uint64(NameFirst + len(t.Names) - 1)
+	t.nameIDs[info] = id
+	return id
+}
+
+// FrameName is the name a named sample's frame has by id: named says it has
+// one; ok that it holds for the sample (else it reads as ReplacedLabel).
+func (t *SymbolTable) FrameName(id uint64) (info FrameInfo, named, ok bool) {
+	switch {
+	case id == NameReplaced:
+		return FrameInfo{}, true, false
+	case id >= NameFirst && id-NameFirst < uint64(len(t.Names)):
+		return t.Names[id-NameFirst], true, true
+	}
+	return FrameInfo{}, false, false
+}
+
+// SampleNames are the name ids of the payload's frames, for its sample.
+func (t *SymbolTable) SampleNames(p *bpf.Payload, ids []uint64) []uint64 {
+	ids = ids[:0]
+	for _, f := range p.Frames {
+		info, named, ok := t.Lookup(Key(p.PID, p.Gen, f), p.GC)
+		switch {
+		case f.Error || !named:
+			ids = append(ids, NameUnknown)
+		case !ok:
+			ids = append(ids, NameReplaced)
+		default:
+			ids = append(ids, t.NameID(info))
+		}
+	}
+	return ids
+}
+
+// Lookup is the name of frame key k for a sample stamped st. named says
+// the key has a name at all; ok that one holds for this sample.
+func (t *SymbolTable) Lookup(k FrameKey, st bpf.GCStamp) (info FrameInfo, named, ok bool) {
+	names := t.Frames[k]
+	for i := len(names) - 1; i >= 0; i-- {
+		if names[i].Span.Covers(st) {
+			return names[i].FrameInfo, true, true
+		}
+	}
+	return FrameInfo{}, len(names) > 0, false
+}
+
+// add records a name for key k, merging it into the last one when that is
+// the same name for an adjacent span of the same epoch (young code named
+// again interval after interval).
+func (t *SymbolTable) add(k FrameKey, n Named) {
+	names := t.Frames[k]
+	if l := len(names); l > 0 {
+		last := &names[l-1]
+		if last.FrameInfo == n.FrameInfo && last.Span.Epoch == n.Span.Epoch &&
+			n.Span.From <= last.Span.To+2 && last.Span.From <= n.Span.To+2 && last.Span != bpf.FullSpan {
+			// Within an epoch only the major GC's own interval has a marking
+			// half (2*epoch), and spans start after it: an odd gap of one is
+			// an interval no sample can have.
+			last.Span.From = min(last.Span.From, n.Span.From)
+			last.Span.To = max(last.Span.To, n.Span.To)
+			return
+		}
+	}
+	if len(names) >= maxNamesPerKey {
+		names = append(names[:0], names[1:]...)
+	}
+	t.Frames[k] = append(names, n)
 }
 
 // VMExec is where rb_vm_exec lies in a process's Ruby binary (stripped
@@ -69,56 +190,195 @@ type VMExec struct {
 
 // NewSymbolTable returns an empty table.
 func NewSymbolTable() *SymbolTable {
-	return &SymbolTable{Frames: map[FrameKey]FrameInfo{}, VMExec: map[Image]VMExec{}}
+	return &SymbolTable{Frames: map[FrameKey][]Named{}, VMExec: map[Image]VMExec{}, nameIDs: map[FrameInfo]uint64{}}
 }
 
 // Key is the key of a frame of a payload of process image (pid, gen).
 func Key(pid, gen uint32, f bpf.Frame) FrameKey {
-	return FrameKey{PID: pid, Gen: gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}
+	if f.CFrame {
+		// A C frame's name is its method entry's. Its iseq slot holds what
+		// the VM pushed (an IFUNC's block function, new on every call), so
+		// it is left out: one name serves every call.
+		return FrameKey{PID: pid, Gen: gen, PC: f.PC, CME: f.CME, CFrame: true}
+	}
+	return FrameKey{PID: pid, Gen: gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME}
 }
 
-// Resolve symbolizes the payload's frames that the table does not know yet,
-// through r, which reads the process's live memory. It returns those frames
-// (now in the table, named, dropped or unknown) and how many are unknown.
-func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (added []bpf.Frame, unknown int) {
+// Resolve names the payload's frames that the table has no name for that
+// holds for the payload's sample, through r, which reads the process's live
+// memory. It returns those frames with the spans their new names hold for
+// (none when a frame could not be named safely), how many are unknown, and
+// how many could not be named for this sample.
+//
+// A name read now holds for the payload's sample only if nothing at the
+// frame's addresses can have been freed in between: the GC stamp must be
+// the same when reading starts and ends, and either the sample was taken
+// in the same GC interval (the code ran then, so the GC cannot free it
+// before the interval ends), or the code is in the old generation, which
+// only a major GC frees (then the name holds until the epoch ends, for
+// samples after now).
+func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (added []bpf.NamedFrame, unknown, refused int) {
+	var fresh []bpf.Frame
 	for _, f := range p.Frames {
-		k := Key(p.PID, p.Gen, f)
-		if _, ok := t.Frames[k]; ok {
+		if _, _, ok := t.Lookup(Key(p.PID, p.Gen, f), p.GC); !ok && !slices.Contains(fresh, f) {
+			fresh = append(fresh, f)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil, 0, 0
+	}
+	var names []Named
+	for try := 0; ; try++ {
+		var settled bool
+		names, settled = nameFrames(r, p, fresh)
+		if settled || try == maxNamingTries-1 {
+			break
+		}
+	}
+	for i, f := range fresh {
+		n := names[i]
+		if n.Span == (bpf.Span{}) {
+			refused++
 			continue
 		}
-		one := bpf.Payload{PID: p.PID, Frames: []bpf.Frame{f}}
-		raw := one.RawFrames(r)
-		if len(raw) == 0 {
-			t.Frames[k] = FrameInfo{Drop: true}
-		} else {
-			fr := r.Symbolize(raw[0])
-			t.Frames[k] = FrameInfo{Label: fr.Label, Path: fr.Path, HasPath: fr.HasPath, Line: fr.Line,
-				CFunc: fr.CFunc, Unknown: fr.Unknown}
-			if fr.Unknown {
-				unknown++
-			}
+		if n.Unknown {
+			unknown++
 		}
-		added = append(added, f)
+		t.add(Key(p.PID, p.Gen, f), n)
+		if !n.Span.Covers(p.GC) {
+			refused++
+		}
+		added = append(added, bpf.NamedFrame{Frame: f, Span: n.Span})
 	}
-	return added, unknown
+	return added, unknown, refused
+}
+
+// maxNamingTries bounds the reads of frames whose GC stamp kept changing.
+const maxNamingTries = 3
+
+// nameFrames reads the names of frames and the span each holds for (the
+// zero Span: for no sample). settled is false when the GC moved on while
+// reading, so that no name could be trusted.
+func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names []Named, settled bool) {
+	names = make([]Named, len(frames))
+	before, err := r.GCStamp()
+	stamped := err == nil
+	if errors.Is(err, rubystack.ErrNoGCStamps) {
+		// Nothing tells when code is freed: names hold for good, as
+		// before stamps (the recording says so).
+		for i, f := range frames {
+			names[i] = Named{FrameInfo: frameInfo(r, f), Span: bpf.FullSpan}
+		}
+		return names, true
+	}
+	if !stamped || before.Compacting {
+		return names, false
+	}
+	// The caches were filled under another stamp, maybe with code since freed.
+	r.DropCaches()
+	old := make([]bool, len(frames))
+	for i, f := range frames {
+		// Generation first: an old object stays until the next major GC, so
+		// what is read after this is of the same object.
+		old[i] = oldFrame(r, f)
+		names[i].FrameInfo = frameInfo(r, f)
+	}
+	after, err := r.GCStamp()
+	if err != nil || after != before {
+		return make([]Named, len(frames)), false
+	}
+	for i := range frames {
+		names[i].Span = spanFor(p.GC, before, old[i])
+	}
+	return names, true
+}
+
+// spanFor is the span a name read under GC stamp now holds for, the code
+// having been seen by a sample stamped sample, and being in the old
+// generation or not: the zero Span when it holds for no sample.
+func spanFor(sample bpf.GCStamp, now rubystack.GCStamp, old bool) bpf.Span {
+	if now.Compacting {
+		return bpf.Span{}
+	}
+	interval := bpf.GCStamp{Stamped: true, Count: now.Count, Marking: now.Marking}.Interval()
+	// The sample ran the code in this same interval: it stays until the
+	// interval ends (a GC frees only what its marking did not reach, and
+	// moves objects only while compacting).
+	sameInterval := sample.Stamped && !sample.Compacting && sample.Epoch == now.Epoch && sample.Interval() == interval
+	// Old code stays until the next major GC starts, once this epoch's
+	// major GC has swept (until then old garbage may still be freed).
+	settled := now.Count != now.Epoch || now.Idle
+	switch {
+	case old && settled && sameInterval:
+		return bpf.Span{Epoch: now.Epoch, From: interval, To: ^uint64(0)}
+	case old && settled:
+		// Samples of this interval before now may have seen other code.
+		return bpf.Span{Epoch: now.Epoch, From: 2*now.Count + 2, To: ^uint64(0)}
+	case sameInterval:
+		return bpf.Span{Epoch: now.Epoch, From: interval, To: interval}
+	}
+	return bpf.Span{}
+}
+
+// oldFrame says whether every object a frame's name comes from is in the
+// old generation: its iseq, the method entry slot of its environment, and
+// the method entry that leads to.
+func oldFrame(r *rubystack.Reader, f bpf.Frame) bool {
+	cme, err := r.LocalMethodEntry(f.CME)
+	if err != nil {
+		return false
+	}
+	objs := []uint64{f.CME, cme}
+	if !f.CFrame {
+		objs = append(objs, f.Iseq) // a C frame's is not in its name
+	}
+	for _, v := range objs {
+		if old, err := r.Old(v); err != nil || !old {
+			return false
+		}
+	}
+	return true
+}
+
+// frameInfo reads one frame's name.
+func frameInfo(r *rubystack.Reader, f bpf.Frame) FrameInfo {
+	one := bpf.Payload{Frames: []bpf.Frame{f}}
+	raw := one.RawFrames(r)
+	if len(raw) == 0 {
+		return FrameInfo{Drop: true}
+	}
+	fr := r.Symbolize(raw[0])
+	return FrameInfo{Label: fr.Label, Path: fr.Path, HasPath: fr.HasPath, Line: fr.Line, CFunc: fr.CFunc, Unknown: fr.Unknown}
+}
+
+// ForgetImage drops every name of process image (pid, gen).
+func (t *SymbolTable) ForgetImage(pid, gen uint32) {
+	for k := range t.Frames {
+		if k.PID == pid && k.Gen == gen {
+			delete(t.Frames, k)
+		}
+	}
 }
 
 // Forget drops what Resolve added for frames of process image (pid, gen).
-func (t *SymbolTable) Forget(pid, gen uint32, frames []bpf.Frame) {
+func (t *SymbolTable) Forget(pid, gen uint32, frames []bpf.NamedFrame) {
 	for _, f := range frames {
-		delete(t.Frames, Key(pid, gen, f))
+		delete(t.Frames, Key(pid, gen, f.Frame))
 	}
 }
 
 // Stack returns the Ruby frames of a payload, leaf first, as the table names
-// them; frames it does not know come out unknown.
+// them for its sample; frames it does not know come out unknown, frames
+// whose names hold only for other samples come out as ReplacedLabel.
 func (t *SymbolTable) Stack(p *bpf.Payload) []FrameInfo {
 	out := make([]FrameInfo, 0, len(p.Frames))
 	for _, f := range p.Frames {
-		info, ok := t.Frames[Key(p.PID, p.Gen, f)]
+		info, named, ok := t.Lookup(Key(p.PID, p.Gen, f), p.GC)
 		switch {
-		case !ok || f.Error:
+		case f.Error || !named:
 			out = append(out, FrameInfo{Label: rubystack.UnknownLabel, Unknown: true})
+		case !ok:
+			out = append(out, FrameInfo{Label: ReplacedLabel, Unknown: true})
 		case !info.Drop:
 			out = append(out, info)
 		}
@@ -129,8 +389,20 @@ func (t *SymbolTable) Stack(p *bpf.Payload) []FrameInfo {
 // symbolTableJSON is the section's content, gzipped.
 type symbolTableJSON struct {
 	Version int          `json:"version"`
-	Frames  []frameJSON  `json:"frames"`
+	Frames  []frameJSON  `json:"frames,omitempty"`
+	Names   []nameJSON   `json:"names,omitempty"`
 	VMExec  []vmExecJSON `json:"vm_exec,omitempty"`
+}
+
+// nameJSON is one name named samples refer to, by its place in the list.
+type nameJSON struct {
+	Label   string `json:"label,omitempty"`
+	Path    string `json:"path,omitempty"`
+	HasPath bool   `json:"has_path,omitempty"`
+	Line    int64  `json:"line,omitempty"`
+	CFunc   bool   `json:"cfunc,omitempty"`
+	Unknown bool   `json:"unknown,omitempty"`
+	Drop    bool   `json:"drop,omitempty"`
 }
 
 type vmExecJSON struct {
@@ -155,31 +427,34 @@ type frameJSON struct {
 	CFunc   bool   `json:"cfunc,omitempty"`
 	Unknown bool   `json:"unknown,omitempty"`
 	Drop    bool   `json:"drop,omitempty"`
+	// Span is [epoch, from, to] (bpf.Span); absent: every sample.
+	Span *[3]uint64 `json:"span,omitempty"`
 }
 
-// Encode writes the table as the FeatureRubySymbols section.
+// Encode writes the table as the FeatureRubySymbols section: the names
+// named samples refer to, and where each process's VM entry function is.
+// Frame keys and their spans stay behind: each sample carries its names.
 func (t *SymbolTable) Encode() ([]byte, error) {
-	doc := symbolTableJSON{Version: symbolTableVersion, Frames: make([]frameJSON, 0, len(t.Frames))}
-	for k, v := range t.Frames {
-		doc.Frames = append(doc.Frames, frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
-			Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
+	doc := symbolTableJSON{Version: symbolTableVersion, Names: make([]nameJSON, 0, len(t.Names))}
+	for _, v := range t.Names {
+		doc.Names = append(doc.Names, nameJSON{Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line,
+			CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
 	}
-	sort.Slice(doc.Frames, func(i, j int) bool {
-		a, b := doc.Frames[i], doc.Frames[j]
-		if a.PID != b.PID {
-			return a.PID < b.PID
+	if t.decodedFrames {
+		// A table read from an older recording: its samples name their
+		// frames by key.
+		for k, names := range t.Frames {
+			for _, v := range names {
+				f := frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
+					Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop}
+				if v.Span != bpf.FullSpan {
+					f.Span = &[3]uint64{v.Span.Epoch, v.Span.From, v.Span.To}
+				}
+				doc.Frames = append(doc.Frames, f)
+			}
 		}
-		if a.Gen != b.Gen {
-			return a.Gen < b.Gen
-		}
-		if a.CME != b.CME {
-			return a.CME < b.CME
-		}
-		if a.Iseq != b.Iseq {
-			return a.Iseq < b.Iseq
-		}
-		return a.PC < b.PC
-	})
+		sort.Slice(doc.Frames, func(i, j int) bool { return frameLess(doc.Frames[i], doc.Frames[j]) })
+	}
 	for im, v := range t.VMExec {
 		doc.VMExec = append(doc.VMExec, vmExecJSON{PID: im.PID, Gen: im.Gen, Path: v.Path, Start: v.Start, End: v.End})
 	}
@@ -215,16 +490,67 @@ func DecodeSymbolTable(b []byte) (*SymbolTable, error) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("ruby symbol table: %w", err)
 	}
-	if doc.Version != symbolTableVersion {
-		return nil, fmt.Errorf("ruby symbol table: version %d, this rubyperf reads %d", doc.Version, symbolTableVersion)
+	if doc.Version < 1 || doc.Version > symbolTableVersion {
+		return nil, fmt.Errorf("ruby symbol table: version %d, this rubyperf reads 1 to %d", doc.Version, symbolTableVersion)
 	}
 	t := NewSymbolTable()
 	for _, v := range doc.VMExec {
 		t.VMExec[Image{v.PID, v.Gen}] = VMExec{Path: v.Path, Start: v.Start, End: v.End}
 	}
+	if len(doc.Names) > maxNames {
+		return nil, fmt.Errorf("ruby symbol table: over %d names", maxNames)
+	}
+	for _, n := range doc.Names {
+		info := FrameInfo{Label: n.Label, Path: n.Path, HasPath: n.HasPath, Line: n.Line, CFunc: n.CFunc, Unknown: n.Unknown, Drop: n.Drop}
+		t.Names = append(t.Names, info)
+		if _, dup := t.nameIDs[info]; !dup {
+			t.nameIDs[info] = uint64(NameFirst + len(t.Names) - 1)
+		}
+	}
+	t.decodedFrames = len(doc.Frames) > 0
 	for _, f := range doc.Frames {
-		t.Frames[FrameKey{PID: f.PID, Gen: f.Gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}] = FrameInfo{
-			Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}
+		k := FrameKey{PID: f.PID, Gen: f.Gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}
+		if k.CFrame {
+			k.Iseq = 0 // as Key makes it (version 1 kept a C frame's iseq slot)
+		}
+		names := t.Frames[k]
+		if k.CFrame && len(names) > 0 && doc.Version == 1 {
+			continue // version 1 named every call's IFUNC apart: the first name serves
+		}
+		if len(names) >= maxNamesPerKey {
+			return nil, fmt.Errorf("ruby symbol table: over %d names for one frame", maxNamesPerKey)
+		}
+		t.Frames[k] = append(names, Named{Span: spanOf(f), FrameInfo: FrameInfo{
+			Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}})
 	}
 	return t, nil
+}
+
+// spanOf is a frame entry's span: bpf.FullSpan when it has none.
+func spanOf(f frameJSON) bpf.Span {
+	if f.Span == nil {
+		return bpf.FullSpan
+	}
+	return bpf.Span{Epoch: f.Span[0], From: f.Span[1], To: f.Span[2]}
+}
+
+// frameLess orders frame entries by key, then a key's names in the order
+// they were read (spans only grow).
+func frameLess(a, b frameJSON) bool {
+	switch {
+	case a.PID != b.PID:
+		return a.PID < b.PID
+	case a.Gen != b.Gen:
+		return a.Gen < b.Gen
+	case a.CME != b.CME:
+		return a.CME < b.CME
+	case a.Iseq != b.Iseq:
+		return a.Iseq < b.Iseq
+	case a.PC != b.PC:
+		return a.PC < b.PC
+	case a.CFrame != b.CFrame:
+		return b.CFrame
+	}
+	sa, sb := spanOf(a), spanOf(b)
+	return sa.Epoch < sb.Epoch || sa.Epoch == sb.Epoch && sa.From < sb.From
 }

@@ -31,6 +31,13 @@ type Target struct {
 	dropped                       bool
 	// sharesProcess: a forked child's Process is its parent's, closed with it.
 	sharesProcess bool
+	// NoGCStamps, when set, says why its samples carry no GC stamp: a frame
+	// whose code is freed and replaced while recording keeps the name read
+	// first at its addresses.
+	NoGCStamps error
+	// gcUnchecked: its GC counters are yet to be checked against each other
+	// (no GC had run at the attach).
+	gcUnchecked bool
 }
 
 // Attach prepares pid for sampling: its Ruby binary and Layout, and the
@@ -72,6 +79,25 @@ func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) {
 	if t.Config, err = bpf.ConfigFor(t.Reader.Layout, off); err != nil {
 		return nil, pidErr(err)
 	}
+	// Samples carry the GC's progress, and names hold for the samples they
+	// can be proven right for, when the layout says where the GC keeps its
+	// counters; otherwise names hold for good and NoGCStamps says why.
+	os, err := t.Reader.Objspace()
+	if err == nil {
+		err = t.Config.StampGC(t.Reader.Layout, os)
+	}
+	if err == nil {
+		err = t.Reader.CheckGC()
+	}
+	if errors.Is(err, rubystack.ErrGCNotRun) {
+		// Checked once a GC has run (Session.checkGC); nothing is freed before.
+		t.gcUnchecked, err = true, nil
+	}
+	if err != nil {
+		t.Config.GcSpan = 0
+		t.Reader.NoGCStamps()
+		t.NoGCStamps = err
+	}
 	ok = true
 	return t, nil
 }
@@ -90,11 +116,15 @@ func (t *Target) Close() {
 func (t *Target) forked(pid int) (*Target, error) {
 	p := *t.Process
 	p.PID = pid
-	c := &Target{PID: pid, Process: &p, Config: t.Config, mem: &rubystack.ProcessMemory{PID: pid}, sharesProcess: true}
+	c := &Target{PID: pid, Process: &p, Config: t.Config, mem: &rubystack.ProcessMemory{PID: pid}, sharesProcess: true,
+		NoGCStamps: t.NoGCStamps, gcUnchecked: t.gcUnchecked}
 	var err error
 	if c.Reader, err = rubystack.NewReaderFor(&p, c.mem, rubybuild.UseRecord); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("pid %d (forked by %d): %w", pid, t.PID, err)
+	}
+	if t.NoGCStamps != nil {
+		c.Reader.NoGCStamps()
 	}
 	return c, nil
 }

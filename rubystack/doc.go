@@ -4,6 +4,8 @@
 // its execution context, walks control frames, and symbolizes them (labels,
 // paths, lines, class paths) with caches that survive GC compaction. It also
 // saves and replays memory snapshots, so walks can be tested without a Ruby.
+// It reads the GC's progress (GCStamp) and an object's generation (Old), by
+// which a caller tells how long what it read at an address holds.
 //
 // Everything it reads from a target is untrusted: every read, loop and
 // allocation is bounded, and a read that tears is retried or reported.

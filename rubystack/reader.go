@@ -18,15 +18,18 @@ type Reader struct {
 	PID    int
 	Layout *rubybuild.Layout
 
-	mem     *pageCache // reads during a snapshot, page-cached
-	direct  *objects   // uncached reads, for checks that must see the present
-	o       *objects
-	syms    *idTable
-	vmPtr   uint64 // runtime address of ruby_current_vm_ptr, or 0
-	shapes  uint64 // runtime address of rb_shape_tree_ptr or rb_shape_tree, or 0
-	iseqs   map[uint64]*iseq
-	cmes    map[uint64]*methodEntry
-	classes map[uint64]classEntry
+	mem    *pageCache // reads during a snapshot, page-cached
+	direct *objects   // uncached reads, for checks that must see the present
+	o      *objects
+	syms   *idTable
+	vmPtr  uint64 // runtime address of ruby_current_vm_ptr, or 0
+	// objspace is vm->objspace once read (GCStamp).
+	objspace   uint64
+	noGCStamps bool
+	shapes     uint64 // runtime address of rb_shape_tree_ptr or rb_shape_tree, or 0
+	iseqs      map[uint64]*iseq
+	cmes       map[uint64]*methodEntry
+	classes    map[uint64]classEntry
 
 	// shapesStruct: shapes is the tree itself (rb_shape_tree, 4.0+), not a
 	// pointer to it (rb_shape_tree_ptr, 3.3 and 3.4).

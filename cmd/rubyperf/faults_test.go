@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/recording"
 )
 
 // Faults of the target while it is recorded: each recording is valid (stock
@@ -72,8 +73,21 @@ func rubyScript(t *testing.T, name string) string {
 func checkValid(t *testing.T, file string, sum summary) {
 	t.Helper()
 	if n := len(perfScript(t, file)); n != sum.samples {
-		t.Errorf("perf script shows %d samples, rubyperf reported %d", n, sum.samples)
+		// Keep what it takes to see which sample perf script did not show.
+		kept := filepath.Join(os.TempDir(), fmt.Sprintf("rubyperf-%s-%d.data", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().Unix()))
+		raw, _ := exec.Command(perfBinary(t), "script", "-F", "comm,pid,tid,time,event", "-i", file).CombinedOutput()
+		if err := os.Rename(file, kept); err != nil {
+			kept = err.Error()
+		}
+		t.Errorf("perf script shows %d samples, rubyperf reported %d (file kept: %s); perf script's last lines:\n%s",
+			n, sum.samples, kept, lastLines(string(raw), 5))
 	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // TestTargetExecs: a target that execs is another program from that
@@ -397,4 +411,94 @@ func TestTargetExitsDuringAttach(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", outcomes)
+}
+
+// roundFrame is a frame of testdata/ruby/reuse.rb's round N: its methods'
+// names carry N, and their lines lie in N*10+1..N*10+9.
+var roundFrame = regexp.MustCompile(`Rounds\.(?:outer|inner)_(\d+) \(rounds\.rb:(\d+)\)`)
+
+// TestTargetReusesAddresses: code freed and replaced at the same addresses
+// round after round (method pairs defined by eval, run 2 ms, removed, then
+// GC and GC.compact) is never named as the code that was there before.
+// Every Ruby whose layout gives GC stamps must name no sample wrongly: a
+// frame it cannot prove reads as recording.ReplacedLabel. One without says
+// so in one line at the start.
+func TestTargetReusesAddresses(t *testing.T) {
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			sum, stderr := recordOutput(t, "-F", "999", "-o", out, "--", r.Exe, rubyScript(t, "reuse.rb"), "4")
+			if strings.Contains(stderr, "no GC stamps") {
+				if r.DWARF {
+					t.Fatalf("%s carries DWARF, yet its recording has no GC stamps: %s", r.VM, stderr)
+				}
+				if !regexp.MustCompile(`rubyperf: pid \d+ \(.*\): no GC stamps \(.+\): a frame whose code is freed`).MatchString(stderr) {
+					t.Errorf("the line saying there are no GC stamps does not name the pid and why: %s", stderr)
+				}
+				t.Logf("%s: no GC stamps (a stripped build whose table predates them): names are not checked", r.Name)
+				return
+			}
+			rounds, bad, replaced, samples := map[int]bool{}, 0, 0, threadSamples(t, out, "--ruby-only")
+			for _, s := range samples {
+				ns := map[int]bool{}
+				for _, f := range s.frames {
+					if m := roundFrame.FindStringSubmatch(f); m != nil {
+						n, _ := strconv.Atoi(m[1])
+						line, _ := strconv.Atoi(m[2])
+						ns[n] = true
+						if line < n*10+1 || line > n*10+9 {
+							ns[-1] = true
+						}
+					}
+				}
+				if len(ns) > 1 {
+					if bad++; bad <= 3 {
+						t.Errorf("a sample names code of more than one round: %v", s.frames)
+					}
+				}
+				for n := range ns {
+					rounds[n] = true
+				}
+				if s.has(recording.ReplacedLabel) {
+					replaced++
+				}
+			}
+			t.Logf("%d samples, %d rounds named, %d inconsistent, %d with frames not named for them", len(samples), len(rounds), bad, replaced)
+			checkValid(t, out, sum)
+			if bad > 0 || len(rounds) < 20 {
+				t.Errorf("%d inconsistent samples, %d rounds named", bad, len(rounds))
+			}
+		})
+	}
+}
+
+// TestFramesNamedForTheirSamples: a program that allocates all the time
+// (hundreds of GCs a second) still has nearly every frame named for its
+// sample: names of old code hold until the next major GC, and a sample
+// whose frames are not named for its GC interval wakes the recorder.
+func TestFramesNamedForTheirSamples(t *testing.T) {
+	var stamped []testruby.Ruby
+	for _, r := range testruby.All(t) {
+		if r.DWARF {
+			stamped = append(stamped, r)
+		}
+	}
+	if len(stamped) == 0 {
+		t.Fatal("no Ruby with DWARF to record")
+	}
+	r := stamped[0]
+	out := filepath.Join(t.TempDir(), "rubyperf.data")
+	sum := record(t, "-F", "999", "-o", out, "--", r.Exe, workload(t), "4")
+	samples := threadSamples(t, out, "--ruby-only")
+	replaced := 0
+	for _, s := range samples {
+		if s.has(recording.ReplacedLabel) {
+			replaced++
+		}
+	}
+	t.Logf("%s: %d of %d samples have a frame not named for them", r.Name, replaced, len(samples))
+	checkValid(t, out, sum)
+	if len(samples) < 1000 || float64(replaced) > 0.1*float64(len(samples)) {
+		t.Errorf("%d of %d samples have a frame not named for them", replaced, len(samples))
+	}
 }

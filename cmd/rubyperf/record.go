@@ -84,6 +84,13 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			}
 			fmt.Fprintf(stderr, "rubyperf: %s\n", e)
 		}
+		if sum.FramesNotNamed > 0 {
+			fmt.Fprintf(stderr, "rubyperf: %d frames could not be named for their samples (their code may have been freed and "+
+				"replaced before it was named); they read as %s\n", sum.FramesNotNamed, recording.ReplacedLabel)
+		}
+		if n := len(sum.NoGCStamps); n > 1 {
+			fmt.Fprintf(stderr, "rubyperf: %d targets had no GC stamps (the first is above)\n", n)
+		}
 		if sum.TargetsGone && len(opts.Command) == 0 {
 			fmt.Fprintf(stderr, "rubyperf: the recording ended when its last target was gone\n")
 		}

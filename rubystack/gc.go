@@ -1,0 +1,168 @@
+package rubystack
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// GCStamp is where a process's garbage collector is: the count of GCs
+// started, that count when the last major GC started (the epoch), and its
+// phase. Code is freed, and its memory reused, only by the GC, so two reads
+// of an address under the same stamp see the same object; a caller that
+// names code uses stamps to say which samples a name holds for.
+type GCStamp struct {
+	Count, Epoch uint64
+	Marking      bool // the GC is marking (only a major GC marks while Ruby runs)
+	Idle         bool // neither marking nor sweeping: nothing will be freed before the next GC
+	Compacting   bool // the GC is compacting: objects may move
+}
+
+// maxGCSpan bounds the one read of the GC's fields.
+const maxGCSpan = 4096
+
+// ErrGCNotRun says the process has not run a GC yet, so its counters
+// cannot be checked (CheckGC): nothing has been freed either.
+var ErrGCNotRun = errors.New("no GC has run yet, so its counters cannot be checked")
+
+// ErrNoGCStamps says the Layout lacks the GC's counters (a stripped build
+// whose built-in table has none).
+var ErrNoGCStamps = errors.New("the layout has no GC counters")
+
+// Objspace returns the address of the process's objspace (vm->objspace),
+// where the GC keeps its counters.
+func (r *Reader) Objspace() (uint64, error) {
+	if !r.Layout.Capabilities.GCStamps || r.noGCStamps {
+		return 0, ErrNoGCStamps
+	}
+	if r.objspace != 0 {
+		return r.objspace, nil
+	}
+	if r.vmPtr == 0 {
+		return 0, errNoVM
+	}
+	vm, err := r.direct.word(r.vmPtr)
+	if err != nil {
+		return 0, err
+	}
+	if vm == 0 {
+		return 0, ErrVMNotReady
+	}
+	os, err := r.direct.word(vm + uint64(r.Layout.VM.ObjSpace))
+	if err != nil {
+		return 0, err
+	}
+	if os == 0 || os&7 != 0 {
+		return 0, fmt.Errorf("%w: vm->objspace is %#x", errTorn, os)
+	}
+	r.objspace = os
+	return os, nil
+}
+
+// GCStamp reads the GC's progress now, from memory, never from a cache.
+func (r *Reader) GCStamp() (GCStamp, error) {
+	os, err := r.Objspace()
+	if err != nil {
+		return GCStamp{}, err
+	}
+	// One read of the span holding the three fields.
+	g := &r.Layout.GC
+	lo := min(g.Count, g.LastMajorGC, g.Mode.Offset)
+	hi := max(g.Count+8, g.LastMajorGC+8, g.Mode.Offset+4)
+	if lo < 0 || hi-lo > maxGCSpan {
+		return GCStamp{}, fmt.Errorf("GC fields from %d to %d: %w", lo, hi, ErrNoGCStamps)
+	}
+	buf := make([]byte, hi-lo)
+	if err := r.direct.mem.ReadAt(buf, os+uint64(lo)); err != nil {
+		return GCStamp{}, err
+	}
+	var s GCStamp
+	s.Count = le64(buf[g.Count-lo:])
+	s.Epoch = le64(buf[g.LastMajorGC-lo:])
+	flags := binary.LittleEndian.Uint32(buf[g.Mode.Offset-lo:])
+	if s.Epoch > s.Count {
+		return s, fmt.Errorf("%w: the last major GC (%d) is after the GC count (%d)", errTorn, s.Epoch, s.Count)
+	}
+	mode := int64(flags>>g.Mode.BitOffset) & (1<<g.Mode.BitSize - 1)
+	c := r.Layout.Constants
+	s.Marking = mode == c["gc_mode_marking"]
+	s.Idle = mode == c["gc_mode_none"]
+	s.Compacting = flags>>g.Compacting.BitOffset&1 != 0
+	return s, nil
+}
+
+// Old says whether the object at v is in the old generation (its flags have
+// RUBY_FL_PROMOTED): only a major GC frees or moves it. A special constant
+// or 0 counts as old: there is nothing to free.
+func (r *Reader) Old(v uint64) (bool, error) {
+	if v == 0 || r.o.special(v) {
+		return true, nil
+	}
+	flags, err := r.direct.word(v + uint64(r.Layout.Basic.Flags))
+	if err != nil {
+		return false, err
+	}
+	mask := uint64(r.Layout.Constants["RUBY_FL_PROMOTED"])
+	return mask != 0 && flags&mask == mask, nil
+}
+
+// NoGCStamps makes the Reader act as if the Layout had no GC counters, for
+// a caller whose samples carry no stamps.
+func (r *Reader) NoGCStamps() { r.noGCStamps = true }
+
+// DropCaches forgets every name read so far (iseqs, method entries,
+// classes): a caller that knows the GC ran since they were read must not
+// have them served again, since an address may now hold other code.
+func (r *Reader) DropCaches() {
+	clear(r.iseqs)
+	clear(r.cmes)
+	clear(r.classes)
+}
+
+// gcCheckTries bounds the reads of counters a running GC keeps changing.
+const gcCheckTries = 5
+
+// CheckGC checks the Layout's GC offsets against the live process, as
+// CheckLayout does the walker's: a built-in table is a guess about a build
+// (and a nearest patch release's a guess about the version). The counters
+// must agree with each other: minor and major GCs add up to all GCs started,
+// at least one of each kind or none, and the last major GC is among them.
+func (r *Reader) CheckGC() error {
+	os, err := r.Objspace()
+	if err != nil {
+		return err
+	}
+	g := &r.Layout.GC
+	var last error
+	for try := 0; try < gcCheckTries; try++ {
+		if try > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		var c [3]uint64
+		for i, off := range []int64{g.Count, g.MinorCount, g.MajorCount} {
+			if c[i], err = r.direct.word(os + uint64(off)); err != nil {
+				return err
+			}
+		}
+		s, err := r.GCStamp()
+		if err != nil {
+			last = err
+			continue
+		}
+		count, minor, major := c[0], c[1], c[2]
+		switch {
+		case s.Count != count:
+			last = fmt.Errorf("the GC count moved while read (%d, then %d)", count, s.Count)
+		case count == 0 && minor == 0 && major == 0 && s.Epoch == 0:
+			return ErrGCNotRun
+		case minor+major != count:
+			last = fmt.Errorf("%d minor and %d major GCs do not add up to %d", minor, major, count)
+		case (major == 0) != (s.Epoch == 0) || s.Epoch > count:
+			last = fmt.Errorf("the last major GC at %d does not fit %d major GCs of %d", s.Epoch, major, count)
+		default:
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the GC counters at the layout's offsets (%s) do not agree: %v", ErrNoGCStamps, r.Layout.Source, last)
+}
