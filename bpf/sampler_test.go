@@ -329,16 +329,7 @@ func TestRingPagesFor(t *testing.T) {
 // going back on a thread, the epoch never past the count.
 func TestSamplesCarryGCStamps(t *testing.T) {
 	testruby.Privileged(t, Supported())
-	var stamped []testruby.Ruby
-	for _, r := range testruby.All(t) {
-		if r.DWARF {
-			stamped = append(stamped, r)
-		}
-	}
-	if len(stamped) == 0 {
-		t.Fatal("no Ruby with DWARF to sample")
-	}
-	for _, r := range stamped {
+	for _, r := range testruby.WithDWARF(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			cmd := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush
 				i = 0

@@ -76,8 +76,8 @@ func checkValid(t *testing.T, file string, sum summary) {
 		// Keep what it takes to see which sample perf script did not show.
 		kept := filepath.Join(os.TempDir(), fmt.Sprintf("rubyperf-%s-%d.data", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().Unix()))
 		raw, _ := exec.Command(perfBinary(t), "script", "-F", "comm,pid,tid,time,event", "-i", file).CombinedOutput()
-		if err := os.Rename(file, kept); err != nil {
-			kept = err.Error()
+		if b, err := os.ReadFile(file); err != nil || os.WriteFile(kept, b, 0o600) != nil {
+			kept = "not kept"
 		}
 		t.Errorf("perf script shows %d samples, rubyperf reported %d (file kept: %s); perf script's last lines:\n%s",
 			n, sum.samples, kept, lastLines(string(raw), 5))
@@ -266,11 +266,24 @@ func TestTargetCompacted(t *testing.T) {
 	sum := record(t, "-F", "999", "-d", "4", "-o", out, "-p", strconv.Itoa(target.Process.Pid))
 	checkValid(t, out, sum)
 	pair := regexp.MustCompile(`Pairs\.(?:outer|inner)_(\d+) \(pairs\.rb:(\d+)\)`)
-	named, bad := map[int]bool{}, 0
-	for _, s := range threadSamples(t, out, "--ruby-only") {
+	named, bad := numberedCode(t, threadSamples(t, out, "--ruby-only"), pair)
+	t.Logf("%d samples, %d pairs named, %d inconsistent, %d unknown frames", sum.samples, len(named), bad, sum.unknown)
+	if bad > 0 || len(named) < 50 {
+		t.Errorf("%d inconsistent samples, %d pairs named", bad, len(named))
+	}
+}
+
+// numberedCode checks samples of code numbered N whose frames (matching re:
+// the number, then the line) lie on lines N*10+1..N*10+9: it says which
+// numbers were named, and counts the samples that name code of more than one
+// number or a line outside its number's, showing the first few.
+func numberedCode(t *testing.T, samples []scriptSampleText, re *regexp.Regexp) (named map[int]bool, bad int) {
+	t.Helper()
+	named = map[int]bool{}
+	for _, s := range samples {
 		ns := map[int]bool{}
 		for _, f := range s.frames {
-			if m := pair.FindStringSubmatch(f); m != nil {
+			if m := re.FindStringSubmatch(f); m != nil {
 				n, _ := strconv.Atoi(m[1])
 				line, _ := strconv.Atoi(m[2])
 				ns[n] = true
@@ -281,17 +294,16 @@ func TestTargetCompacted(t *testing.T) {
 		}
 		if len(ns) > 1 {
 			if bad++; bad <= 3 {
-				t.Errorf("a sample names code of more than one pair: %v", s.frames)
+				t.Errorf("a sample names code of more than one number, or a line outside it: %v", s.frames)
 			}
 		}
 		for n := range ns {
-			named[n] = true
+			if n >= 0 {
+				named[n] = true
+			}
 		}
 	}
-	t.Logf("%d samples, %d pairs named, %d inconsistent, %d unknown frames", sum.samples, len(named), bad, sum.unknown)
-	if bad > 0 || len(named) < 50 {
-		t.Errorf("%d inconsistent samples, %d pairs named", bad, len(named))
-	}
+	return named, bad
 }
 
 // TestTargetKilled: a target SIGKILLed while recorded ends the recording;
@@ -438,27 +450,10 @@ func TestTargetReusesAddresses(t *testing.T) {
 				t.Logf("%s: no GC stamps (a stripped build whose table predates them): names are not checked", r.Name)
 				return
 			}
-			rounds, bad, replaced, samples := map[int]bool{}, 0, 0, threadSamples(t, out, "--ruby-only")
+			samples := threadSamples(t, out, "--ruby-only")
+			rounds, bad := numberedCode(t, samples, roundFrame)
+			replaced := 0
 			for _, s := range samples {
-				ns := map[int]bool{}
-				for _, f := range s.frames {
-					if m := roundFrame.FindStringSubmatch(f); m != nil {
-						n, _ := strconv.Atoi(m[1])
-						line, _ := strconv.Atoi(m[2])
-						ns[n] = true
-						if line < n*10+1 || line > n*10+9 {
-							ns[-1] = true
-						}
-					}
-				}
-				if len(ns) > 1 {
-					if bad++; bad <= 3 {
-						t.Errorf("a sample names code of more than one round: %v", s.frames)
-					}
-				}
-				for n := range ns {
-					rounds[n] = true
-				}
 				if s.has(recording.ReplacedLabel) {
 					replaced++
 				}
@@ -477,16 +472,7 @@ func TestTargetReusesAddresses(t *testing.T) {
 // sample: names of old code hold until the next major GC, and a sample
 // whose frames are not named for its GC interval wakes the recorder.
 func TestFramesNamedForTheirSamples(t *testing.T) {
-	var stamped []testruby.Ruby
-	for _, r := range testruby.All(t) {
-		if r.DWARF {
-			stamped = append(stamped, r)
-		}
-	}
-	if len(stamped) == 0 {
-		t.Fatal("no Ruby with DWARF to record")
-	}
-	r := stamped[0]
+	r := testruby.WithDWARF(t)[0]
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 	sum := record(t, "-F", "999", "-o", out, "--", r.Exe, workload(t), "4")
 	samples := threadSamples(t, out, "--ruby-only")

@@ -31,7 +31,9 @@ type scriptSample struct {
 	frames   []string // symbol names, leaf first
 }
 
-var scriptHeader = regexp.MustCompile(`^(.+?)\s+(\d+)/(\d+)\s+ruby-cpu:\s*$`)
+// The kernel writes pid and tid -1 for a sample of a thread that is exiting
+// (perf script shows ":-1 PID/-1").
+var scriptHeader = regexp.MustCompile(`^(.+?)\s+(-?\d+)/(-?\d+)\s+ruby-cpu:\s*$`)
 
 // perfScript runs stock perf script on file and parses every sample.
 func perfScript(t *testing.T, file string) []scriptSample {

@@ -103,6 +103,22 @@ func Get(t testing.TB, name string) Ruby {
 	return Ruby{}
 }
 
+// WithDWARF is All's Rubies whose VM carries DWARF, at least one (else the
+// test fails: the matrix builds some).
+func WithDWARF(t testing.TB) []Ruby {
+	t.Helper()
+	var out []Ruby
+	for _, r := range All(t) {
+		if r.DWARF {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no test Ruby carries DWARF: scripts/test-rubies.sh builds source-* flavors with it")
+	}
+	return out
+}
+
 // Optional returns the test Ruby name if it is built, without failing.
 func Optional(name string) (Ruby, bool) { return load(name) }
 
