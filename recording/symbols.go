@@ -42,8 +42,10 @@ const (
 	NameFirst    = 2
 )
 
-// maxNames bounds the distinct names a table holds.
-const maxNames = 1 << 22
+// maxNames bounds the distinct names a table holds (some 100 MB): past it
+// new names read as unknown. Code that makes a new name each time (eval'd
+// methods named by a counter) is what gets there.
+const maxNames = 1 << 20
 
 // ReplacedLabel names a Ruby frame whose code could not be named for its
 // sample: the name read at its address holds only for other GC intervals,
