@@ -91,12 +91,11 @@ func (cfg *ProcessConfig) StampGC(l *rubybuild.Layout, objspace uint64) error {
 		return errors.New("no objspace")
 	}
 	g := l.GC
-	start := min(g.Count, g.LastMajorGC, g.Mode.Offset, g.Compacting.Offset) &^ 7
-	end := max(g.Count+8, g.LastMajorGC+8, g.Mode.Offset+4, g.Compacting.Offset+4)
+	start, end := l.GCSpan()
 	switch {
 	case start < 0 || end-start > gcSpan:
 		return fmt.Errorf("GC fields from %d to %d do not fit the program's %d-byte read", start, end, gcSpan)
-	case g.Count%8 != 0 || g.LastMajorGC%8 != 0 || g.Mode.Offset%4 != 0 || g.Mode.Offset != g.Compacting.Offset:
+	case g.Count%8 != 0 || g.LastMajorGC%8 != 0 || g.Mode.Offset%4 != 0:
 		return fmt.Errorf("GC fields at %d, %d and %d are not where the program reads them", g.Count, g.LastMajorGC, g.Mode.Offset)
 	}
 	cfg.GcStart = objspace + uint64(start)

@@ -48,6 +48,38 @@ func FuzzDecodePayload(f *testing.F) {
 	})
 }
 
+// FuzzNameFrames: the recorder's rewrite of a payload's frames into name
+// ids never writes outside the payload, and what it accepts decodes with
+// those ids and PayloadNamed, everything else as it was.
+func FuzzNameFrames(f *testing.F) {
+	f.Add(payloadSeed(0), uint8(0))
+	f.Add(payloadSeed(5), uint8(5))
+	f.Add(payloadSeed(5), uint8(4))
+	f.Fuzz(func(t *testing.T, b []byte, n uint8) {
+		ids := make([]uint64, n)
+		for i := range ids {
+			ids[i] = uint64(i) + 2
+		}
+		before, errBefore := DecodePayload(b)
+		raw := append([]byte(nil), b...)
+		if err := NameFrames(raw, ids); err != nil {
+			return
+		}
+		if errBefore != nil {
+			t.Fatalf("named a payload that does not decode: %v", errBefore)
+		}
+		after, err := DecodePayload(raw)
+		if err != nil || after.Flags&PayloadNamed == 0 || len(after.Frames) != len(ids) {
+			t.Fatalf("after naming: %+v, %v", after, err)
+		}
+		for i := range ids {
+			if after.Frames[i].Iseq != ids[i] || after.Frames[i].PC != before.Frames[i].PC || after.Frames[i].CME != before.Frames[i].CME {
+				t.Fatalf("frame %d: %+v, was %+v", i, after.Frames[i], before.Frames[i])
+			}
+		}
+	})
+}
+
 func FuzzDecodeSample(f *testing.F) {
 	seed := make([]byte, 0, 256)
 	seed = binary.LittleEndian.AppendUint64(seed, 0x401000)         // ip

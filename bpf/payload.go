@@ -114,24 +114,9 @@ func DecodePayload(raw []byte) (*Payload, error) {
 
 // DecodePayloadInto is DecodePayload into p, reusing its Frames' storage.
 func DecodePayloadInto(p *Payload, raw []byte) error {
-	if len(raw) < headerSize {
-		return fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
-	}
-	var h rubyPayloadHeader
-	if _, err := binary.Decode(raw[:headerSize], binary.LittleEndian, &h); err != nil {
-		return fmt.Errorf("payload: %w", err)
-	}
-	switch {
-	case h.Magic != PayloadMagic:
-		return fmt.Errorf("payload: bad magic %#x", h.Magic)
-	case h.Version < 1 || h.Version > PayloadVersion:
-		return fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, PayloadVersion)
-	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
-		return fmt.Errorf("payload: header size %d", h.HeaderSize)
-	case int64(h.Length) > int64(len(raw)) || h.Length < uint32(h.HeaderSize):
-		return fmt.Errorf("payload: length %d of %d bytes", h.Length, len(raw))
-	case h.Nframes > MaxFrames || int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize) > int64(h.Length):
-		return fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
+	h, err := decodeHeader(raw)
+	if err != nil {
+		return err
 	}
 	frames := p.Frames[:0]
 	if cap(frames) < int(h.Nframes) {
@@ -158,24 +143,50 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	return nil
 }
 
+// decodeHeader reads and checks a payload's header: its frames lie inside
+// raw.
+func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
+	var h rubyPayloadHeader
+	if len(raw) < headerSize {
+		return h, fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
+	}
+	if _, err := binary.Decode(raw[:headerSize], binary.LittleEndian, &h); err != nil {
+		return h, fmt.Errorf("payload: %w", err)
+	}
+	switch {
+	case h.Magic != PayloadMagic:
+		return h, fmt.Errorf("payload: bad magic %#x", h.Magic)
+	case h.Version < 1 || h.Version > PayloadVersion:
+		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, PayloadVersion)
+	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
+		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
+	case int64(h.Length) > int64(len(raw)) || h.Length < uint32(h.HeaderSize):
+		return h, fmt.Errorf("payload: length %d of %d bytes", h.Length, len(raw))
+	case h.Nframes > MaxFrames || int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize) > int64(h.Length):
+		return h, fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
+	}
+	return h, nil
+}
+
 // NameFrames overwrites, in a sample's RAW payload as the program wrote it,
 // each frame's iseq with ids[i] and flags the payload PayloadNamed: the
 // names a recording decided for this sample travel with it. It changes
-// nothing and says why when the payload is not one it can read.
+// nothing and says why when the payload is not one it can read. It reads
+// only the header: the caller has decoded the payload already.
 func NameFrames(raw []byte, ids []uint64) error {
-	var p Payload
-	if err := DecodePayloadInto(&p, raw); err != nil {
+	h, err := decodeHeader(raw)
+	if err != nil {
 		return err
 	}
-	if len(ids) != len(p.Frames) {
-		return fmt.Errorf("payload: %d names for %d frames", len(ids), len(p.Frames))
+	hs, n := int(h.HeaderSize), int(h.Nframes)
+	if n != len(ids) {
+		return fmt.Errorf("payload: %d names for %d frames", len(ids), n)
 	}
-	var h rubyPayloadHeader
-	hs := int(binary.LittleEndian.Uint16(raw[unsafe.Offsetof(h.HeaderSize):]))
+	iseq := int(unsafe.Offsetof(rubyFrame{}.Iseq))
 	for i, id := range ids {
-		binary.LittleEndian.PutUint64(raw[hs+i*frameSize+int(unsafe.Offsetof(rubyFrame{}.Iseq)):], id)
+		binary.LittleEndian.PutUint64(raw[hs+i*frameSize+iseq:], id)
 	}
-	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], p.Flags|PayloadNamed)
+	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|PayloadNamed)
 	return nil
 }
 

@@ -560,22 +560,22 @@ func (s *session) handle(rec bpf.Record) error {
 				if t.gcUnchecked {
 					s.checkGC(t)
 				}
-				added, bad, refused := s.symtab.Resolve(t.Reader, s.newFrames(p))
+				unseen := s.newFrames(p)
+				ids, added, bad := s.symtab.Resolve(t.Reader, unseen, s.ids[:0])
 				if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
 					// It exec'd before its COMM record was read: what was
 					// just read may be the new program's. Unnamed is right.
 					s.symtab.Forget(p.PID, p.Gen, added)
-					refused = 0
+					ids = s.symtab.names(unseen, ids)
 					added, bad = nil, 0
 				}
-				s.sum.FramesNotNamed += uint64(refused)
 				s.checkPlausible(t, len(added), bad)
 				if len(added) > 0 {
 					// Their later samples may wait in the batched rings. A
 					// failure only keeps sending them to the urgent ones.
 					s.sampler.MarkNamed(p.PID, p.Gen, added)
 				}
-				s.nameSample(p, smp.Raw)
+				s.nameSample(p, smp.Raw, ids)
 			}
 			bpf.SetPeriod(rec.Data, p.Period)
 		}
@@ -634,9 +634,10 @@ func (s *session) handle(rec bpf.Record) error {
 }
 
 // checkGC checks the GC counters of a target attached before its first GC,
-// once one has run. Counters that do not agree turn its GC stamps off and
-// drop the names read under them: its later samples are named as a Ruby
-// without stamps is, its earlier ones stay unnamed rather than maybe wrong.
+// once one has run. Counters that do not agree turn its GC stamps off: its
+// later samples are named as a Ruby's without stamps are, and the recording
+// says its names are not checked (its earlier samples keep the names they
+// were given, read while the counters could not be told wrong).
 func (s *session) checkGC(t *Target) {
 	err := t.Reader.CheckGC()
 	if errors.Is(err, rubystack.ErrGCNotRun) {
@@ -651,7 +652,6 @@ func (s *session) checkGC(t *Target) {
 		err = fmt.Errorf("%w (and %v)", err, rerr)
 	}
 	t.Reader.NoGCStamps()
-	s.symtab.ForgetImage(uint32(t.PID), t.Config.Gen)
 	t.NoGCStamps = err
 	s.noGCStamps(t)
 }
@@ -659,7 +659,7 @@ func (s *session) checkGC(t *Target) {
 // lastSample is what newFrames keeps of a thread's previous sample.
 type lastSample struct {
 	frames []bpf.Frame
-	ids    []uint64 // the names frames had (SymbolTable.SampleNames)
+	ids    []uint64 // the ids of the names its frames had
 	gc     bpf.GCStamp
 }
 
@@ -684,19 +684,23 @@ func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 	}
 	// The names of the shared frames, before prev's storage is reused.
 	s.sharedIDs = append(s.sharedIDs[:0], prev.ids[len(prev.ids)-shared:]...)
-	s.lastFrames[k] = lastSample{frames: append(prev.frames[:0], p.Frames...), ids: prev.ids[:0], gc: p.GC}
+	s.lastFrames[k] = lastSample{frames: append(prev.frames[:0], p.Frames...), ids: prev.ids, gc: p.GC}
 	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, GC: p.GC, Frames: p.Frames[:len(p.Frames)-shared]}
 	return &s.unseen
 }
 
-// nameSample writes into the sample's payload (raw, as recorded) the names
-// its frames have for it, once newFrames and Resolve have run for it: the
-// unseen frames' looked up, the shared ones' as the thread's previous
-// sample had them. Each sample thus carries the names proven for it.
-func (s *session) nameSample(p *bpf.Payload, raw []byte) {
-	ids := s.symtab.SampleNames(&s.unseen, s.ids[:0])
+// nameSample writes into the sample's payload (raw, as recorded) the ids of
+// the names its frames have for it: those Resolve gave its unseen frames,
+// then the shared ones' as the thread's previous sample had them. Each
+// sample thus carries the names proven for it.
+func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 	ids = append(ids, s.sharedIDs...)
 	s.ids = ids
+	for _, id := range ids {
+		if id == NameReplaced {
+			s.sum.FramesNotNamed++
+		}
+	}
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if last, ok := s.lastFrames[k]; ok {
 		last.ids = append(last.ids[:0], ids...)

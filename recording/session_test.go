@@ -42,7 +42,7 @@ func TestNewFrames(t *testing.T) {
 			p.GC = bpf.GCStamp{Stamped: true, Count: 9}
 		}
 		got := s.newFrames(p)
-		s.nameSample(p, nil)
+		s.nameSample(p, nil, s.symtab.names(got, nil))
 		if n := len(s.lastFrames[threadKey{p.PID, p.TID, p.Gen}].ids); n != len(st.frames) {
 			t.Errorf("step %d: %d names kept for %d frames", i, n, len(st.frames))
 		}

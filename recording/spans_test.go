@@ -113,7 +113,7 @@ func TestSymbolTableSpans(t *testing.T) {
 	var ids []uint64
 	for _, st := range stamps {
 		p := &bpf.Payload{PID: 1, GC: st, Frames: []bpf.Frame{{Iseq: 0x1000, PC: 0x1010}, {Iseq: 0x5000, PC: 0x5010}}}
-		ids = append(ids, tab.SampleNames(p, nil)...)
+		ids = append(ids, tab.names(p, nil)...)
 	}
 	b, err := tab.Encode()
 	if err != nil {

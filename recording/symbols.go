@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 
 	"github.com/rubyperf/rubyperf/bpf"
@@ -24,8 +23,8 @@ const FeatureKallsyms = 201
 
 // symbolTableVersion is the format of the Ruby symbol table section.
 // Version 3 lists names, which samples refer to by id (bpf.PayloadNamed);
-// versions 1 (a name per frame key, for every sample) and 2 (names per key
-// with the spans of samples they hold for) are read too.
+// version 1 (a name per frame key, for every sample) is read too. (Version 2
+// was never released.)
 const symbolTableVersion = 3
 
 // maxNamesPerKey bounds the names one frame key keeps while recording (code
@@ -88,6 +87,7 @@ type FrameInfo struct {
 type Named struct {
 	FrameInfo
 	Span bpf.Span
+	ID   uint64 // the id samples refer to it by (NameID)
 }
 
 // SymbolTable maps frame keys to their meaning, per process, and says
@@ -131,33 +131,45 @@ func (t *SymbolTable) FrameName(id uint64) (info FrameInfo, named, ok bool) {
 	return FrameInfo{}, false, false
 }
 
-// SampleNames are the name ids of the payload's frames, for its sample.
-func (t *SymbolTable) SampleNames(p *bpf.Payload, ids []uint64) []uint64 {
-	ids = ids[:0]
-	for _, f := range p.Frames {
-		info, named, ok := t.Lookup(Key(p.PID, p.Gen, f), p.GC)
-		switch {
-		case f.Error || !named:
-			ids = append(ids, NameUnknown)
-		case !ok:
-			ids = append(ids, NameReplaced)
-		default:
-			ids = append(ids, t.NameID(info))
+// lookup is the name of frame key k that holds for a sample stamped st, if
+// any; named says the key has a name at all.
+func (t *SymbolTable) lookup(k FrameKey, st bpf.GCStamp) (n *Named, named bool) {
+	names := t.Frames[k]
+	for i := len(names) - 1; i >= 0; i-- {
+		if names[i].Span.Covers(st) {
+			return &names[i], true
 		}
 	}
-	return ids
+	return nil, len(names) > 0
 }
 
 // Lookup is the name of frame key k for a sample stamped st. named says
 // the key has a name at all; ok that one holds for this sample.
 func (t *SymbolTable) Lookup(k FrameKey, st bpf.GCStamp) (info FrameInfo, named, ok bool) {
-	names := t.Frames[k]
-	for i := len(names) - 1; i >= 0; i-- {
-		if names[i].Span.Covers(st) {
-			return names[i].FrameInfo, true, true
+	n, named := t.lookup(k, st)
+	if n == nil {
+		return FrameInfo{}, named, false
+	}
+	return n.FrameInfo, true, true
+}
+
+// names fills ids with the ids of the names the payload's frames have for
+// its sample: NameUnknown for a frame that has none (or could not be read),
+// NameReplaced for one whose names all hold for other samples.
+func (t *SymbolTable) names(p *bpf.Payload, ids []uint64) []uint64 {
+	ids = ids[:0]
+	for _, f := range p.Frames {
+		n, named := t.lookup(Key(p.PID, p.Gen, f), p.GC)
+		switch {
+		case f.Error || !named:
+			ids = append(ids, NameUnknown)
+		case n == nil:
+			ids = append(ids, NameReplaced)
+		default:
+			ids = append(ids, n.ID)
 		}
 	}
-	return FrameInfo{}, len(names) > 0, false
+	return ids
 }
 
 // add records a name for key k, merging it into the last one when that is
@@ -180,6 +192,7 @@ func (t *SymbolTable) add(k FrameKey, n Named) {
 	if len(names) >= maxNamesPerKey {
 		names = append(names[:0], names[1:]...)
 	}
+	n.ID = t.NameID(n.FrameInfo)
 	t.Frames[k] = append(names, n)
 }
 
@@ -208,9 +221,9 @@ func Key(pid, gen uint32, f bpf.Frame) FrameKey {
 
 // Resolve names the payload's frames that the table has no name for that
 // holds for the payload's sample, through r, which reads the process's live
-// memory. It returns those frames with the spans their new names hold for
-// (none when a frame could not be named safely), how many are unknown, and
-// how many could not be named for this sample.
+// memory, and fills ids with the ids of the names each frame has for the
+// sample (as names does). It also returns the frames it named, with the
+// spans their names hold for, and how many of those are unknown.
 //
 // A name read now holds for the payload's sample only if nothing at the
 // frame's addresses can have been freed in between: the GC stamp must be
@@ -219,15 +232,24 @@ func Key(pid, gen uint32, f bpf.Frame) FrameKey {
 // before the interval ends), or the code is in the old generation, which
 // only a major GC frees (then the name holds until the epoch ends, for
 // samples after now).
-func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (added []bpf.NamedFrame, unknown, refused int) {
+func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64) (_ []uint64, added []bpf.NamedFrame, unknown int) {
+	ids = t.names(p, ids)
 	var fresh []bpf.Frame
-	for _, f := range p.Frames {
-		if _, _, ok := t.Lookup(Key(p.PID, p.Gen, f), p.GC); !ok && !slices.Contains(fresh, f) {
+	var seen map[FrameKey]bool
+	for i, f := range p.Frames {
+		if ids[i] >= NameFirst || ids[i] == NameUnknown && f.Error {
+			continue
+		}
+		if k := Key(p.PID, p.Gen, f); !seen[k] {
+			if seen == nil {
+				seen = map[FrameKey]bool{}
+			}
+			seen[k] = true
 			fresh = append(fresh, f)
 		}
 	}
 	if len(fresh) == 0 {
-		return nil, 0, 0
+		return ids, nil, 0
 	}
 	var names []Named
 	for try := 0; ; try++ {
@@ -240,19 +262,18 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload) (added []bpf.
 	for i, f := range fresh {
 		n := names[i]
 		if n.Span == (bpf.Span{}) {
-			refused++
-			continue
+			continue // holds for no sample
 		}
 		if n.Unknown {
 			unknown++
 		}
 		t.add(Key(p.PID, p.Gen, f), n)
-		if !n.Span.Covers(p.GC) {
-			refused++
-		}
 		added = append(added, bpf.NamedFrame{Frame: f, Span: n.Span})
 	}
-	return added, unknown, refused
+	if len(added) > 0 {
+		ids = t.names(p, ids)
+	}
+	return ids, added, unknown
 }
 
 // maxNamingTries bounds the reads of frames whose GC stamp kept changing.
@@ -353,15 +374,6 @@ func frameInfo(r *rubystack.Reader, f bpf.Frame) FrameInfo {
 	return FrameInfo{Label: fr.Label, Path: fr.Path, HasPath: fr.HasPath, Line: fr.Line, CFunc: fr.CFunc, Unknown: fr.Unknown}
 }
 
-// ForgetImage drops every name of process image (pid, gen).
-func (t *SymbolTable) ForgetImage(pid, gen uint32) {
-	for k := range t.Frames {
-		if k.PID == pid && k.Gen == gen {
-			delete(t.Frames, k)
-		}
-	}
-}
-
 // Forget drops what Resolve added for frames of process image (pid, gen).
 func (t *SymbolTable) Forget(pid, gen uint32, frames []bpf.NamedFrame) {
 	for _, f := range frames {
@@ -429,8 +441,6 @@ type frameJSON struct {
 	CFunc   bool   `json:"cfunc,omitempty"`
 	Unknown bool   `json:"unknown,omitempty"`
 	Drop    bool   `json:"drop,omitempty"`
-	// Span is [epoch, from, to] (bpf.Span); absent: every sample.
-	Span *[3]uint64 `json:"span,omitempty"`
 }
 
 // Encode writes the table as the FeatureRubySymbols section: the names
@@ -443,17 +453,12 @@ func (t *SymbolTable) Encode() ([]byte, error) {
 			CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
 	}
 	if t.decodedFrames {
-		// A table read from an older recording: its samples name their
-		// frames by key.
+		// A table read from a version 1 recording: its samples name their
+		// frames by key, each key one name for every sample.
 		for k, names := range t.Frames {
-			for _, v := range names {
-				f := frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
-					Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop}
-				if v.Span != bpf.FullSpan {
-					f.Span = &[3]uint64{v.Span.Epoch, v.Span.From, v.Span.To}
-				}
-				doc.Frames = append(doc.Frames, f)
-			}
+			v := names[0]
+			doc.Frames = append(doc.Frames, frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
+				Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
 		}
 		sort.Slice(doc.Frames, func(i, j int) bool { return frameLess(doc.Frames[i], doc.Frames[j]) })
 	}
@@ -516,28 +521,16 @@ func DecodeSymbolTable(b []byte) (*SymbolTable, error) {
 			k.Iseq = 0 // as Key makes it (version 1 kept a C frame's iseq slot)
 		}
 		names := t.Frames[k]
-		if k.CFrame && len(names) > 0 && doc.Version == 1 {
+		if len(names) > 0 {
 			continue // version 1 named every call's IFUNC apart: the first name serves
 		}
-		if len(names) >= maxNamesPerKey {
-			return nil, fmt.Errorf("ruby symbol table: over %d names for one frame", maxNamesPerKey)
-		}
-		t.Frames[k] = append(names, Named{Span: spanOf(f), FrameInfo: FrameInfo{
+		t.Frames[k] = append(names, Named{Span: bpf.FullSpan, FrameInfo: FrameInfo{
 			Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}})
 	}
 	return t, nil
 }
 
-// spanOf is a frame entry's span: bpf.FullSpan when it has none.
-func spanOf(f frameJSON) bpf.Span {
-	if f.Span == nil {
-		return bpf.FullSpan
-	}
-	return bpf.Span{Epoch: f.Span[0], From: f.Span[1], To: f.Span[2]}
-}
-
-// frameLess orders frame entries by key, then a key's names in the order
-// they were read (spans only grow).
+// frameLess orders frame entries by key.
 func frameLess(a, b frameJSON) bool {
 	switch {
 	case a.PID != b.PID:
@@ -550,9 +543,6 @@ func frameLess(a, b frameJSON) bool {
 		return a.Iseq < b.Iseq
 	case a.PC != b.PC:
 		return a.PC < b.PC
-	case a.CFrame != b.CFrame:
-		return b.CFrame
 	}
-	sa, sb := spanOf(a), spanOf(b)
-	return sa.Epoch < sb.Epoch || sa.Epoch == sb.Epoch && sa.From < sb.From
+	return !a.CFrame && b.CFrame
 }

@@ -488,5 +488,14 @@ func hasGCStamps(l *Layout) bool {
 	return l.VM.ObjSpace >= 0 && l.GC.Count >= 0 && l.GC.LastMajorGC >= 0 && l.GC.MinorCount >= 0 && l.GC.MajorCount >= 0 &&
 		l.Structs["rb_objspace"].Members["profile.count"].Size == 8 &&
 		l.Structs["rb_objspace"].Members["rgengc.last_major_gc"].Size == 8 &&
-		bits(l.GC.Mode, 2) && bits(l.GC.Compacting, 1) && none && marking && promoted != 0
+		bits(l.GC.Mode, 2) && bits(l.GC.Compacting, 1) && l.GC.Mode.Offset == l.GC.Compacting.Offset &&
+		none && marking && promoted != 0
+}
+
+// GCSpan is the part of the objspace holding the GC fields a stamp reads,
+// [lo, hi) in bytes from its start, lo 8-aligned: the count, the last major
+// GC and the 32-bit word of the flags (mode and during_compacting share it).
+func (l *Layout) GCSpan() (lo, hi int64) {
+	g := &l.GC
+	return min(g.Count, g.LastMajorGC, g.Mode.Offset) &^ 7, max(g.Count+8, g.LastMajorGC+8, g.Mode.Offset+4)
 }

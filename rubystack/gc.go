@@ -68,8 +68,7 @@ func (r *Reader) GCStamp() (GCStamp, error) {
 	}
 	// One read of the span holding the three fields.
 	g := &r.Layout.GC
-	lo := min(g.Count, g.LastMajorGC, g.Mode.Offset)
-	hi := max(g.Count+8, g.LastMajorGC+8, g.Mode.Offset+4)
+	lo, hi := r.Layout.GCSpan()
 	if lo < 0 || hi-lo > maxGCSpan {
 		return GCStamp{}, fmt.Errorf("GC fields from %d to %d: %w", lo, hi, ErrNoGCStamps)
 	}
