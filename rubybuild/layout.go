@@ -111,6 +111,11 @@ type Layout struct {
 	Thread struct {
 		Self, VM, EC, ThreadID, NativeThread, LtNode, LtNodeNext int64
 		TID, Name                                                int64 // tid (≤3.1; nt->tid after), name
+		// Ractor is the thread's Ractor (its GVL's owner); UnblockFunc is
+		// unblock.func, set while the thread is in a blocking region (it
+		// released the GVL to sleep, wait or do I/O) and cleared before it
+		// asks for the GVL again. -1 where the layout lacks them.
+		Ractor, UnblockFunc int64
 	}
 	NativeThread struct {
 		ThreadID, TID int64
@@ -130,6 +135,11 @@ type Layout struct {
 		MinorCount, MajorCount int64
 		Mode                   Member // flags.mode: a gc_mode
 		Compacting             Member // flags.during_compacting
+		// Running is flags.during_gc: a GC is under way (marking, sweeping
+		// or compacting) on the thread that holds the GVL. The mode alone
+		// does not tell: incremental marking and lazy sweeping leave it
+		// set between steps while Ruby code runs.
+		Running Member
 	}
 
 	// Constants are the enumerator values read with the layout (flag bits,
@@ -187,6 +197,14 @@ type Capabilities struct {
 	// the old-generation flag bit (RUBY_FL_PROMOTED), so a sample can say
 	// which GC interval it was taken in and a name how long it holds.
 	GCStamps bool
+	// GCPhase: a sample can say whether the GC was running and in which
+	// phase (GC.Running in the word of GC.Mode, and the gc_mode
+	// enumerators), on top of GCStamps.
+	GCPhase bool
+	// BlockingRegion: a thread's unblock.func says whether it is in a
+	// blocking region (Thread.UnblockFunc), which tells a thread blocked in
+	// sleep, I/O or a lock from one waiting for the GVL.
+	BlockingRegion bool
 }
 
 // field says where one Layout field comes from.
@@ -320,6 +338,8 @@ func (l *Layout) fields() []field {
 		f(&l.Thread.LtNodeNext, "rb_thread_struct", "lt_node.next", req),
 		f(&l.Thread.TID, "rb_thread_struct", "tid", opt),
 		f(&l.Thread.Name, "rb_thread_struct", "name", req),
+		f(&l.Thread.Ractor, "rb_thread_struct", "ractor", opt),
+		f(&l.Thread.UnblockFunc, "rb_thread_struct", "unblock.func", opt),
 
 		f(&l.NativeThread.ThreadID, "rb_native_thread", "thread_id", opt),
 		f(&l.NativeThread.TID, "rb_native_thread", "tid", opt),
@@ -330,6 +350,7 @@ func (l *Layout) fields() []field {
 		f(&l.GC.MajorCount, "rb_objspace", "profile.major_gc_count", opt),
 		f(&l.GC.Mode.Offset, "rb_objspace", "flags.mode", opt),
 		f(&l.GC.Compacting.Offset, "rb_objspace", "flags.during_compacting", opt),
+		f(&l.GC.Running.Offset, "rb_objspace", "flags.during_gc", opt),
 	}
 }
 
@@ -415,6 +436,9 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	if sl, ok := structs["rb_objspace"]; ok {
 		l.GC.Mode = sl.Members["flags.mode"]
 		l.GC.Compacting = sl.Members["flags.during_compacting"]
+		if m, ok := sl.Members["flags.during_gc"]; ok {
+			l.GC.Running = m
+		}
 	}
 	for _, c := range requiredConstants {
 		if _, ok := consts[c]; !ok {
@@ -471,6 +495,9 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 		SuperInClassext:   l.Class.Super < 0 && l.Class.ClassextSuper >= 0,
 		GCStamps:          hasGCStamps(l),
 	}
+	l.Capabilities.GCPhase = l.hasGCPhase()
+	l.Capabilities.BlockingRegion = l.Thread.UnblockFunc >= 0 &&
+		l.Structs["rb_thread_struct"].Members["unblock.func"].Size == 8
 	return l, nil
 }
 
@@ -490,6 +517,24 @@ func hasGCStamps(l *Layout) bool {
 		l.Structs["rb_objspace"].Members["rgengc.last_major_gc"].Size == 8 &&
 		bits(l.GC.Mode, 2) && bits(l.GC.Compacting, 1) && l.GC.Mode.Offset == l.GC.Compacting.Offset &&
 		none && marking && promoted != 0
+}
+
+// hasGCPhase: the layout has GC stamps and a 1-bit during_gc in the same
+// 32-bit word as the mode, apart from its other bits, and the mode's
+// enumerators.
+func (l *Layout) hasGCPhase() bool {
+	c := l.Constants
+	r, m, k := l.GC.Running, l.GC.Mode, l.GC.Compacting
+	for _, name := range []string{"gc_mode_none", "gc_mode_marking", "gc_mode_sweeping", "gc_mode_compacting"} {
+		if _, ok := c[name]; !ok {
+			return false
+		}
+	}
+	overlaps := func(a, b Member) bool {
+		return a.BitOffset < b.BitOffset+b.BitSize && b.BitOffset < a.BitOffset+a.BitSize
+	}
+	return l.Capabilities.GCStamps && r.Offset == m.Offset && r.BitSize == 1 && r.BitOffset >= 0 &&
+		r.BitOffset < 32 && !overlaps(r, m) && !overlaps(r, k)
 }
 
 // GCSpan is the part of the objspace holding the GC fields a stamp reads,

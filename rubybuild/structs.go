@@ -116,4 +116,6 @@ var wantedConstants = map[string]bool{
 	// The GC's phase and an object's generation: whether a name read from
 	// memory still holds for a sample (recording's frame spans).
 	"gc_mode_none": true, "gc_mode_marking": true, "RUBY_FL_PROMOTED": true,
+	// The GC's other phases, for a sample taken while it runs.
+	"gc_mode_sweeping": true, "gc_mode_compacting": true,
 }
