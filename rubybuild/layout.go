@@ -198,8 +198,7 @@ type Capabilities struct {
 	// which GC interval it was taken in and a name how long it holds.
 	GCStamps bool
 	// GCPhase: a sample can say whether the GC was running and in which
-	// phase (GC.Running in the word of GC.Mode, and the gc_mode
-	// enumerators), on top of GCStamps.
+	// phase (GC.Running in the word of GC.Mode), on top of GCStamps.
 	GCPhase bool
 	// BlockingRegion: a thread's unblock.func says whether it is in a
 	// blocking region (Thread.UnblockFunc), which tells a thread blocked in
@@ -519,17 +518,12 @@ func hasGCStamps(l *Layout) bool {
 		none && marking && promoted != 0
 }
 
-// hasGCPhase: the layout has GC stamps and a 1-bit during_gc in the same
-// 32-bit word as the mode, apart from its other bits, and the mode's
-// enumerators.
+// hasGCPhase: the layout has GC stamps (with the gc_mode_none and
+// gc_mode_marking enumerators) and a 1-bit during_gc in the same 32-bit word
+// as the mode, apart from its other bits. Sweeping and compacting are told by
+// their enumerators where the layout has them, else by during_compacting.
 func (l *Layout) hasGCPhase() bool {
-	c := l.Constants
 	r, m, k := l.GC.Running, l.GC.Mode, l.GC.Compacting
-	for _, name := range []string{"gc_mode_none", "gc_mode_marking", "gc_mode_sweeping", "gc_mode_compacting"} {
-		if _, ok := c[name]; !ok {
-			return false
-		}
-	}
 	overlaps := func(a, b Member) bool {
 		return a.BitOffset < b.BitOffset+b.BitSize && b.BitOffset < a.BitOffset+a.BitSize
 	}
