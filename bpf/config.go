@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
@@ -47,8 +48,15 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 		return cfg, fmt.Errorf("execution context fields at %d, %d and %d do not fit the BPF walker's %d-byte read",
 			ec.VMStack, ec.VMStackSize, ec.CFP, ecSpan)
 	}
+	// ec->thread_ptr, for what the thread was doing, when the same read
+	// can take it.
+	if t := ec.ThreadPtr; t >= 0 && t%8 == 0 && max(end, t+8)-min(start, t) <= ecSpan {
+		start, end = min(start, t), max(end, t+8)
+		cfg.EcThread = u32(t-start) + 1
+	}
 	cfg.EcStart, cfg.EcSpan = u32(start), u32(end-start)
 	cfg.EcVmStack, cfg.EcVmStackSize, cfg.EcCfp = u32(ec.VMStack-start), u32(ec.VMStackSize-start), u32(ec.CFP-start)
+	threadState(&cfg, l)
 	// The program reads control frames CFP_CHUNK at a time, each at most
 	// CFP_READ bytes, and picks fields by offset: frames stay 8-aligned one
 	// after another and each field lies inside its frame.
@@ -104,5 +112,71 @@ func (cfg *ProcessConfig) StampGC(l *rubybuild.Layout, objspace uint64) error {
 	cfg.GcModeShift, cfg.GcModeMask = u32(g.Mode.BitOffset), u32(1<<g.Mode.BitSize-1)
 	cfg.GcModeMarking = u32(l.Constants["gc_mode_marking"])
 	cfg.GcCompactingShift = u32(g.Compacting.BitOffset)
+	if l.Capabilities.GCPhase {
+		cfg.GcRunningShift = u32(g.Running.BitOffset) + 1
+		cfg.GcModeNone = u32(l.Constants["gc_mode_none"])
+		if v, ok := l.Constants["gc_mode_compacting"]; ok {
+			cfg.GcModeCompacting = u32(v) + 1
+		}
+	}
 	return nil
+}
+
+// thSpan is TH_SPAN in ruby.bpf.c: the most bytes of a thread the program
+// reads for its state.
+const thSpan = 512
+
+// threadState fills what the program reads of a thread's state: its
+// Ractor's running_ec (the GVL holder) and its unblock.func (a blocking
+// region), where the Layout has them and one read of a thread can take
+// them. What does not fit is left out: samples then do not say it.
+func threadState(cfg *ProcessConfig, l *rubybuild.Layout) {
+	if cfg.EcThread == 0 {
+		return
+	}
+	if r := l.Ractor.RunningEC; r >= 0 && r%8 == 0 {
+		cfg.RactorRunningEc = u32(r) + 1
+	}
+	if o := l.Ractor.GVLOwner; o >= 0 && o%8 == 0 {
+		cfg.RactorGvlOwner = u32(o) + 1
+	}
+	var offs []int64
+	for _, o := range []int64{l.Thread.Ractor, l.Thread.UnblockFunc} {
+		if o >= 0 && o%8 == 0 {
+			offs = append(offs, o)
+		}
+	}
+	if len(offs) == 0 {
+		return
+	}
+	start, end := slices.Min(offs), slices.Max(offs)+8
+	if end-start > thSpan {
+		return
+	}
+	cfg.ThStart, cfg.ThSpan = u32(start), u32(end-start)
+	if o := l.Thread.Ractor; o >= 0 && o%8 == 0 {
+		cfg.ThRactor = u32(o-start) + 1
+	}
+	if o := l.Thread.UnblockFunc; o >= 0 && o%8 == 0 && l.Capabilities.BlockingRegion {
+		cfg.ThUnblock = u32(o-start) + 1
+	}
+}
+
+// SetMainRactor tells the program where the main Ractor is (vm->ractor.
+// main_ractor of the live process), whose running_ec is the GVL holder's
+// for threads whose own Ractor the Layout cannot find.
+func (cfg *ProcessConfig) SetMainRactor(addr uint64) { cfg.MainRactor = addr }
+
+// HasThreadState says whether samples say if their thread held the GVL.
+func (cfg *ProcessConfig) HasThreadState() bool {
+	return cfg.EcThread != 0 && cfg.RactorRunningEc != 0 && (cfg.ThRactor != 0 || cfg.MainRactor != 0)
+}
+
+// FollowWall makes the program sample the process's threads as they leave
+// a CPU too, weighed by the time they stay off it (record --wall).
+func (cfg *ProcessConfig) FollowWall(on bool) {
+	cfg.Wall = 0
+	if on {
+		cfg.Wall = 1
+	}
 }

@@ -16,8 +16,9 @@ const (
 	// PayloadVersion is the version the program writes. Version 1 (older
 	// recordings, still read) had Frame.CME resolved to a method entry;
 	// before version 3 the header had no Gen (it reads as 0); before
-	// version 4 no GC stamp (Payload.GC reads as not stamped).
-	PayloadVersion = 4
+	// version 4 no GC stamp (Payload.GC reads as not stamped); before
+	// version 5 no thread state (Payload.Thread reads as unknown).
+	PayloadVersion = 5
 
 	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
 	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
@@ -40,7 +41,62 @@ const (
 	// frame's Iseq holds the id of its name in the recording's symbol
 	// table, decided when the sample was read (NameFrames).
 	PayloadNamed = 1 << 8
+
+	PayloadGCRunning   = 1 << 9  // flags.during_gc: a GC was under way
+	payloadGCPhaseBits = 10      // 2 bits from here: a GCPhase
+	PayloadGVLKnown    = 1 << 12 // the thread's Ractor's running_ec was read
+	PayloadGVLHeld     = 1 << 13 // ... and was the sample's EC: the thread held the GVL
+	PayloadRegionKnown = 1 << 14 // the thread's unblock.func was read
+	PayloadInRegion    = 1 << 15 // ... and was set: a blocking region (the GVL released)
+	// PayloadOffCPU: taken as the thread left a CPU (record --wall). The
+	// program puts the time it left (CLOCK_MONOTONIC ns) in Period; the
+	// recorder replaces it with the time the thread stayed off.
+	PayloadOffCPU    = 1 << 16
+	PayloadPreempted = 1 << 17 // ... preempted: it left runnable, not blocked
+	// PayloadGVLLast: GVLHeld says the thread was the last to take the GVL
+	// (ractor running_ec), which it stays after releasing it.
+	PayloadGVLLast    = 1 << 18
+	payloadStateFlags = PayloadGCRunning | 3<<payloadGCPhaseBits | PayloadGVLKnown | PayloadGVLHeld |
+		PayloadRegionKnown | PayloadInRegion | PayloadOffCPU | PayloadPreempted | PayloadGVLLast
 )
+
+// GCPhase is the phase of a GC under way (GC_PHASE_* in ruby.bpf.c).
+type GCPhase uint8
+
+const (
+	GCPhaseUnknown GCPhase = iota
+	GCPhaseMarking
+	GCPhaseSweeping
+	GCPhaseCompacting
+)
+
+func (p GCPhase) String() string {
+	switch p {
+	case GCPhaseMarking:
+		return "marking"
+	case GCPhaseSweeping:
+		return "sweeping"
+	case GCPhaseCompacting:
+		return "compacting"
+	}
+	return ""
+}
+
+// ThreadFacts are what the program read of the sampled thread's state,
+// besides its stack. A fact the layout could not read is not Known.
+type ThreadFacts struct {
+	GCRunning bool // a GC was under way in the process
+	GCPhase   GCPhase
+	GVLKnown  bool
+	GVLHeld   bool // the thread held its Ractor's GVL
+	// GVLLast: GVLHeld says only that the thread was the last to take the
+	// GVL (the layout has no owner field): it may have released it since.
+	GVLLast     bool
+	RegionKnown bool
+	InRegion    bool // the thread was in a blocking region: it had released the GVL
+	OffCPU      bool // taken as the thread left the CPU (record --wall)
+	Preempted   bool // ... preempted, not blocked
+}
 
 // Frame bits in the low bits of frame.cme_flags.
 const (
@@ -60,6 +116,7 @@ type Payload struct {
 	EC, CFP uint64
 	Period  uint64 // the cpu-clock period this sample stands for, in ns
 	GC      GCStamp
+	Thread  ThreadFacts
 	Frames  []Frame
 }
 
@@ -127,6 +184,15 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	if h.Version >= 3 {
 		p.Gen = h.Gen
 	}
+	if h.Version >= 5 {
+		f := h.Flags
+		p.Thread = ThreadFacts{GCRunning: f&PayloadGCRunning != 0, GCPhase: GCPhase(f >> payloadGCPhaseBits & 3),
+			GVLKnown: f&PayloadGVLKnown != 0, GVLHeld: f&PayloadGVLHeld != 0, GVLLast: f&PayloadGVLLast != 0,
+			RegionKnown: f&PayloadRegionKnown != 0, InRegion: f&PayloadInRegion != 0,
+			OffCPU: f&PayloadOffCPU != 0, Preempted: f&PayloadPreempted != 0}
+	} else {
+		p.Flags &^= payloadStateFlags // bits that meant nothing then
+	}
 	if h.Version >= 4 && h.Flags&PayloadGCStamped != 0 {
 		p.GC = GCStamp{Stamped: true, Count: h.GcCount, Epoch: h.GcEpoch,
 			Marking: h.Flags&PayloadGCMarking != 0, Compacting: h.Flags&PayloadGCCompacting != 0}
@@ -166,6 +232,20 @@ func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
 		return h, fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
 	}
 	return h, nil
+}
+
+// SetOffCPU writes into an off-CPU sample's RAW payload the time its thread
+// stayed off the CPU, in place of the time it left.
+func SetOffCPU(raw []byte, ns uint64) error {
+	h, err := decodeHeader(raw)
+	if err != nil {
+		return err
+	}
+	if h.Version < 5 || h.Flags&PayloadOffCPU == 0 {
+		return errors.New("payload: not taken off the CPU")
+	}
+	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.Period):], ns)
+	return nil
 }
 
 // NameFrames overwrites, in a sample's RAW payload as the program wrote it,

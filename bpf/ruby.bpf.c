@@ -41,9 +41,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define FRESH_FRAMES 8
 // GC_SPAN bounds the one read of the GC's counters and flags.
 #define GC_SPAN 2048
+// TH_SPAN bounds the one read of a thread's fields (its Ractor and its
+// unblock function).
+#define TH_SPAN 512
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 4 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps
+#define PAYLOAD_VERSION 5 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -54,6 +57,21 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PAYLOAD_GC_STAMPED (1 << 5)    // gc_count and gc_epoch were read
 #define PAYLOAD_GC_MARKING (1 << 6)    // the GC was marking (a major GC's incremental marking)
 #define PAYLOAD_GC_COMPACTING (1 << 7) // the GC was compacting: objects may move
+// 1 << 8 is set by user space (a named sample).
+#define PAYLOAD_GC_RUNNING (1 << 9)   // flags.during_gc: a GC was under way
+#define PAYLOAD_GC_PHASE_SHIFT 10     // 2 bits: its phase, a GC_PHASE_* (PAYLOAD_GC_RUNNING)
+#define PAYLOAD_GVL_KNOWN (1 << 12)   // the thread's Ractor's running_ec was read
+#define PAYLOAD_GVL_HELD (1 << 13)    // ... and is this sample's EC: the thread holds the GVL
+#define PAYLOAD_REGION_KNOWN (1 << 14) // the thread's unblock.func was read
+#define PAYLOAD_IN_REGION (1 << 15)   // ... and is set: a blocking region (GVL released)
+#define PAYLOAD_OFFCPU (1 << 16)      // taken as the thread left the CPU; period holds when (ns, ktime)
+#define PAYLOAD_PREEMPTED (1 << 17)   // ... and it was preempted, still runnable
+#define PAYLOAD_GVL_LAST (1 << 18)    // GVL_HELD from running_ec: the last to take the GVL, maybe released since
+
+#define GC_PHASE_UNKNOWN 0
+#define GC_PHASE_MARKING 1
+#define GC_PHASE_SWEEPING 2
+#define GC_PHASE_COMPACTING 3
 
 // Low bits of frame.cme_flags (method entries are 8-byte aligned).
 #define FRAME_CFRAME (1 << 0)  // VM_FRAME_FLAG_CFRAME: a C frame
@@ -90,6 +108,24 @@ struct proc_config {
 	__u32 gc_span, gc_count, gc_epoch, gc_flags;
 	__u32 gc_mode_shift, gc_mode_mask, gc_mode_marking; // flags.mode
 	__u32 gc_compacting_shift;                          // flags.during_compacting
+	__u32 gc_running_shift; // flags.during_gc's bit + 1; 0: the layout has none
+	__u32 gc_mode_none;       // gc_mode_none
+	__u32 gc_mode_compacting; // gc_mode_compacting + 1; 0: not known (during_compacting tells)
+	// What the thread was doing: ec->thread_ptr (offset in the EC read + 1;
+	// 0: not read), then one read of th_span bytes at th + th_start, holding
+	// th->ractor and th->unblock.func (offsets from there + 1; 0: none).
+	// The GVL holder is ractor->threads.running_ec (at ractor_running_ec
+	// + 1 from the thread's Ractor, or from main_ractor when the layout does
+	// not say where a thread keeps its Ractor).
+	__u32 ec_thread;
+	__u32 th_start, th_span, th_ractor, th_unblock;
+	__u32 ractor_running_ec;
+	__u32 ractor_gvl_owner; // offset of the GVL's owning thread + 1; 0: running_ec tells
+	__u64 main_ractor;
+	// wall: the process is also sampled as its threads leave the CPU, so
+	// that a sample weighs the time off it (record --wall).
+	__u32 wall;
+	__u32 pad;
 };
 
 struct payload_header {
@@ -124,6 +160,7 @@ struct sample_buf {
 	__u8 cfps[CHUNK_BYTES]; // the control frames being walked (not output)
 	__u8 envs[ENV_CHUNK];   // a part of the VM stack holding environments (not output)
 	__u8 gc[GC_SPAN];       // the GC's counters and flags (not output)
+	__u8 th[TH_SPAN];       // the thread's fields (not output)
 	// The addresses envs holds. They live in the map value, not in struct
 	// walk_ctx on the stack: the verifier does not track values in a map,
 	// so the walk's states still converge from one frame to the next.
@@ -238,7 +275,9 @@ static __always_inline int known(struct frame_key *key, __u64 epoch, __u64 inter
 #define COUNT_URGENT 3
 #define COUNT_EXECS 4 // targets that exec'd: no longer sampled with their old configuration
 #define COUNT_FORKS 5 // children of targets made targets (follow_forks)
-#define COUNT_MAX 6
+#define COUNT_OFFCPU 6 // samples taken as a target's thread left the CPU
+#define COUNT_WAKE_ERRORS 7 // their ends not told to user space (ring full)
+#define COUNT_MAX 8
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNT_MAX);
@@ -421,6 +460,50 @@ static __always_inline void stamp_gc(struct proc_config *c, struct sample_buf *b
 		buf->h.flags |= PAYLOAD_GC_MARKING;
 	if ((flags >> (c->gc_compacting_shift & 31)) & 1)
 		buf->h.flags |= PAYLOAD_GC_COMPACTING;
+	if (c->gc_running_shift && ((flags >> ((c->gc_running_shift - 1) & 31)) & 1)) {
+		__u32 mode = (flags >> (c->gc_mode_shift & 31)) & c->gc_mode_mask;
+		__u32 phase = GC_PHASE_UNKNOWN;
+		if (mode == c->gc_mode_marking)
+			phase = GC_PHASE_MARKING;
+		else if ((buf->h.flags & PAYLOAD_GC_COMPACTING) || mode + 1 == c->gc_mode_compacting)
+			phase = GC_PHASE_COMPACTING;
+		else if (mode != c->gc_mode_none)
+			phase = GC_PHASE_SWEEPING;
+		buf->h.flags |= PAYLOAD_GC_RUNNING | (phase << PAYLOAD_GC_PHASE_SHIFT);
+	}
+}
+
+// thread_state says in the header whether the thread holds its Ractor's
+// GVL and whether it is in a blocking region: what it was doing, besides
+// where. th is ec->thread_ptr.
+static __always_inline void thread_state(struct proc_config *c, struct sample_buf *buf, __u64 ec, __u64 th)
+{
+	__u64 ractor = c->main_ractor;
+	__u32 span = c->th_span;
+	if (th && span >= 8 && span <= TH_SPAN && (c->th_ractor || c->th_unblock) &&
+	    !bpf_probe_read_user(buf->th, span, (void *)(th + c->th_start))) {
+		// ConfigFor checks the offsets are 8-aligned and inside the span.
+		if (c->th_ractor)
+			ractor = *(__u64 *)(buf->th + ((c->th_ractor - 1) & (TH_SPAN - 8)));
+		if (c->th_unblock) {
+			buf->h.flags |= PAYLOAD_REGION_KNOWN;
+			if (*(__u64 *)(buf->th + ((c->th_unblock - 1) & (TH_SPAN - 8))))
+				buf->h.flags |= PAYLOAD_IN_REGION;
+		}
+	}
+	__u64 running = 0;
+	if (ractor && th && c->ractor_gvl_owner) {
+		if (!bpf_probe_read_user(&running, sizeof(running), (void *)(ractor + c->ractor_gvl_owner - 1))) {
+			buf->h.flags |= PAYLOAD_GVL_KNOWN;
+			if (running == th)
+				buf->h.flags |= PAYLOAD_GVL_HELD;
+		}
+	} else if (ractor && c->ractor_running_ec &&
+		   !bpf_probe_read_user(&running, sizeof(running), (void *)(ractor + c->ractor_running_ec - 1))) {
+		buf->h.flags |= PAYLOAD_GVL_KNOWN | PAYLOAD_GVL_LAST;
+		if (running == ec)
+			buf->h.flags |= PAYLOAD_GVL_HELD;
+	}
 }
 
 // any_fresh: one of the top FRESH_FRAMES Ruby frames is not named for this
@@ -450,15 +533,13 @@ static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 
 	return 0;
 }
 
-SEC("perf_event")
-int sample_ruby(struct bpf_perf_event_data *ctx)
+// sample writes one sample of the current task, a thread of target
+// process tgid: period is its weight (ns), or for a sample taken as the
+// thread leaves the CPU (flags PAYLOAD_OFFCPU) the time it left, which user
+// space turns into the time it stayed off.
+static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tgid, __u64 period, __u32 flags)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
-	if (!c)
-		return 0; // not a target: the cpu-clock event records nothing either
-
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sample_buf *buf = bpf_map_lookup_elem(&scratch, &cpu);
 	if (!buf)
@@ -468,13 +549,13 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	buf->h.version = PAYLOAD_VERSION;
 	buf->h.header_size = sizeof(struct payload_header);
 	buf->h.nframes = 0;
-	buf->h.flags = 0;
+	buf->h.flags = flags;
 	buf->h.pid = tgid;
 	buf->h.gen = c->gen;
 	buf->h.tid = (__u32)pid_tgid;
 	buf->h.ec = 0;
 	buf->h.cfp = 0;
-	buf->h.period = ctx->sample_period;
+	buf->h.period = period;
 	buf->h.gc_count = 0;
 	buf->h.gc_epoch = 0;
 	buf->env_lo = buf->env_hi = 0;
@@ -508,6 +589,8 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 		__u64 stack = fields[(c->ec_vm_stack / 8) & (EC_SPAN / 8 - 1)];
 		__u64 size = fields[(c->ec_vm_stack_size / 8) & (EC_SPAN / 8 - 1)];
 		__u64 cfp = fields[(c->ec_cfp / 8) & (EC_SPAN / 8 - 1)];
+		if (c->ec_thread)
+			thread_state(c, buf, ec, fields[((c->ec_thread - 1) / 8) & (EC_SPAN / 8 - 1)]);
 		if (stack && cfp) {
 			__u64 end = stack + size * 8;
 			if (c->skip_dummy_frame)
@@ -551,6 +634,74 @@ out:;
 	}
 	if (err)
 		count(COUNT_OUTPUT_ERRORS);
+	return err ? -1 : 0;
+}
+
+SEC("perf_event")
+int sample_ruby(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
+	if (!c)
+		return 0; // not a target: the cpu-clock event records nothing either
+	sample(ctx, c, pid_tgid, ctx->sample_period, 0);
+	return 0;
+}
+
+// offcpu_since: the threads of targets sampled as they left the CPU, and
+// when (bpf_ktime_get_ns), until they are back on one.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u32);   // tid
+	__type(value, __u64); // ktime it left
+} offcpu_since SEC(".maps");
+
+// offcpu_end: a thread back on a CPU; user space gives the sample taken as
+// it left (found by tid and left) the weight end - left.
+struct offcpu_end {
+	__u32 pid, tid;
+	__u64 left, end;
+};
+// Its type goes into BTF for bpf2go's -type offcpu_end: no map names it.
+const struct offcpu_end *offcpu_end_type __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} offcpu_ends SEC(".maps");
+
+// Wall-clock time: a thread of a target that follows it (proc_config.wall)
+// is sampled as it leaves a CPU, where it blocked; when it is back on one,
+// user space learns how long it was off and weighs that sample by it. The
+// program runs on the CPU the thread leaves, in its context: the sample's
+// stacks, registers and stack copy are the thread's own.
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 next_tid = next->pid;
+	__u64 *left = bpf_map_lookup_elem(&offcpu_since, &next_tid);
+	if (left) {
+		struct offcpu_end e = {.pid = next->tgid, .tid = next_tid, .left = *left, .end = now};
+		bpf_map_delete_elem(&offcpu_since, &next_tid);
+		if (bpf_ringbuf_output(&offcpu_ends, &e, sizeof(e), BPF_RB_NO_WAKEUP))
+			count(COUNT_WAKE_ERRORS);
+	}
+	__u32 tgid = prev->tgid, tid = prev->pid;
+	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
+	if (!c || !c->wall || tid == 0)
+		return 0;
+	count(COUNT_OFFCPU);
+	__u64 pid_tgid = ((__u64)tgid << 32) | tid;
+	// Still runnable (TASK_RUNNING): preempted, by the kernel's preemption
+	// or on the way back to user space, not blocked.
+	__u32 flags = PAYLOAD_OFFCPU;
+	if (preempt || BPF_CORE_READ(prev, __state) == 0)
+		flags |= PAYLOAD_PREEMPTED;
+	if (sample(ctx, c, pid_tgid, now, flags) == 0)
+		bpf_map_update_elem(&offcpu_since, &tid, &now, BPF_ANY);
 	return 0;
 }
 

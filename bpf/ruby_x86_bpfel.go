@@ -35,6 +35,14 @@ type rubyFrameSpan struct {
 	To    uint64
 }
 
+type rubyOffcpuEnd struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Tid  uint32
+	Left uint64
+	End  uint64
+}
+
 type rubyPayloadHeader struct {
 	_          structs.HostLayout
 	Magic      uint32
@@ -88,6 +96,19 @@ type rubyProcConfig struct {
 	GcModeMask        uint32
 	GcModeMarking     uint32
 	GcCompactingShift uint32
+	GcRunningShift    uint32
+	GcModeNone        uint32
+	GcModeCompacting  uint32
+	EcThread          uint32
+	ThStart           uint32
+	ThSpan            uint32
+	ThRactor          uint32
+	ThUnblock         uint32
+	RactorRunningEc   uint32
+	RactorGvlOwner    uint32
+	MainRactor        uint64
+	Wall              uint32
+	Pad               uint32
 }
 
 type rubySampleBuf struct {
@@ -97,6 +118,7 @@ type rubySampleBuf struct {
 	Cfps   [1024]uint8
 	Envs   [1024]uint8
 	Gc     [2048]uint8
+	Th     [512]uint8
 	EnvLo  uint64
 	EnvHi  uint64
 }
@@ -111,16 +133,20 @@ type rubySeenFrame struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	rubyMapCounts       = "counts"
-	rubyMapEvents       = "events"
-	rubyMapKnownFrames  = "known_frames"
-	rubyMapProcs        = "procs"
-	rubyMapScratch      = "scratch"
-	rubyMapSeenFrames   = "seen_frames"
-	rubyMapUrgentEvents = "urgent_events"
-	rubyProgSampleRuby  = "sample_ruby"
-	rubyProgTargetExec  = "target_exec"
-	rubyProgTargetFork  = "target_fork"
+	rubyMapCounts        = "counts"
+	rubyMapEvents        = "events"
+	rubyMapKnownFrames   = "known_frames"
+	rubyMapOffcpuEnds    = "offcpu_ends"
+	rubyMapOffcpuSince   = "offcpu_since"
+	rubyMapProcs         = "procs"
+	rubyMapScratch       = "scratch"
+	rubyMapSeenFrames    = "seen_frames"
+	rubyMapUrgentEvents  = "urgent_events"
+	rubyProgOffcpu       = "offcpu"
+	rubyProgSampleRuby   = "sample_ruby"
+	rubyProgTargetExec   = "target_exec"
+	rubyProgTargetFork   = "target_fork"
+	rubyVarOffcpuEndType = "offcpu_end_type"
 )
 
 // loadRuby returns the embedded CollectionSpec for ruby.
@@ -165,6 +191,7 @@ type rubySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rubyProgramSpecs struct {
+	Offcpu     *ebpf.ProgramSpec `ebpf:"offcpu"`
 	SampleRuby *ebpf.ProgramSpec `ebpf:"sample_ruby"`
 	TargetExec *ebpf.ProgramSpec `ebpf:"target_exec"`
 	TargetFork *ebpf.ProgramSpec `ebpf:"target_fork"`
@@ -177,6 +204,8 @@ type rubyMapSpecs struct {
 	Counts       *ebpf.MapSpec `ebpf:"counts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	KnownFrames  *ebpf.MapSpec `ebpf:"known_frames"`
+	OffcpuEnds   *ebpf.MapSpec `ebpf:"offcpu_ends"`
+	OffcpuSince  *ebpf.MapSpec `ebpf:"offcpu_since"`
 	Procs        *ebpf.MapSpec `ebpf:"procs"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	SeenFrames   *ebpf.MapSpec `ebpf:"seen_frames"`
@@ -187,6 +216,7 @@ type rubyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rubyVariableSpecs struct {
+	OffcpuEndType *ebpf.VariableSpec `ebpf:"offcpu_end_type"`
 }
 
 // rubyObjects contains all objects after they have been loaded into the kernel.
@@ -212,6 +242,8 @@ type rubyMaps struct {
 	Counts       *ebpf.Map `ebpf:"counts"`
 	Events       *ebpf.Map `ebpf:"events"`
 	KnownFrames  *ebpf.Map `ebpf:"known_frames"`
+	OffcpuEnds   *ebpf.Map `ebpf:"offcpu_ends"`
+	OffcpuSince  *ebpf.Map `ebpf:"offcpu_since"`
 	Procs        *ebpf.Map `ebpf:"procs"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	SeenFrames   *ebpf.Map `ebpf:"seen_frames"`
@@ -223,6 +255,8 @@ func (m *rubyMaps) Close() error {
 		m.Counts,
 		m.Events,
 		m.KnownFrames,
+		m.OffcpuEnds,
+		m.OffcpuSince,
 		m.Procs,
 		m.Scratch,
 		m.SeenFrames,
@@ -234,12 +268,14 @@ func (m *rubyMaps) Close() error {
 //
 // It can be passed to loadRubyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rubyVariables struct {
+	OffcpuEndType *ebpf.Variable `ebpf:"offcpu_end_type"`
 }
 
 // rubyPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadRubyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rubyPrograms struct {
+	Offcpu     *ebpf.Program `ebpf:"offcpu"`
 	SampleRuby *ebpf.Program `ebpf:"sample_ruby"`
 	TargetExec *ebpf.Program `ebpf:"target_exec"`
 	TargetFork *ebpf.Program `ebpf:"target_fork"`
@@ -247,6 +283,7 @@ type rubyPrograms struct {
 
 func (p *rubyPrograms) Close() error {
 	return _RubyClose(
+		p.Offcpu,
 		p.SampleRuby,
 		p.TargetExec,
 		p.TargetFork,

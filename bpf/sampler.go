@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -9,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	perf "github.com/elastic/go-perf"
 	"golang.org/x/sys/unix"
@@ -29,6 +32,10 @@ type Options struct {
 	// multiple of 8 up to MaxStackSize. 0 copies neither the stack nor the
 	// registers: samples have no native user frames.
 	StackSize uint32
+	// Wall samples the threads of targets that follow it (ProcessConfig.
+	// FollowWall) also as they leave a CPU, each such sample weighed by the
+	// time the thread stayed off (Record.OffCPUEnd tells it).
+	Wall bool
 }
 
 // DefaultOptions are perf's defaults where perf has one.
@@ -90,8 +97,11 @@ type Sampler struct {
 	cpus     []int
 	attr     perf.Attr
 	// the programs that end a target at exec and start its forked
-	// children (tp_btf/sched_process_exec, _fork)
+	// children (tp_btf/sched_process_exec, _fork), and with Options.Wall
+	// the one sampling threads as they leave a CPU (tp_btf/sched_switch)
 	links []link.Link
+	// offCPUEnds reads the ends of off-CPU intervals (Options.Wall)
+	offCPUEnds *ringbuf.Reader
 }
 
 // Record is one raw record read from a CPU's ring: its header and data,
@@ -103,7 +113,15 @@ type Record struct {
 	SideBand bool
 	Header   perf.RecordHeader
 	Data     []byte
+	// OffCPUEnd, when set, is no perf record: a thread sampled as it left a
+	// CPU is back on one (Options.Wall).
+	OffCPUEnd *OffCPUEnd
 }
+
+// OffCPUEnd says a thread sampled as it left a CPU at Left is back on one
+// at End (CLOCK_MONOTONIC ns): its sample (PayloadOffCPU, Period == Left)
+// stands for End - Left.
+type OffCPUEnd = rubyOffcpuEnd
 
 // Open loads the program and starts sampling on every online CPU. No
 // process is a target until AddProcess.
@@ -146,6 +164,16 @@ func Open(opts Options) (_ *Sampler, err error) {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 		if err != nil {
 			return nil, fmt.Errorf("attach BPF program to %s: %w", prog, err)
+		}
+		s.links = append(s.links, l)
+	}
+	if opts.Wall {
+		if s.offCPUEnds, err = ringbuf.NewReader(s.objs.OffcpuEnds); err != nil {
+			return nil, fmt.Errorf("off-CPU ring: %w", err)
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.Offcpu})
+		if err != nil {
+			return nil, fmt.Errorf("attach BPF program to sched_switch: %w", err)
 		}
 		s.links = append(s.links, l)
 	}
@@ -359,6 +387,9 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	// to checking ctx.
 	drain := func(limit int) error {
 		var raw perf.RawRecord
+		if err := s.drainOffCPUEnds(fn); err != nil {
+			return err
+		}
 		for _, r := range rings {
 			for n := 0; n < limit && r.ev.HasRecord(); n++ {
 				if err := r.ev.ReadRawRecord(context.Background(), &raw); err != nil {
@@ -438,6 +469,35 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	}
 }
 
+// drainOffCPUEnds hands fn the ends of off-CPU intervals the ring holds,
+// without waiting for more.
+func (s *Sampler) drainOffCPUEnds(fn func(Record) error) error {
+	if s.offCPUEnds == nil {
+		return nil
+	}
+	s.offCPUEnds.SetDeadline(time.Unix(1, 0))
+	var rec ringbuf.Record
+	for {
+		err := s.offCPUEnds.ReadInto(&rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("off-CPU ring: %w", err)
+		}
+		var e OffCPUEnd
+		if len(rec.RawSample) < int(unsafe.Sizeof(e)) {
+			continue
+		}
+		if _, err := binary.Decode(rec.RawSample, binary.LittleEndian, &e); err != nil {
+			continue
+		}
+		if err := fn(Record{OffCPUEnd: &e}); err != nil {
+			return err
+		}
+	}
+}
+
 // Span is the samples a frame's name holds for: those of GC epoch Epoch
 // whose GCStamp.Interval is in [From, To]. A process without stamps has its
 // names marked with the full span of epoch 0.
@@ -491,18 +551,21 @@ func (s *Sampler) MarkNamed(pid, gen uint32, frames []NamedFrame) error {
 
 // Counts are the program's own counters.
 type Counts struct {
-	Samples      uint64 // samples of target processes
-	OutputErrors uint64 // records the kernel would not take (ring full)
-	Truncated    uint64 // stacks deeper than MaxFrames
-	Urgent       uint64 // samples sent to the urgent rings
-	Execs        uint64 // targets that exec'd, and so stopped being targets
-	Forks        uint64 // children of targets that became targets (ProcessConfig.FollowForks)
+	Samples        uint64 // samples of target processes
+	OutputErrors   uint64 // records the kernel would not take (ring full)
+	Truncated      uint64 // stacks deeper than MaxFrames
+	Urgent         uint64 // samples sent to the urgent rings
+	Execs          uint64 // targets that exec'd, and so stopped being targets
+	Forks          uint64 // children of targets that became targets (ProcessConfig.FollowForks)
+	OffCPU         uint64 // samples taken as a thread left a CPU (Options.Wall)
+	OffCPUEndsLost uint64 // ends of off-CPU intervals the ring could not take
 }
 
 // Counts sums the program's per-CPU counters.
 func (s *Sampler) Counts() (Counts, error) {
 	var c Counts
-	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated, &c.Urgent, &c.Execs, &c.Forks} {
+	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated, &c.Urgent, &c.Execs, &c.Forks,
+		&c.OffCPU, &c.OffCPUEndsLost} {
 		var per []uint64
 		if err := s.objs.Counts.Lookup(uint32(i), &per); err != nil {
 			return c, err
@@ -522,6 +585,9 @@ func (s *Sampler) Close() error {
 	}
 	for _, l := range s.links {
 		l.Close()
+	}
+	if s.offCPUEnds != nil {
+		s.offCPUEnds.Close()
 	}
 	for _, o := range append(append(s.outputs, s.urgent...), s.trackers...) {
 		o.Close()

@@ -124,6 +124,8 @@ func kindLabel(k merge.Kind) string {
 		return "native"
 	case merge.KindKernel:
 		return "kernel"
+	case merge.KindState:
+		return "thread state"
 	}
 	return "unknown"
 }

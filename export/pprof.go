@@ -116,6 +116,12 @@ func (p *Pprof) Add(s *merge.Stack) {
 		Label:    map[string][]string{"thread": {threadName(s)}},
 		NumLabel: map[string][]int64{"pid": {int64(s.PID)}, "tid": {int64(s.TID)}},
 	}
+	if s.State != merge.StateUnknown {
+		smp.Label["thread_state"] = []string{s.State.String()}
+	}
+	if s.OffCPU {
+		smp.Label["off_cpu"] = []string{"true"}
+	}
 	b.samples[string(p.key)] = smp
 	b.p.Sample = append(b.p.Sample, smp)
 }
@@ -185,6 +191,10 @@ func sampleKey(key []byte, s *merge.Stack, locs []*profile.Location) []byte {
 	key = strconv.AppendInt(key, int64(s.TID), 10)
 	key = append(key, '/')
 	key = append(key, threadName(s)...)
+	key = append(key, 0, byte(s.State))
+	if s.OffCPU {
+		key = append(key, 1)
+	}
 	key = append(key, 0)
 	for _, l := range locs {
 		key = strconv.AppendUint(key, l.ID, 36)

@@ -77,6 +77,7 @@ type FlameGraph struct {
 	// count the samples).
 	Options SVGOptions
 	tree    *node
+	states  bool // a stack had a state pseudo-frame: the legend shows their colour
 }
 
 // NewFlameGraph returns an empty flame graph with opts.
@@ -85,7 +86,14 @@ func NewFlameGraph(opts SVGOptions) *FlameGraph {
 }
 
 // Add counts one stack. s is not kept.
-func (g *FlameGraph) Add(s *merge.Stack) { g.tree.addStack(s, g.Options.Root) }
+func (g *FlameGraph) Add(s *merge.Stack) {
+	g.tree.addStack(s, g.Options.Root)
+	if s.State != merge.StateUnknown && !g.states {
+		for _, f := range s.Frames {
+			g.states = g.states || f.Kind == merge.KindState
+		}
+	}
+}
 
 // Samples is how many stacks were added.
 func (g *FlameGraph) Samples() uint64 { return g.tree.samples }
@@ -197,7 +205,7 @@ text{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12px;fill
 	fmt.Fprintf(bw, `<text id="unzoom" class="btn hide" x="%s" y="%s">Reset Zoom</text>
 <text id="search" class="btn" x="%s" y="%s" text-anchor="end">Search</text>
 `, num(svgPad), num(controlsY), num(width-svgPad), num(controlsY))
-	writeLegend(bw, width, controlsY)
+	writeLegend(bw, width, controlsY, g.states)
 
 	bw.WriteString(`<g id="frames">` + "\n")
 	for _, f := range frames {
@@ -297,10 +305,11 @@ func fitLabel(name string, w float64) string {
 type palette struct{ r, g, b, dr, dg, db float64 }
 
 var (
-	paletteRuby    = palette{200, 45, 60, 50, 50, 45}  // reds
-	paletteCFunc   = palette{240, 130, 30, 15, 45, 30} // oranges
-	paletteNative  = palette{205, 200, 70, 35, 30, 40} // yellows
-	paletteKernel  = palette{95, 150, 215, 50, 45, 35} // blues
+	paletteRuby    = palette{200, 45, 60, 50, 50, 45}   // reds
+	paletteCFunc   = palette{240, 130, 30, 15, 45, 30}  // oranges
+	paletteNative  = palette{205, 200, 70, 35, 30, 40}  // yellows
+	paletteKernel  = palette{95, 150, 215, 50, 45, 35}  // blues
+	paletteState   = palette{120, 190, 120, 30, 30, 30} // greens: (garbage collection), (blocked)
 	paletteThread  = palette{175, 175, 185, 35, 35, 35}
 	paletteUnknown = palette{165, 165, 165, 35, 35, 35}
 )
@@ -315,6 +324,8 @@ func kindPalette(k merge.Kind) palette {
 		return paletteNative
 	case merge.KindKernel:
 		return paletteKernel
+	case merge.KindState:
+		return paletteState
 	}
 	return paletteUnknown
 }
@@ -340,8 +351,11 @@ func frameColor(n *node) string {
 
 // writeLegend draws a swatch and a label per kind, centered on the
 // controls line.
-func writeLegend(bw *bufio.Writer, width, y float64) {
+func writeLegend(bw *bufio.Writer, width, y float64, states bool) {
 	kinds := []merge.Kind{merge.KindRuby, merge.KindCFunc, merge.KindNative, merge.KindKernel}
+	if states { // the profile has state pseudo-frames
+		kinds = append(kinds, merge.KindState)
+	}
 	const swatch, gap = 11.0, 18.0
 	total := 0.0
 	for i, k := range kinds {

@@ -8,6 +8,7 @@ const (
 	KindCFunc                  // a Ruby method implemented in C (Integer#times)
 	KindNative                 // a native function in user space (a C function of libruby, libc, ...)
 	KindKernel                 // a kernel function
+	KindState                  // a pseudo-frame for what the thread was doing: "(garbage collection)", "(blocked)"
 )
 
 func (k Kind) String() string {
@@ -20,6 +21,8 @@ func (k Kind) String() string {
 		return "native"
 	case KindKernel:
 		return "kernel"
+	case KindState:
+		return "state"
 	}
 	return "unknown"
 }
@@ -52,8 +55,12 @@ type Stack struct {
 	Comm     string // thread name
 	Time     uint64 // ns, perf clock
 	CPU      uint32
-	Period   uint64 // ns of CPU time this sample stands for
-	Frames   []Frame
+	Period   uint64 // ns of CPU time this sample stands for (of wall-clock time when OffCPU)
+	// State is what the thread was doing; OffCPU, that the sample was taken
+	// as it left a CPU (record --wall) and Period is the time it stayed off.
+	State  State
+	OffCPU bool
+	Frames []Frame
 	// Fallback: the Ruby and native stacks could not be interleaved, so the
 	// Ruby frames sit on top of the native ones.
 	Fallback bool

@@ -229,6 +229,14 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 		im.Gen = p.Gen
 	}
 	rd.natives = rd.kernelFrames(rd.natives[:0], s.Callchain)
+	if perr == nil && p.Thread.OffCPU {
+		st.OffCPU = true
+		n := 0
+		for n < len(rd.natives) && rd.natives[n].Kind == merge.KindKernel && tracingFrame(rd.natives[n].Name) {
+			n++
+		}
+		rd.natives = append(rd.natives[:0], rd.natives[n:]...)
+	}
 	rd.natives = rd.userFrames(rd.natives, s, im)
 	if rd.opts.NativeOnly {
 		for _, n := range rd.natives {
@@ -250,6 +258,17 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	if perr == nil && p.Flags&bpf.PayloadTruncated != 0 {
 		st.Frames, st.Incomplete, st.Truncated = merge.Truncate(st.Frames), false, true
 		rd.stats.Truncated++
+	}
+	if perr == nil && p.Flags&(bpf.PayloadNoEC|bpf.PayloadReadError|bpf.PayloadBadCFP) == 0 {
+		topC := false
+		for _, r := range rd.rubies {
+			if !r.Hidden {
+				topC = r.Kind == merge.KindCFunc
+				break
+			}
+		}
+		st.State = threadState(p.Thread, topC)
+		merge.AddStateFrames(&st, p.Thread.GCPhase.String())
 	}
 	if st.Fallback {
 		rd.stats.Fallbacks++

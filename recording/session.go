@@ -35,6 +35,10 @@ type Options struct {
 	// instant (-a always does).
 	FollowForks bool
 	Frequency   int // -F
+	// Wall also samples threads as they leave a CPU, each such sample
+	// weighed by the time the thread stayed off: wall-clock time, where
+	// threads block (record --wall).
+	Wall bool
 	// StackSize is how many bytes of user stack each sample copies for
 	// native unwinding (perf's --call-graph dwarf,SIZE): 0 means
 	// bpf.DefaultOptions' 8 KiB, a negative size none (no native user frames).
@@ -62,6 +66,15 @@ type Summary struct {
 	// that the kernel dropped: native frames in code mapped meanwhile may
 	// stay unnamed.
 	LostSideBand uint64
+	// OffCPU counts samples taken as a thread left a CPU (Options.Wall);
+	// OffCPUCut those written before their thread was back (more threads
+	// off at once than the recorder holds), weighed by the time off so far;
+	// OffCPUEndsUnmatched ends of intervals whose sample never came (the
+	// kernel dropped it); OffCPUEndsLost ends the kernel could not pass on
+	// (their samples weigh the time to the recording's end).
+	// OffCPUUnknown those whose end never came though their thread left a
+	// CPU again: they weigh nothing.
+	OffCPU, OffCPUCut, OffCPUEndsUnmatched, OffCPUEndsLost, OffCPUUnknown uint64
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
 	Urgent        uint64
@@ -158,6 +171,9 @@ type session struct {
 	lastFrames map[threadKey]lastSample
 	// sharedIDs and ids are nameSample's scratch.
 	sharedIDs, ids []uint64
+
+	// off holds off-CPU samples until their threads are back (Options.Wall).
+	off offCPU
 
 	// The last checkpoint (see checkpoint), and the symbol table's size
 	// when its copy beside the recording was written.
@@ -267,6 +283,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 
 	bo := bpf.DefaultOptions
 	bo.Frequency = opts.Frequency
+	bo.Wall = opts.Wall
 	switch {
 	case opts.StackSize < 0:
 		bo.StackSize = 0
@@ -412,6 +429,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if c, err := sampler.Counts(); err == nil {
 		s.sum.Truncated = c.Truncated
 		s.sum.Urgent = c.Urgent
+		s.sum.OffCPUEndsLost = c.OffCPUEndsLost
 		s.sum.Lost = max(s.sum.Lost, c.OutputErrors)
 	}
 	finErr := s.finish()
@@ -505,6 +523,7 @@ func (s *session) add(t *Target) error {
 	if s.opts.FollowForks {
 		t.Config.FollowForks = 1
 	}
+	t.Config.FollowWall(s.opts.Wall)
 	if err := s.sampler.AddProcess(t.PID, t.Config); err != nil {
 		t.Close()
 		return err
@@ -546,6 +565,10 @@ func (s *session) noGCStamps(t *Target) {
 func (s *session) handle(rec bpf.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if rec.OffCPUEnd != nil {
+		return s.offCPUEnd(rec.OffCPUEnd)
+	}
+	offCPU := false
 	switch rec.Header.Type {
 	case recordSample:
 		smp, err := bpf.DecodeSample(rec.Data)
@@ -577,7 +600,12 @@ func (s *session) handle(rec bpf.Record) error {
 				}
 				s.nameSample(p, smp.Raw, ids)
 			}
-			bpf.SetPeriod(rec.Data, p.Period)
+			if p.Thread.OffCPU {
+				offCPU = true
+				s.sum.OffCPU++
+			} else {
+				bpf.SetPeriod(rec.Data, p.Period)
+			}
 		}
 		s.sum.Samples++
 	case recordLost:
@@ -627,7 +655,17 @@ func (s *session) handle(rec bpf.Record) error {
 		return nil
 	}
 	s.raw = appendRawRecord(s.raw[:0], rec)
-	if err := s.w.WriteRecord(s.raw); err != nil {
+	if offCPU {
+		if held, err := s.offCPUSample(&s.payload); held || err != nil {
+			return err
+		}
+	}
+	return s.write(s.raw)
+}
+
+// write writes one record (header and data) and checkpoints when due.
+func (s *session) write(rec []byte) error {
+	if err := s.w.WriteRecord(rec); err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Output, err)
 	}
 	return s.checkpoint()
@@ -982,6 +1020,9 @@ func (s *session) finish() error {
 		}
 	}
 	var errs []error
+	if err := s.flushOffCPU(); err != nil {
+		errs = append(errs, err)
+	}
 	if b, err := s.symtab.Encode(); err == nil {
 		s.w.SetFeature(perfdata.Feature(FeatureRubySymbols), b)
 	} else {

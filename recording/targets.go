@@ -79,6 +79,12 @@ func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) {
 	if t.Config, err = bpf.ConfigFor(t.Reader.Layout, off); err != nil {
 		return nil, pidErr(err)
 	}
+	// Samples say whether their thread held the GVL: through its own
+	// Ractor where the layout says where a thread keeps it, else through
+	// the main one's (threads of other Ractors are then not told apart).
+	if ractor, err := t.Reader.MainRactor(); err == nil {
+		t.Config.SetMainRactor(ractor)
+	}
 	// Samples carry the GC's progress, and names hold for the samples they
 	// can be proven right for, when the layout says where the GC keeps its
 	// counters; otherwise names hold for good and NoGCStamps says why.

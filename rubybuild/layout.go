@@ -107,6 +107,11 @@ type Layout struct {
 	}
 	Ractor struct {
 		ThreadsSet, RunningEC, MainThread int64
+		// GVLOwner is the thread holding the Ractor's GVL, NULL while
+		// nobody does: threads.gvl.owner (≤3.2) or threads.sched.running
+		// (3.3+). RunningEC is only the last to take it: it stays when
+		// the GVL is released. -1 where the layout lacks it.
+		GVLOwner int64
 	}
 	Thread struct {
 		Self, VM, EC, ThreadID, NativeThread, LtNode, LtNodeNext int64
@@ -327,6 +332,7 @@ func (l *Layout) fields() []field {
 		f(&l.Ractor.ThreadsSet, "rb_ractor_struct", "threads.set", req),
 		f(&l.Ractor.RunningEC, "rb_ractor_struct", "threads.running_ec", req),
 		f(&l.Ractor.MainThread, "rb_ractor_struct", "threads.main", req),
+		f(&l.Ractor.GVLOwner, "rb_ractor_struct", "threads.gvl.owner|threads.sched.running", opt),
 
 		f(&l.Thread.Self, "rb_thread_struct", "self", req),
 		f(&l.Thread.VM, "rb_thread_struct", "vm", req),

@@ -131,3 +131,27 @@ func (r *Reader) Snapshot() ([]ThreadStack, error) {
 	}
 	return out, nil
 }
+
+// MainRactor returns the address of the main Ractor (vm->ractor.
+// main_ractor), whose threads.running_ec names the thread that holds its
+// GVL.
+func (r *Reader) MainRactor() (uint64, error) {
+	if r.vmPtr == 0 {
+		return 0, fmt.Errorf("pid %d: %w", r.PID, errNoVM)
+	}
+	vm, err := r.direct.word(r.vmPtr)
+	if err != nil {
+		return 0, err
+	}
+	if vm == 0 {
+		return 0, ErrVMNotReady
+	}
+	ractor, err := r.direct.word(vm + uint64(r.Layout.VM.MainRactor))
+	if err != nil {
+		return 0, err
+	}
+	if ractor == 0 || ractor&7 != 0 {
+		return 0, fmt.Errorf("%w: vm->ractor.main_ractor is %#x", errTorn, ractor)
+	}
+	return ractor, nil
+}

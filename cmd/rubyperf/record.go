@@ -24,6 +24,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	all := fs.Bool("a", false, "every Ruby process, including ones that start while recording")
 	follow := fs.Bool("follow-forks", false, "also record the processes the targets fork, from their first instant (-a always does)")
 	freq := fs.Int("F", 99, "samples per second")
+	wall := fs.Bool("wall", false, "wall-clock time: also sample threads as they block (sleep, I/O, locks, the GVL), each weighed by the time it stays off the CPU")
 	var dur seconds
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
 	out := fs.String("o", "rubyperf.data", "output file")
@@ -33,7 +34,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := recording.Options{All: *all, FollowForks: *follow, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
+	opts := recording.Options{All: *all, FollowForks: *follow, Wall: *wall, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
 		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: stderr}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
@@ -83,6 +84,15 @@ func runRecord(args []string, _, stderr io.Writer) error {
 				break
 			}
 			fmt.Fprintf(stderr, "rubyperf: %s\n", e)
+		}
+		if opts.Wall {
+			fmt.Fprintf(stderr, "rubyperf: %d samples taken as threads left a CPU, weighed by the time they stayed off\n", sum.OffCPU)
+			if sum.OffCPUUnknown > 0 {
+				fmt.Fprintf(stderr, "rubyperf: %d of them weigh nothing: the kernel did not tell when their thread was back\n", sum.OffCPUUnknown)
+			}
+			if lost := sum.OffCPUCut + sum.OffCPUEndsLost; lost > 0 {
+				fmt.Fprintf(stderr, "rubyperf: warning: %d of them weigh only the time off until the recorder had to write them (too many threads off at once, or the kernel's ring of their ends was full)\n", lost)
+			}
 		}
 		if sum.FramesNotNamed > 0 {
 			fmt.Fprintf(stderr, "rubyperf: %d frames could not be named for their samples (their code may have been freed and "+

@@ -95,16 +95,23 @@ type reportTable struct {
 	rubySelf, nativeSelf, total map[reportKey]uint64
 	lines                       map[reportKey]map[int64]uint64 // a Ruby method's self time by line
 	seen                        map[reportKey]bool
+	states                      map[merge.State]uint64 // time in each thread state
+	offCPU                      uint64                 // of all, time off the CPU (record --wall)
 }
 
 func newReportTable() *reportTable {
 	return &reportTable{rubySelf: map[reportKey]uint64{}, nativeSelf: map[reportKey]uint64{},
-		total: map[reportKey]uint64{}, lines: map[reportKey]map[int64]uint64{}, seen: map[reportKey]bool{}}
+		total: map[reportKey]uint64{}, lines: map[reportKey]map[int64]uint64{}, seen: map[reportKey]bool{},
+		states: map[merge.State]uint64{}}
 }
 
 func (t *reportTable) add(s *merge.Stack) {
 	t.samples++
 	t.all += s.Period
+	t.states[s.State] += s.Period
+	if s.OffCPU {
+		t.offCPU += s.Period
+	}
 	clear(t.seen)
 	rubySeen := false
 	for i, f := range s.Frames {
@@ -147,12 +154,26 @@ func (t *reportTable) hottestLine(k reportKey) int64 {
 // that many columns.
 func (t *reportTable) write(w io.Writer, title string, top, width int) {
 	all, total := t.all, t.total
-	fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of CPU\n", title, t.samples, float64(all)/1e9)
+	if t.offCPU > 0 {
+		fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of wall-clock time (%.2fs of it off the CPU)\n", title, t.samples,
+			float64(all)/1e9, float64(t.offCPU)/1e9)
+	} else {
+		fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of CPU\n", title, t.samples, float64(all)/1e9)
+	}
 	pct := func(v uint64) float64 {
 		if all == 0 {
 			return 0
 		}
 		return 100 * float64(v) / float64(all)
+	}
+	// What the threads were doing, when the recording says.
+	if t.states[merge.StateUnknown] < all {
+		fmt.Fprintf(w, "\n## thread states\n")
+		for _, st := range append(slices.Clone(merge.States), merge.StateUnknown) {
+			if v := t.states[st]; v > 0 {
+				fmt.Fprintf(w, "  %6.2f%%  %s\n", pct(v), st.Description())
+			}
+		}
 	}
 	table := func(heading, whereHeading string, self map[reportKey]uint64, kind merge.Kind, where func(reportKey) string) {
 		var keys []reportKey

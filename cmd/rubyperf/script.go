@@ -76,6 +76,11 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 				buf = append(buf, ':')
 				buf = strconv.AppendInt(buf, f.Line, 10)
 			}
+		case merge.KindState:
+			buf = appendPadded(buf, 0, 16, 16, ' ')
+			buf = append(buf, ' ')
+			buf = append(buf, scriptName(f.Name)...)
+			buf = append(buf, " ([state]"...)
 		case merge.KindKernel:
 			buf = appendPadded(buf, f.Addr, 16, 16, ' ')
 			buf = append(buf, ' ')

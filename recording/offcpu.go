@@ -1,0 +1,150 @@
+package recording
+
+import (
+	"github.com/rubyperf/rubyperf/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Wall-clock recording (Options.Wall): the program samples a thread as it
+// leaves a CPU, where it blocks, and tells the recorder (bpf.OffCPUEnd)
+// when it is back on one. The sample's weight is the time between, known
+// only then: the recorder names the sample as it reads it, like any other,
+// and holds it until its end arrives. The two come through different
+// rings, in either order.
+
+// offCPUKey finds a thread's interval off the CPU: the program stamps its
+// sample with the time the thread left (in the payload's period), and the
+// end with the same time.
+type offCPUKey struct {
+	tid  uint32
+	left uint64
+}
+
+// maxOffCPUHeld bounds the off-CPU samples held for their ends (each up to
+// 64 KiB, about 8 KiB with the default stack copy): a thread is off a CPU
+// at most once at a time, so this is more blocked threads than most
+// processes have. Past it, the oldest held sample is written with the time
+// its thread has been off so far (Summary.OffCPUCut counts them).
+const maxOffCPUHeld = 1 << 12
+
+// maxOffCPUEarly bounds the ends held for samples not read yet: an end
+// arrives before its sample only by a drain's worth of time, and one whose
+// sample the kernel dropped never finds it.
+const maxOffCPUEarly = 1 << 14
+
+type offCPU struct {
+	held  map[offCPUKey][]byte // records, as written, waiting for their ends
+	order []offCPUKey          // held, oldest first (may name released ones)
+	early map[offCPUKey]uint64 // ends whose samples have not been read
+	last  map[uint32]uint64    // each thread's latest off-CPU sample (its left)
+}
+
+// monotonicNow is CLOCK_MONOTONIC in ns, the program's bpf_ktime_get_ns.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano())
+}
+
+// weigh writes into an off-CPU sample record (header and data) the time its
+// thread stayed off the CPU: its period, and its payload's.
+func weigh(rec []byte, ns uint64) {
+	if len(rec) < 8 {
+		return
+	}
+	smp, err := bpf.DecodeSample(rec[8:])
+	if err != nil {
+		return
+	}
+	if bpf.SetOffCPU(smp.Raw, ns) == nil {
+		bpf.SetPeriod(rec[8:], ns)
+	}
+}
+
+// offCPUSample takes a named off-CPU sample record (s.raw). It returns
+// true when the sample was written or is held; false when the caller should
+// write it as it is (no payload to weigh).
+func (s *session) offCPUSample(p *bpf.Payload) (bool, error) {
+	k := offCPUKey{p.TID, p.Period}
+	if end, ok := s.off.early[k]; ok {
+		delete(s.off.early, k)
+		weigh(s.raw, end-min(end, k.left))
+		return true, s.write(s.raw)
+	}
+	if s.off.held == nil {
+		s.off.held = map[offCPUKey][]byte{}
+		s.off.last = map[uint32]uint64{}
+	}
+	s.off.last[k.tid] = k.left
+	if len(s.off.held) >= maxOffCPUHeld {
+		if err := s.releaseOldestOffCPU(); err != nil {
+			return true, err
+		}
+	}
+	s.off.held[k] = append([]byte(nil), s.raw...)
+	s.off.order = append(s.off.order, k)
+	return true, nil
+}
+
+// offCPUEnd takes the end of a thread's interval off a CPU.
+func (s *session) offCPUEnd(e *bpf.OffCPUEnd) error {
+	k := offCPUKey{e.Tid, e.Left}
+	if rec, ok := s.off.held[k]; ok {
+		delete(s.off.held, k)
+		weigh(rec, e.End-min(e.End, e.Left))
+		return s.write(rec)
+	}
+	if s.off.early == nil || len(s.off.early) >= maxOffCPUEarly {
+		s.sum.OffCPUEndsUnmatched += uint64(len(s.off.early))
+		s.off.early = map[offCPUKey]uint64{}
+	}
+	s.off.early[k] = e.End
+	return nil
+}
+
+// releaseOldestOffCPU writes the oldest held sample weighed by the time its
+// thread has been off so far.
+func (s *session) releaseOldestOffCPU() error {
+	for len(s.off.order) > 0 {
+		k := s.off.order[0]
+		s.off.order = s.off.order[1:]
+		if rec, ok := s.off.held[k]; ok {
+			delete(s.off.held, k)
+			s.sum.OffCPUCut++
+			weigh(rec, monotonicNow()-min(monotonicNow(), k.left))
+			return s.write(rec)
+		}
+	}
+	return nil
+}
+
+// flushOffCPU writes every held sample when the recording ends: its thread
+// is still off a CPU, and weighs the time it was off while recorded.
+func (s *session) flushOffCPU() error {
+	now := monotonicNow()
+	for _, k := range s.off.order {
+		if rec, ok := s.off.held[k]; ok {
+			delete(s.off.held, k)
+			if s.off.last[k.tid] != k.left {
+				// Its thread left a CPU again later, so this interval
+				// ended, but its end never came (seen: a few in a
+				// hundred with threads handing the GVL on 100 times a
+				// second). Its time off is not known: it weighs nothing
+				// rather than a guess.
+				s.sum.OffCPUUnknown++
+				weigh(rec, 0)
+			} else {
+				weigh(rec, now-min(now, k.left))
+			}
+			if err := s.write(rec); err != nil {
+				return err
+			}
+		}
+	}
+	s.off.order = nil
+	s.sum.OffCPUEndsUnmatched += uint64(len(s.off.early))
+	s.off.early = nil
+	return nil
+}
