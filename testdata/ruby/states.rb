@@ -46,6 +46,9 @@ module States
   end
 end
 
+# What is measured starts once a recorder started with the command has
+# attached (it reads the binary's DWARF first: up to half a second).
+sleep 1
 start = now
 case mode
 when "gc"
