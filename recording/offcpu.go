@@ -130,7 +130,7 @@ func (s *session) flushOffCPU() error {
 			if s.off.last[k.tid] != k.left {
 				// Its thread left a CPU again later, so this interval
 				// ended, but its end never came (seen: a few in a
-				// hundred with threads handing the GVL on 100 times a
+				// thousand with threads handing the GVL on 100 times a
 				// second). Its time off is not known: it weighs nothing
 				// rather than a guess.
 				s.sum.OffCPUUnknown++
