@@ -160,20 +160,14 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 	} else {
 		fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of CPU\n", title, t.samples, float64(all)/1e9)
 	}
+	if gc := t.states[merge.StateGC]; gc > 0 && all > 0 {
+		fmt.Fprintf(w, "# %.1f%% in garbage collection\n", 100*float64(gc)/float64(all))
+	}
 	pct := func(v uint64) float64 {
 		if all == 0 {
 			return 0
 		}
 		return 100 * float64(v) / float64(all)
-	}
-	// What the threads were doing, when the recording says.
-	if t.states[merge.StateUnknown] < all {
-		fmt.Fprintf(w, "\n## thread states\n")
-		for _, st := range append(slices.Clone(merge.States), merge.StateUnknown) {
-			if v := t.states[st]; v > 0 {
-				fmt.Fprintf(w, "  %6.2f%%  %s\n", pct(v), st.Description())
-			}
-		}
 	}
 	table := func(heading, whereHeading string, self map[reportKey]uint64, kind merge.Kind, where func(reportKey) string) {
 		var keys []reportKey
@@ -234,6 +228,16 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 		func(reportKey) string { return "" })
 	table("## native functions (self: the leaf)", "object", t.nativeSelf, merge.KindNative,
 		func(k reportKey) string { return filepath.Base(k.file) })
+	// What the threads were doing, when the recording says (its GC share
+	// is also in the title).
+	if t.states[merge.StateUnknown] < all {
+		fmt.Fprintf(w, "\n## thread states\n")
+		for _, st := range append(slices.Clone(merge.States), merge.StateUnknown) {
+			if v := t.states[st]; v > 0 {
+				fmt.Fprintf(w, "  %6.2f%%  %s\n", pct(v), st.Description())
+			}
+		}
+	}
 }
 
 // cutRight shortens s to n runes, marking the cut with "…".
