@@ -693,6 +693,10 @@ int BPF_PROG(offcpu, bool preempt, struct task_struct *prev, struct task_struct 
 	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
 	if (!c || !c->wall || tid == 0)
 		return 0;
+	// A thread leaving the CPU for the last time (do_task_dead) never comes
+	// back: there is no time off to weigh.
+	if (prev->exit_state)
+		return 0;
 	count(COUNT_OFFCPU);
 	__u64 pid_tgid = ((__u64)tgid << 32) | tid;
 	// Still runnable (TASK_RUNNING): preempted, by the kernel's preemption
