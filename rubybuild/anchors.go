@@ -41,6 +41,12 @@ type Anchors struct {
 	// exports it), not a pointer to it.
 	ShapeTreeIsStruct bool
 
+	// GCRunning is not a symbol: it says where the layout's flags.during_gc
+	// came from (its source, or the disassembly of rb_during_gc for a table
+	// that lacks it), or why it is missing, so that it is listed with how
+	// the anchors were found. No use requires it.
+	GCRunning Anchor
+
 	// needShapeTree: the Layout keeps class ivars in object shapes, so
 	// naming frames needs ShapeTree.
 	needShapeTree bool
@@ -48,7 +54,8 @@ type Anchors struct {
 
 // List returns the anchors in a stable order.
 func (a *Anchors) List() []*Anchor {
-	return []*Anchor{&a.CurrentEC, &a.VMPtr, &a.SingleMainRactor, &a.GlobalSymbols, &a.VMExec, &a.VMExecCore, &a.ShapeTree}
+	return []*Anchor{&a.CurrentEC, &a.VMPtr, &a.SingleMainRactor, &a.GlobalSymbols, &a.VMExec, &a.VMExecCore, &a.ShapeTree,
+		&a.GCRunning}
 }
 
 // anchorSymbols are the symbols the binary is searched for.
@@ -139,6 +146,7 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 			a.VMExec.Why = err.Error()
 		}
 	}
+	a.GCRunning = gcRunningAnchor(l)
 	for _, x := range a.List() {
 		if !x.Found && x.Why == "" {
 			x.Why = "not in .dynsym" + map[bool]string{true: " or .symtab", false: "; no .symtab"}[b.elf.hasSymtab() || b.debug != nil]

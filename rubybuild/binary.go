@@ -175,7 +175,13 @@ func (b *Binary) findLayout() (*Layout, error) {
 		if v != b.Version {
 			source += " (nearest to " + b.Version.String() + ")"
 		}
-		return resolveLayout(b.Version, b.Arch, source, row.Structs, row.Constants)
+		l, err := resolveLayout(b.Version, b.Arch, source, row.Structs, row.Constants)
+		if err != nil {
+			return nil, err
+		}
+		// Tables predate flags.during_gc: this build's own code gives it.
+		b.fillGCRunning(l)
+		return l, nil
 	}
 	if errors.Is(dwarfErr, errNoDWARF) {
 		id := b.BuildID

@@ -214,15 +214,24 @@ func (e *elfEnv) isData(addr uint64) bool { return e.b.isData(addr) }
 // traceFunc evaluates exported function fn, following up to maxHops tail
 // calls (with the registers at the jump) into local functions.
 func traceFunc(env codeEnv, fn string) ([]access, error) {
+	tr, err := traceCode(env, fn)
+	return tr.accesses, err
+}
+
+// traceCode is traceFunc with what %rax held at each return as well: the
+// accesses and returns of fn and of the tail calls it was followed into.
+func traceCode(env codeEnv, fn string) (trace, error) {
 	pc, code, err := env.funcCode(fn)
 	if err != nil {
-		return nil, err
+		return trace{}, err
 	}
-	var all []access
+	var all trace
 	var regs [16]val
 	for hop := 0; ; hop++ {
 		tr := evaluate(env, pc, code, regs)
-		all = append(all, tr.accesses...)
+		all.accesses = append(all.accesses, tr.accesses...)
+		all.returns = append(all.returns, tr.returns...)
+		all.insns += tr.insns
 		if tr.tail == 0 || hop == maxHops {
 			break
 		}

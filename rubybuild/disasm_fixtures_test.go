@@ -115,6 +115,32 @@ func debian312() *fixEnv {
 	}
 }
 
+// Debian's libruby3.3 3.3.14-0+deb13u1 (trixie-security): the code of 3.3.8,
+// the variables moved.
+func debian3314() *fixEnv {
+	return &fixEnv{
+		funcs: map[string]fixFunc{
+			"rb_during_gc": {0xf9220, "f30f1efa488d05bd693700488b004885c07415488b80180500000fb64010c0e80583e001c30f1f0031c0c3"},
+			"rb_gc_count":  {0xf9250, "f30f1efa488d058d693700488b00488b8018050000488b8070050000c3"},
+		},
+		data: [2]uint64{0x45f000, 0x474000},
+	}
+}
+
+// Debian's libruby3.1 3.1.7+really3.1.2-0+deb12u1 (bookworm-security: the
+// 3.1.7 upload reverted): 3.1.2's code, one page further on.
+func debian312Security() *fixEnv {
+	return &fixEnv{
+		funcs: map[string]fixFunc{
+			"rb_during_gc": {0xcf4e0, "488b05a1f72d00488b00488b80500400000fb64010c0e80583e001c3"},
+		},
+		slots: map[uint64]slot{
+			0x3aec88: {kind: slotAddr, value: 0x3bd370, ok: true}, // GLOB_DAT ruby_current_vm_ptr
+		},
+		data: [2]uint64{0x3af000, 0x3c2000},
+	}
+}
+
 // rb_thread_current of a tiny C file (ruby_current_ec a static __thread
 // pointer, ec->thread_ptr at 0x30) compiled by Debian bookworm's gcc 12.2
 // with -O2 -fcf-protection, in the TLS models Debian's Rubies do not use.
@@ -244,7 +270,7 @@ func TestDisassemblyFixturesGlobals(t *testing.T) {
 // variables (3.3.8's rb_during_gc, 3.3.14's rb_gc_count) mean not found.
 func TestDisassemblyFixturesDisagree(t *testing.T) {
 	env := debian338()
-	env.funcs["rb_gc_count"] = fixFunc{0xf9250, "f30f1efa488d058d693700488b00488b8018050000488b8070050000c3"} // 3.3.14-0+deb13u1
+	env.funcs["rb_gc_count"] = debian3314().funcs["rb_gc_count"]
 	_, _, err := findVMPtr(env, anchorLayout("3.3.8"))
 	if err == nil || !strings.Contains(err.Error(), "disagree") || !strings.Contains(err.Error(), "0x46fbe8") {
 		t.Errorf("err = %v, want a disagreement naming both", err)
@@ -254,6 +280,7 @@ func TestDisassemblyFixturesDisagree(t *testing.T) {
 // TestDisassemblyMalformed: truncated and garbage code never panics.
 func TestDisassemblyMalformed(t *testing.T) {
 	l := anchorLayout("3.3.8")
+	gl := builtinTable(t, "3.3.8")
 	for _, code := range []string{"", "f3", "f30f1e", "ffffffffffffffff", "e9", "66488d3d", strings.Repeat("90", 4000), strings.Repeat("e900000000", 500)} {
 		env := &fixEnv{funcs: map[string]fixFunc{}, local: map[uint64]string{0x1005: code}}
 		for _, fn := range []string{"rb_thread_current", "rb_during_gc", "rb_id2str", "rb_shape_id"} {
@@ -263,6 +290,9 @@ func TestDisassemblyMalformed(t *testing.T) {
 		findVMPtr(env, l)
 		findGlobalSymbols(env, l)
 		findShapeTree(env, l)
+		if _, _, err := findDuringGC(env, gl); err == nil {
+			t.Errorf("flags.during_gc found in %.40s...", code)
+		}
 	}
 }
 
@@ -275,7 +305,12 @@ func FuzzDisassemblyFinders(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	for _, env := range duringGCShapes() {
+		b, _ := hex.DecodeString(env.funcs[duringGCFunc].code)
+		f.Add(b)
+	}
 	l := anchorLayout("3.3.8")
+	gl := builtinTable(f, "3.3.8")
 	f.Fuzz(func(t *testing.T, code []byte) {
 		env := debian338()
 		env.local = map[uint64]string{}
@@ -291,5 +326,9 @@ func FuzzDisassemblyFinders(f *testing.F) {
 		findVMPtr(env, l)
 		findGlobalSymbols(env, l)
 		findShapeTree(env, l)
+		if m, _, err := findDuringGC(env, gl); err == nil && (m.Offset != gl.GC.Mode.Offset || m.BitSize != 1 ||
+			m.BitOffset < 0 || m.BitOffset >= 32 || overlapBits(m, gl.GC.Mode) || overlapBits(m, gl.GC.Compacting)) {
+			t.Errorf("flags.during_gc %+v passed the checks", m)
+		}
 	})
 }

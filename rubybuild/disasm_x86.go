@@ -10,10 +10,13 @@ import (
 // (disasm_anchors.go). It sweeps a function's instructions in address order
 // and tracks what each general register holds, as far as the fallbacks care:
 // the address or the value of a global variable, or a thread-local variable in
-// one of the ELF TLS access models. Every memory operand whose base it knows
-// becomes an access event. It never follows conditional branches: after an
-// unconditional jump or a return it forgets everything, so code after an early
-// return is still read, with no stale state.
+// one of the ELF TLS access models, a field read through a global's value
+// (vm->objspace), and, bit by bit, what a bit-field extraction (load, shift,
+// mask) leaves of a word read through such a field. Every memory operand
+// whose base it knows becomes an access event, and every return records what
+// %rax holds. It never follows conditional branches: after an unconditional
+// jump or a return it forgets everything, so code after an early return is
+// still read, with no stale state.
 //
 // The shapes it knows are the ones gcc and clang emit for -fPIC and PIE code,
 // with and without -fcf-protection (endbr64 at every entry):
@@ -49,6 +52,8 @@ const (
 	vTP               // the thread pointer (%fs:0)
 	vTLSAddr          // the address of thread-local t in this thread
 	vTLSValue         // the 8-byte value of thread-local t in this thread
+	vField            // the 8-byte value at offset field of the struct whose address global addr holds
+	vBits             // bit by bit, a word read through a vField, shifted and masked (bits says how)
 )
 
 // tlsVar is a thread-local variable as the code names it.
@@ -73,10 +78,80 @@ func (t tlsVar) same(u tlsVar) bool {
 }
 
 type val struct {
-	kind valKind
-	addr uint64
-	tls  tlsVar
-	gd   bool // vTLSArg: loaded with the general-dynamic data16 prefix
+	kind  valKind
+	addr  uint64
+	field int64 // vField: the offset read through the global's value
+	tls   tlsVar
+	gd    bool     // vTLSArg: loaded with the general-dynamic data16 prefix
+	bits  *regBits // vBits; never changed once made, so vals copy freely
+}
+
+// wordRef is a word the code read through a field of a global's struct
+// (objspace->flags through vm->objspace).
+type wordRef struct {
+	base  val   // what the load's base register held: a vField
+	disp  int64 // the word's offset from it
+	bytes int   // the load's width
+}
+
+func (w wordRef) same(u wordRef) bool {
+	return w.base.kind == u.base.kind && w.base.addr == u.base.addr && w.base.field == u.base.field &&
+		w.disp == u.disp && w.bytes == u.bytes
+}
+
+// What a register bit holds, besides bit n (0..63) of regBits.word.
+const (
+	bitUnknown int8 = -1
+	bitZero    int8 = -2
+)
+
+// regBits is what each bit of a register holds: a bit of one word, zero, or
+// unknown. Following bits one by one reads the shapes gcc and clang give a
+// one-bit field read (movzbl, or a byte or 32-bit load; shr; and) at every -O
+// level exactly, with no pattern per shape to keep in step with them.
+type regBits struct {
+	word    wordRef
+	hasWord bool // some bit names a bit of word
+	bit     [64]int8
+}
+
+func unknownBits() regBits {
+	var r regBits
+	for i := range r.bit {
+		r.bit[i] = bitUnknown
+	}
+	return r
+}
+
+// wordBits is a load of the word w: bit i holds its bit i, for n bits.
+func wordBits(w wordRef, n int) regBits {
+	r := unknownBits()
+	r.word, r.hasWord = w, true
+	for i := 0; i < n && i < 64; i++ {
+		r.bit[i] = int8(i)
+	}
+	return r
+}
+
+// singleBit says whether the low 32 bits (an int return value) are one bit
+// of the word in bit 0 and zeros, and which; zero says they are all zero.
+func (r regBits) singleBit() (bit int, ok, zero bool) {
+	zero = true
+	for i := 0; i < 32; i++ {
+		if r.bit[i] != bitZero {
+			zero = false
+		}
+		if i > 0 && r.bit[i] != bitZero {
+			return 0, false, false
+		}
+	}
+	if zero {
+		return 0, false, true
+	}
+	if r.bit[0] < 0 || !r.hasWord {
+		return 0, false, false
+	}
+	return int(r.bit[0]), true, false
 }
 
 // access is one memory operand whose base register (or RIP) was known.
@@ -223,6 +298,7 @@ type trace struct {
 	accesses []access
 	tail     uint64 // the first tail call's target out of the function, or 0
 	tailRegs [16]val
+	returns  []val // what %rax held at each ret
 	insns    int
 }
 
@@ -341,6 +417,8 @@ func (e *evaluator) load(via val, disp int64, ripSlot bool) val {
 		if disp < 0 {
 			return val{kind: vTLSValue, tls: tlsVar{model: "local-exec", tpOffset: disp, hasTP: true}}
 		}
+	case vValue:
+		return val{kind: vField, addr: via.addr, field: disp}
 	}
 	return val{}
 }
@@ -391,7 +469,13 @@ func (e *evaluator) step(i insn) {
 		e.slots = nil
 	}
 	switch in.Op {
-	case x86asm.RET, x86asm.UD2, x86asm.HLT:
+	case x86asm.RET:
+		if len(e.out.returns) < maxInsns {
+			e.out.returns = append(e.out.returns, e.regs[regFamily(x86asm.RAX)])
+		}
+		e.clearAll()
+		return
+	case x86asm.UD2, x86asm.HLT:
 		e.clearAll()
 		return
 	case x86asm.JMP:
@@ -406,6 +490,13 @@ func (e *evaluator) step(i insn) {
 	case x86asm.NOP, x86asm.CMP, x86asm.TEST, x86asm.PUSH, x86asm.BT, x86asm.PREFETCHT0,
 		x86asm.PREFETCHT1, x86asm.PREFETCHT2, x86asm.PREFETCHNTA:
 		return
+	case x86asm.MOVZX:
+		e.movzx(i)
+		return
+	case x86asm.SHR, x86asm.AND, x86asm.XOR:
+		if e.bitOp(i) {
+			return
+		}
 	case x86asm.XCHG, x86asm.XADD, x86asm.CMPXCHG, x86asm.CMPXCHG8B, x86asm.CMPXCHG16B,
 		x86asm.MUL, x86asm.DIV, x86asm.IDIV, x86asm.CPUID, x86asm.RDTSC, x86asm.RDTSCP, x86asm.SYSCALL,
 		x86asm.LEAVE:
@@ -463,6 +554,10 @@ func (e *evaluator) mov(i insn) {
 	}
 	switch s := src.(type) {
 	case x86asm.Reg:
+		if v := e.get(s); v.kind == vBits {
+			e.writeBits(dst.(x86asm.Reg), e.bitsOf(s))
+			return
+		}
 		e.set(dst, e.get(s))
 	case x86asm.Imm:
 		// mov $NEG,%r before %fs:(%r): local exec in a PIE executable.
@@ -474,6 +569,10 @@ func (e *evaluator) mov(i insn) {
 	case x86asm.Mem:
 		if v, ok := e.fsOperand(s); ok {
 			e.set(dst, v)
+			return
+		}
+		if w, ok := e.wordAt(i, s); ok {
+			e.writeBits(dst.(x86asm.Reg), wordBits(w, 8*w.bytes))
 			return
 		}
 		if in.MemBytes != 8 {
@@ -585,6 +684,162 @@ func (e *evaluator) call(i insn) {
 	e.regs[regFamily(x86asm.RAX)] = val{kind: vTLSBlock, tls: tlsVar{model: "local-dynamic", hasOffset: true, modGOT: rdi.addr}}
 }
 
+// regWidth is a general register's width in bits; 0 for AH, CH, DH and BH,
+// which hold bits 8-15 and are not followed bit by bit.
+func regWidth(r x86asm.Reg) int {
+	switch {
+	case r >= x86asm.RAX && r <= x86asm.R15:
+		return 64
+	case r >= x86asm.EAX && r <= x86asm.R15L:
+		return 32
+	case r >= x86asm.AX && r <= x86asm.R15W:
+		return 16
+	case r >= x86asm.AL && r <= x86asm.BL, r >= x86asm.SPB && r <= x86asm.DIB, r >= x86asm.R8B && r <= x86asm.R15B:
+		return 8
+	}
+	return 0
+}
+
+// bitsOf is what register r's bits hold (all unknown unless it is a vBits).
+func (e *evaluator) bitsOf(r x86asm.Reg) regBits {
+	f := regFamily(r)
+	if f < 0 || regWidth(r) == 0 || e.regs[f].kind != vBits {
+		return unknownBits()
+	}
+	return *e.regs[f].bits
+}
+
+// writeBits stores res, a value as wide as register r, into r the way
+// x86_64 writes: a 32-bit write zeroes bits 32-63, 8- and 16-bit writes keep
+// the register's other bits (those of another word become unknown).
+func (e *evaluator) writeBits(r x86asm.Reg, res regBits) {
+	f, w := regFamily(r), regWidth(r)
+	if f < 0 {
+		return
+	}
+	if w == 0 {
+		e.regs[f] = val{}
+		return
+	}
+	if w == 32 {
+		for i := 32; i < 64; i++ {
+			res.bit[i] = bitZero
+		}
+	}
+	if w < 32 {
+		old := e.bitsOf(r)
+		for i := w; i < 64; i++ {
+			b := old.bit[i]
+			if b >= 0 {
+				switch {
+				case !res.hasWord:
+					res.word, res.hasWord = old.word, true
+				case !res.word.same(old.word):
+					b = bitUnknown
+				}
+			}
+			res.bit[i] = b
+		}
+	}
+	known, word := false, false
+	for _, b := range res.bit {
+		known = known || b != bitUnknown
+		word = word || b >= 0
+	}
+	if !known {
+		e.regs[f] = val{}
+		return
+	}
+	res.hasWord = word
+	e.regs[f] = val{kind: vBits, bits: &res}
+}
+
+// wordAt says whether memory operand m is a plain field of a struct whose
+// pointer a register holds as a vField: a word rb_during_gc may read.
+func (e *evaluator) wordAt(i insn, m x86asm.Mem) (wordRef, bool) {
+	n := i.inst.MemBytes
+	via, disp, ok := e.memBase(i, m)
+	if !ok || m.Index != 0 || via.kind != vField || (n != 1 && n != 2 && n != 4 && n != 8) {
+		return wordRef{}, false
+	}
+	return wordRef{base: via, disp: disp, bytes: n}, true
+}
+
+// movzx follows a zero extension, from a register or from a word.
+func (e *evaluator) movzx(i insn) {
+	in := i.inst
+	dst, ok := in.Args[0].(x86asm.Reg)
+	if !ok {
+		return
+	}
+	src, n := unknownBits(), 0
+	switch s := in.Args[1].(type) {
+	case x86asm.Reg:
+		src, n = e.bitsOf(s), regWidth(s)
+	case x86asm.Mem:
+		n = 8 * in.MemBytes
+		if w, ok := e.wordAt(i, s); ok {
+			src = wordBits(w, n)
+		}
+	}
+	out := unknownBits()
+	out.word, out.hasWord = src.word, src.hasWord
+	for k := 0; k < regWidth(dst) && n > 0; k++ {
+		out.bit[k] = bitZero
+		if k < n {
+			out.bit[k] = src.bit[k]
+		}
+	}
+	e.writeBits(dst, out)
+}
+
+// bitOp follows shr by a constant, and with a constant, and xor of a
+// register with itself (zero); false for anything else.
+func (e *evaluator) bitOp(i insn) bool {
+	in := i.inst
+	dst, ok := in.Args[0].(x86asm.Reg)
+	w := regWidth(dst)
+	if !ok || w == 0 {
+		return false
+	}
+	if in.Op == x86asm.XOR {
+		if src, ok := in.Args[1].(x86asm.Reg); !ok || src != dst {
+			return false
+		}
+		out := unknownBits()
+		for k := 0; k < w; k++ {
+			out.bit[k] = bitZero
+		}
+		e.writeBits(dst, out)
+		return true
+	}
+	imm, ok := in.Args[1].(x86asm.Imm)
+	if !ok {
+		return false
+	}
+	old := e.bitsOf(dst)
+	out := old
+	n := int(uint64(imm) & 31)
+	if w == 64 {
+		n = int(uint64(imm) & 63)
+	}
+	for k := 0; k < w; k++ {
+		switch in.Op {
+		case x86asm.SHR:
+			out.bit[k] = bitZero
+			if k+n < w {
+				out.bit[k] = old.bit[k+n]
+			}
+		case x86asm.AND:
+			if uint64(imm)>>k&1 == 0 {
+				out.bit[k] = bitZero
+			}
+		}
+	}
+	e.writeBits(dst, out)
+	return true
+}
+
 func (v val) String() string {
 	switch v.kind {
 	case vAddr:
@@ -593,6 +848,8 @@ func (v val) String() string {
 		return fmt.Sprintf("*%#x", v.addr)
 	case vTLSAddr, vTLSValue:
 		return fmt.Sprintf("tls(%s %d tp %d)", v.tls.model, v.tls.offset, v.tls.tpOffset)
+	case vField:
+		return fmt.Sprintf("*%#x->%d", v.addr, v.field)
 	}
 	return fmt.Sprintf("kind %d", v.kind)
 }

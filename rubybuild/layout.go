@@ -145,6 +145,10 @@ type Layout struct {
 		// does not tell: incremental marking and lazy sweeping leave it
 		// set between steps while Ruby code runs.
 		Running Member
+		// RunningHow says how Running was found when the layout's source
+		// lacks it (a table: from the binary's rb_during_gc), "" when the
+		// source gave it; RunningWhy, why it is missing.
+		RunningHow, RunningWhy string
 	}
 
 	// Constants are the enumerator values read with the layout (flag bits,
@@ -530,11 +534,8 @@ func hasGCStamps(l *Layout) bool {
 // their enumerators where the layout has them, else by during_compacting.
 func (l *Layout) hasGCPhase() bool {
 	r, m, k := l.GC.Running, l.GC.Mode, l.GC.Compacting
-	overlaps := func(a, b Member) bool {
-		return a.BitOffset < b.BitOffset+b.BitSize && b.BitOffset < a.BitOffset+a.BitSize
-	}
 	return l.Capabilities.GCStamps && r.Offset == m.Offset && r.BitSize == 1 && r.BitOffset >= 0 &&
-		r.BitOffset < 32 && !overlaps(r, m) && !overlaps(r, k)
+		r.BitOffset < 32 && !overlapBits(r, m) && !overlapBits(r, k)
 }
 
 // GCSpan is the part of the objspace holding the GC fields a stamp reads,
