@@ -11,10 +11,13 @@ const (
 	StateGC                   // collecting garbage (holding the GVL)
 	StateGVL                  // waiting for the GVL
 	StateBlocked              // off the CPU: sleep, I/O, a lock, a queue (record --wall)
+	// StateOffCPU: off the CPU, blocked or waiting for the GVL: the layout
+	// (a built-in table) cannot tell which (record --wall).
+	StateOffCPU
 )
 
 // States lists every known state, in the order reports show them.
-var States = []State{StateRuby, StateC, StateGC, StateGVL, StateBlocked}
+var States = []State{StateRuby, StateC, StateGC, StateGVL, StateBlocked, StateOffCPU}
 
 // String is the state's short name: a pprof label value, a folded stack's
 // group.
@@ -30,6 +33,8 @@ func (s State) String() string {
 		return "gvl"
 	case StateBlocked:
 		return "blocked"
+	case StateOffCPU:
+		return "off_cpu"
 	}
 	return "unknown"
 }
@@ -47,6 +52,8 @@ func (s State) Description() string {
 		return "waiting for the GVL"
 	case StateBlocked:
 		return "blocked (sleep, I/O, a lock)"
+	case StateOffCPU:
+		return "off the CPU (blocked or waiting for the GVL: a debug file tells which)"
 	}
 	return "unknown"
 }
@@ -59,6 +66,7 @@ const (
 	GCName      = "(garbage collection)"
 	GVLWaitName = "(waiting for the GVL)"
 	BlockedName = "(blocked)"
+	OffCPUName  = "(off CPU)"
 )
 
 // PhaseName is the pseudo-frame of a GC phase ("marking"): "(marking)".
@@ -82,6 +90,8 @@ func AddStateFrames(st *Stack, phase string) {
 		names = []string{GVLWaitName}
 	case StateBlocked:
 		names = []string{BlockedName}
+	case StateOffCPU:
+		names = []string{OffCPUName}
 	default:
 		return
 	}

@@ -21,9 +21,9 @@ import (
 //     (running_ec) stands for it on the CPU, never off it: a thread keeps
 //     that title after releasing the GVL.
 //
-// Without unblock.func (a layout from a built-in table) a thread that left
-// the CPU in a C method is called blocked, and one that did so in Ruby
-// code without the GVL waiting for it.
+// Without unblock.func and the GVL's owner (a layout from a built-in table)
+// a thread that left the CPU is off it, blocked or waiting for the GVL,
+// which is all that can be said.
 func threadState(f bpf.ThreadFacts, topC bool) merge.State {
 	running := merge.StateRuby
 	if topC {
@@ -50,16 +50,17 @@ func threadState(f bpf.ThreadFacts, topC bool) merge.State {
 		return running
 	case f.GVLKnown && f.RegionKnown:
 		return merge.StateGVL
-	case f.GVLKnown:
-		switch {
-		case blocked && topC:
-			return merge.StateBlocked
-		case topC && !f.OffCPU:
-			return merge.StateC
-		}
-		return merge.StateGVL
 	case blocked:
-		return merge.StateBlocked
+		// Off the CPU with no owner of the GVL to compare with, nor a
+		// blocking region: blocked, or waiting for the GVL. A C method on
+		// top does not tell (a thread hands the GVL on in one too).
+		return merge.StateOffCPU
+	case f.GVLKnown && topC:
+		return merge.StateC // in a blocking region, or taking the GVL back
+	case f.GVLKnown:
+		return merge.StateGVL // Ruby code runs only with the GVL: taking it
+	case f.OffCPU || f.GVLLast:
+		return running // preempted: it was running
 	}
 	return merge.StateUnknown
 }

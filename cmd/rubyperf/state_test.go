@@ -80,7 +80,7 @@ func recordStates(t *testing.T, r testruby.Ruby, mode string, wall bool, hz int)
 				w.phases[f.Name]++
 				seenState = true
 			case seenState && (f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc):
-				if s.State == merge.StateBlocked {
+				if s.State == merge.StateBlocked || s.State == merge.StateOffCPU {
 					w.blockedAt[name][f.Name] += s.Period
 				}
 				seenState = false
@@ -103,7 +103,7 @@ func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol }
 // the GC took.
 func TestStateGC(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	for _, r := range testruby.WithDWARF(t) {
+	for _, r := range stateRubies(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			facts, w := recordStates(t, r, "gc", false, 999)
 			want := facts["gc_ms"].(float64) / facts["cpu_ms"].(float64)
@@ -122,10 +122,12 @@ func TestStateGC(t *testing.T) {
 // TestStateGVL: three CPU-bound threads share the GVL; recorded with
 // --wall, each one waits for it two thirds of its time (the GVL goes round
 // them in turn), and runs at least the CPU time it measured (it also holds
-// the GVL while the kernel has it wait for a CPU).
+// the GVL while the kernel has it wait for a CPU). A Ruby whose layout
+// comes from a built-in table cannot tell waiting for the GVL from being
+// blocked off the CPU: there that time is "off the CPU", never either.
 func TestStateGVL(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	for _, r := range testruby.WithDWARF(t) {
+	for _, r := range stateRubies(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			facts, w := recordStates(t, r, "gvl", true, 99)
 			for _, th := range facts["threads"].([]any) {
@@ -133,6 +135,12 @@ func TestStateGVL(t *testing.T) {
 				name := th["name"].(string)
 				ran := th["cpu_ms"].(float64) / th["wall_ms"].(float64)
 				got := w.share(name, merge.StateGVL)
+				if !r.DWARF {
+					if b := w.share(name, merge.StateBlocked); b > 0 {
+						t.Errorf("%s: blocked %.3f of the time, on a layout that cannot tell", name, b)
+					}
+					got += w.share(name, merge.StateOffCPU)
+				}
 				running := w.share(name, merge.StateRuby) + w.share(name, merge.StateC)
 				t.Logf("%s: waiting for the GVL %.1f%%, running %.1f%%; the thread was on a CPU %.1f%% of its time; states %v",
 					name, 100*got, 100*running, 100*ran, w.byThread[name])
@@ -149,10 +157,11 @@ func TestStateGVL(t *testing.T) {
 
 // TestStateBlocked: recorded with --wall, a sleeping thread is blocked in
 // Kernel#sleep, and a thread waiting for a pipe in IO.select, each for the
-// time the workload measured.
+// time the workload measured (off the CPU there, on a layout from a
+// built-in table).
 func TestStateBlocked(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	for _, r := range testruby.WithDWARF(t) {
+	for _, r := range stateRubies(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			facts, w := recordStates(t, r, "block", true, 99)
 			for _, c := range []struct {
@@ -168,4 +177,15 @@ func TestStateBlocked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stateRubies are the test Rubies the state tests run on: every one with
+// DWARF (exact states), and Debian's stripped 3.1 and 3.3, whose built-in
+// tables give the partial rules.
+func stateRubies(t *testing.T) []testruby.Ruby {
+	rubies := testruby.WithDWARF(t)
+	for _, name := range []string{"debian-3.1", "debian-3.3"} {
+		rubies = append(rubies, testruby.Get(t, name))
+	}
+	return rubies
 }
