@@ -15,15 +15,18 @@ const module = "github.com/rubyperf/rubyperf/"
 // allowed lists, for each package, the project packages it may import.
 // Test files may also import the test helpers in testHelpers.
 var allowed = map[string][]string{
-	"debuginfo":         {},
-	"rubybuild":         {"debuginfo"},
-	"rubystack":         {"rubybuild"},
-	"bpf":               {"rubybuild", "rubystack"},
-	"perfdata":          {},
-	"perfmap":           {},
-	"outfile":           {},
-	"merge":             {"rubystack"},
-	"recording":         {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile"},
+	"debuginfo": {},
+	"rubybuild": {"debuginfo"},
+	"rubystack": {"rubybuild"},
+	"bpf":       {"rubybuild", "rubystack"},
+	"perfdata":  {},
+	"perfmap":   {},
+	"outfile":   {},
+	"merge":     {"rubystack"},
+	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal"},
+	// threadlocal finds a shared object's thread-local variables in a live
+	// process, through glibc's own descriptions: no Ruby, perf or BPF.
+	"threadlocal":       {},
 	"native":            {"debuginfo"},
 	"export":            {"merge"},
 	"cmd/rubyperf":      {"*"},
@@ -32,14 +35,19 @@ var allowed = map[string][]string{
 	"internal/debuginfodtest": {},
 	// internal/rubyoracle builds the C extension that asks Ruby for its own
 	// stack, into the test Rubies' cache.
-	"internal/rubyoracle": {"internal/testruby"},
-	"internal/archtest":   {},
+	"internal/rubyoracle": {"internal/rubyext"},
+	// internal/rubyext compiles the tests' C extensions against a test Ruby;
+	// internal/profilerstate builds the one that publishes request labels.
+	"internal/rubyext":       {"internal/testruby"},
+	"internal/profilerstate": {"internal/rubyext", "internal/testruby"},
+	"internal/archtest":      {},
 	// bench runs the rubyperf binary and its peers as a user would.
 	"bench": {},
 }
 
 // testHelpers are the packages any test file may import.
-var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfodtest": true, "internal/rubyoracle": true}
+var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfodtest": true, "internal/rubyoracle": true,
+	"internal/profilerstate": true, "internal/rubyext": true}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
@@ -51,6 +59,7 @@ var externalOnly = map[string][]string{
 	"debuginfo":               {"golang.org/x/sys/"},
 	"internal/debuginfodtest": {"golang.org/x/sys/"},
 	"internal/rubyoracle":     {},
+	"threadlocal":             {"golang.org/x/sys/"},
 }
 
 func TestImportsPointOneWay(t *testing.T) {

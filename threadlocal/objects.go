@@ -1,0 +1,248 @@
+package threadlocal
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Limits on what is read of the target's files.
+const (
+	maxMapsLines   = 1 << 20  // lines of /proc/PID/maps
+	maxMapsLine    = 8 << 10  // bytes of one line
+	maxObjects     = 1 << 13  // distinct mapped files examined
+	maxSymbolBytes = 64 << 20 // .dynsym or .dynstr of one file
+)
+
+// mapping is one line of /proc/PID/maps.
+type mapping struct {
+	start, end, offset, inode uint64
+	path                      string // as the process sees it; " (deleted)" removed
+	deleted                   bool
+}
+
+func readMaps(pid int) ([]mapping, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	maps, err := parseMaps(f)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return maps, nil
+}
+
+func parseMaps(r io.Reader) ([]mapping, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), maxMapsLine)
+	var out []mapping
+	for n := 0; sc.Scan(); n++ {
+		if n >= maxMapsLines {
+			return nil, fmt.Errorf("maps: more than %d lines", maxMapsLines)
+		}
+		if m, ok := parseMapsLine(sc.Text()); ok {
+			out = append(out, m)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("maps: %w", err)
+	}
+	return out, nil
+}
+
+// parseMapsLine reads "start-end perms offset dev inode   path".
+func parseMapsLine(line string) (mapping, bool) {
+	rest := line
+	var f [5]string
+	for i := range f {
+		rest = strings.TrimLeft(rest, " ")
+		j := strings.IndexByte(rest, ' ')
+		if j < 0 {
+			if i < 4 {
+				return mapping{}, false
+			}
+			j = len(rest)
+		}
+		f[i], rest = rest[:j], rest[j:]
+	}
+	lo, hi, ok := strings.Cut(f[0], "-")
+	if !ok {
+		return mapping{}, false
+	}
+	var m mapping
+	var err [4]error
+	m.start, err[0] = strconv.ParseUint(lo, 16, 64)
+	m.end, err[1] = strconv.ParseUint(hi, 16, 64)
+	m.offset, err[2] = strconv.ParseUint(f[2], 16, 64)
+	m.inode, err[3] = strconv.ParseUint(f[4], 10, 64)
+	for _, e := range err {
+		if e != nil {
+			return mapping{}, false
+		}
+	}
+	if m.end < m.start {
+		return mapping{}, false
+	}
+	m.path = strings.TrimLeft(rest, " ")
+	if p, ok := strings.CutSuffix(m.path, " (deleted)"); ok {
+		m.path, m.deleted = p, true
+	}
+	return m, true
+}
+
+// elfInfo is what is needed of one mapped ELF file.
+type elfInfo struct {
+	machine   elf.Machine
+	firstLoad uint64 // vaddr of the lowest segment, the one mapped at file offset 0
+	firstOff  uint64 // its file offset
+	dynamic   uint64 // PT_DYNAMIC vaddr
+	hasDyn    bool
+	tlsSize   uint64 // PT_TLS memsz
+	hasTLS    bool
+	syms      map[string]elf.Symbol // the defined dynamic symbols asked for
+}
+
+// object is one ELF file loaded at one place in the target.
+type object struct {
+	path string // as mapped
+	bias uint64 // added to a file vaddr gives the address in the process
+	*elfInfo
+}
+
+// sym is a defined dynamic symbol of o.
+func (o *object) sym(name string) (elf.Symbol, bool) {
+	s, ok := o.syms[name]
+	return s, ok
+}
+
+// wanted says which dynamic symbols Find needs: the caller's symbol, the
+// dynamic linker's _r_debug and _rtld_global, glibc's libthread_db descriptors.
+func wanted(symbol string) func(string) bool {
+	return func(name string) bool {
+		return name == symbol || name == "_r_debug" || name == "_rtld_global" ||
+			strings.HasPrefix(name, "_thread_db_")
+	}
+}
+
+// loadObjects opens every ELF file pid maps (once per file) and returns it
+// once per place it is mapped at (its mapping of file offset 0), in address
+// order. Files that are not ELF, or not readable, are skipped.
+func loadObjects(pid int, maps []mapping, want func(string) bool) ([]*object, error) {
+	pageSize := uint64(os.Getpagesize())
+	infos := map[string]*elfInfo{}
+	var out []*object
+	for _, m := range maps {
+		if m.offset != 0 || m.inode == 0 || !strings.HasPrefix(m.path, "/") {
+			continue // not a file's first page: anonymous, [vdso], a segment
+		}
+		key := m.path + "\x00" + strconv.FormatUint(m.inode, 10)
+		info, seen := infos[key]
+		if !seen {
+			if len(infos) >= maxObjects {
+				return nil, fmt.Errorf("pid %d: more than %d mapped files", pid, maxObjects)
+			}
+			info, _ = readELF(pid, m, want) // nil: not ELF, unreadable
+			infos[key] = info
+		}
+		if info == nil || info.firstOff&^(pageSize-1) != 0 {
+			continue
+		}
+		out = append(out, &object{path: m.path, bias: m.start - info.firstLoad&^(pageSize-1), elfInfo: info})
+	}
+	return out, nil
+}
+
+// readELF reads m's file: through /proc/PID/map_files, which is the very file
+// mapped even if deleted or replaced since, else through /proc/PID/root, the
+// target's view of the file system (containers).
+func readELF(pid int, m mapping, want func(string) bool) (*elfInfo, error) {
+	paths := []string{
+		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.start, m.end),
+		filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.path),
+	}
+	var firstErr error
+	for _, p := range paths {
+		info, err := readELFFile(p, m.inode, want)
+		if err == nil {
+			return info, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return nil, firstErr
+}
+
+func readELFFile(path string, inode uint64, want func(string) bool) (info *elfInfo, err error) {
+	// O_NONBLOCK: a FIFO planted at a mapped path must not block.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != inode {
+		return nil, fmt.Errorf("%s: inode %d, not the mapped %d (replaced?)", path, sys.Ino, inode)
+	}
+	// debug/elf panics on some malformed files.
+	defer func() {
+		if r := recover(); r != nil {
+			info, err = nil, fmt.Errorf("%s: malformed ELF: %v", path, r)
+		}
+	}()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, err
+	}
+	info = &elfInfo{machine: ef.Machine, syms: map[string]elf.Symbol{}}
+	haveLoad := false
+	for _, p := range ef.Progs {
+		switch p.Type {
+		case elf.PT_LOAD:
+			if !haveLoad || p.Vaddr < info.firstLoad {
+				info.firstLoad, info.firstOff, haveLoad = p.Vaddr, p.Off, true
+			}
+		case elf.PT_DYNAMIC:
+			info.dynamic, info.hasDyn = p.Vaddr, true
+		case elf.PT_TLS:
+			info.tlsSize, info.hasTLS = p.Memsz, true
+		}
+	}
+	if !haveLoad {
+		return nil, fmt.Errorf("%s: no loadable segment", path)
+	}
+	for _, name := range []string{".dynsym", ".dynstr"} {
+		if s := ef.Section(name); s == nil {
+			return info, nil // no dynamic symbols
+		} else if s.Size > maxSymbolBytes {
+			return nil, fmt.Errorf("%s: %s of %d bytes", path, name, s.Size)
+		}
+	}
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		return info, nil
+	}
+	for _, s := range syms {
+		if s.Section == elf.SHN_UNDEF || !want(s.Name) {
+			continue
+		}
+		if _, dup := info.syms[s.Name]; !dup {
+			info.syms[s.Name] = s
+		}
+	}
+	return info, nil
+}
