@@ -1,8 +1,8 @@
 package rubyoracle
 
 import (
+	"github.com/rubyperf/rubyperf/internal/rubyext"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,11 +14,10 @@ import (
 // valid strings afterwards. Holding a label only as Fiddle's integer let the
 // GC free it, and Ruby crashed later in JSON.generate.
 func TestFiddleOracleSurvivesGC(t *testing.T) {
-	src, err := sourcePath()
+	oracle, err := rubyext.RepoPath("testdata/ruby/oracle.rb")
 	if err != nil {
 		t.Fatal(err)
 	}
-	oracle := filepath.Join(filepath.Dir(src), "..", "oracle.rb")
 	script := `require ARGV[0]
 def outer = inner
 def inner
