@@ -35,6 +35,16 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	if l.Capabilities.SkipDummyBottomFrame {
 		cfg.SkipDummyFrame = 1
 	}
+	// A label's String value: its bytes outside the object, and how many.
+	cfg.T_string = uint64(c["RUBY_T_STRING"])
+	cfg.StrNoembed = uint64(c["RSTRING_NOEMBED"])
+	heapLen := l.String.HeapLen
+	if l.Capabilities.StringLenField {
+		heapLen = l.String.Len
+	}
+	if p := l.String.HeapPtr; p > 0 && p%8 == 0 && p+8 <= labelObj && heapLen > 0 && heapLen%8 == 0 && heapLen+8 <= labelObj {
+		cfg.StrHeapPtr, cfg.StrHeapLen = u32(p), u32(heapLen)
+	}
 	if l.ControlFrame.JITReturn >= 0 {
 		cfg.CfpJitReturn = u32(l.ControlFrame.JITReturn) + 1
 	}
@@ -179,4 +189,43 @@ func (cfg *ProcessConfig) FollowWall(on bool) {
 	if on {
 		cfg.Wall = 1
 	}
+}
+
+// labelObj is LABEL_OBJ in ruby.bpf.c: the bytes of a label's object value
+// the program copies.
+const labelObj = 64
+
+// LabelsTLS is where a thread-local variable of a loaded shared object
+// lives, for a reader that knows only the thread pointer (what package
+// threadlocal finds): the module's block through the thread's DTV, or at a
+// fixed offset from the thread pointer when it is in static TLS.
+type LabelsTLS struct {
+	ModID, Offset                    uint64
+	DTVPointer, DTVEntrySize, DTVVal int64
+	DTVCounter                       int64
+	Generation                       uint64
+	Static                           bool
+	TPOffset                         int64
+}
+
+// ReadLabels makes the program read request labels (ruby-profiler's
+// per-fiber state) through the thread-local variable at v; a zero ModID
+// stops it.
+func (cfg *ProcessConfig) ReadLabels(v LabelsTLS) error {
+	if v.ModID == 0 {
+		cfg.LabelsMod = 0
+		return nil
+	}
+	if v.ModID > 4096 || v.DTVEntrySize <= 0 || v.DTVEntrySize > 64 || v.DTVVal < 0 || v.DTVVal+8 > v.DTVEntrySize ||
+		v.DTVCounter < 0 || v.DTVCounter+8 > v.DTVEntrySize {
+		return fmt.Errorf("labels: module %d, DTV entries of %d bytes with the block at %d: not what the program reads",
+			v.ModID, v.DTVEntrySize, v.DTVVal)
+	}
+	cfg.LabelsMod, cfg.LabelsOffset, cfg.LabelsDtv = v.ModID, v.Offset, v.DTVPointer
+	cfg.LabelsDtvEntry, cfg.LabelsDtvVal, cfg.LabelsDtvCounter = u32(v.DTVEntrySize), u32(v.DTVVal), u32(v.DTVCounter)
+	cfg.LabelsGeneration, cfg.LabelsTpOffset, cfg.LabelsStatic = v.Generation, v.TPOffset, 0
+	if v.Static {
+		cfg.LabelsStatic = 1
+	}
+	return nil
 }

@@ -22,6 +22,55 @@ func payloadSeed(n int) []byte {
 	return b
 }
 
+// labelledSeed is payloadSeed(n) with labels after its frames: a String
+// label's copy and an immediate's.
+func labelledSeed(n, labels int) []byte {
+	b := payloadSeed(n)
+	binary.LittleEndian.PutUint32(b[labelsAt():], uint32(labels))
+	binary.LittleEndian.PutUint32(b[labelsAt()+4:], uint32(labelSize))
+	for i := 0; i < labels; i++ {
+		l := make([]byte, labelSize)
+		binary.LittleEndian.PutUint64(l[0:], uint64(0x3f01+i*16)) // key (an ID)
+		binary.LittleEndian.PutUint64(l[8:], uint64(2*i+1))       // value (a Fixnum)
+		b = append(b, l...)
+	}
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)))
+	return b
+}
+
+// labelsAt is the offset of nlabels in the header.
+func labelsAt() int { return headerSizeV5 }
+
+// TestDecodePayloadVersions: a version 5 payload (a header without nlabels)
+// and a version 6 one with labels decode; labels past the payload do not.
+func TestDecodePayloadVersions(t *testing.T) {
+	v5 := payloadSeed(2)[:headerSizeV5]
+	v5 = append(v5, payloadSeed(2)[headerSize:]...)
+	binary.LittleEndian.PutUint16(v5[4:], 5)
+	binary.LittleEndian.PutUint16(v5[6:], uint16(headerSizeV5))
+	binary.LittleEndian.PutUint32(v5[8:], uint32(len(v5)))
+	p, err := DecodePayload(v5)
+	if err != nil || len(p.Frames) != 2 || p.Frames[1].PC != 0x7f0000100008 || len(p.Labels) != 0 {
+		t.Fatalf("version 5: %+v, %v", p, err)
+	}
+	p, err = DecodePayload(labelledSeed(2, 3))
+	if err != nil || len(p.Labels) != 3 || p.Labels[2].Key != 0x3f21 || p.Labels[2].Value != 5 || len(p.Frames) != 2 {
+		t.Fatalf("labels: %+v, %v", p, err)
+	}
+	short := labelledSeed(2, 3)
+	binary.LittleEndian.PutUint32(short[labelsAt():], 4)
+	if _, err := DecodePayload(short); err == nil {
+		t.Error("4 labels in the room of 3: no error")
+	}
+	named := labelledSeed(1, 2)
+	if err := NameLabels(named, [][2]uint64{{2, 3}, {4, 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := DecodePayload(named); err != nil || p.Flags&PayloadLabelsNamed == 0 || p.Labels[1].Key != 4 || p.Labels[1].Value != 5 {
+		t.Fatalf("named labels: %+v, %v", p, err)
+	}
+}
+
 func TestDecodePayload(t *testing.T) {
 	p, err := DecodePayload(append(payloadSeed(3), 0, 0, 0, 0)) // RAW padding
 	if err != nil {
@@ -40,10 +89,48 @@ func TestDecodePayload(t *testing.T) {
 func FuzzDecodePayload(f *testing.F) {
 	f.Add(payloadSeed(0))
 	f.Add(payloadSeed(5))
+	f.Add(labelledSeed(3, 2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodePayload(b)
-		if err == nil && len(p.Frames) > MaxFrames {
-			t.Fatalf("%d frames", len(p.Frames))
+		if err == nil && (len(p.Frames) > MaxFrames || len(p.Labels) > MaxLabels) {
+			t.Fatalf("%d frames, %d labels", len(p.Frames), len(p.Labels))
+		}
+	})
+}
+
+// FuzzNameLabels: the recorder's rewrite of a payload's labels into name
+// ids never writes outside the payload, and what it accepts decodes with
+// those ids, the frames as they were.
+func FuzzNameLabels(f *testing.F) {
+	f.Add(labelledSeed(2, 3), uint8(3))
+	f.Add(labelledSeed(0, 1), uint8(2))
+	f.Add(payloadSeed(1), uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, n uint8) {
+		names := make([][2]uint64, n)
+		for i := range names {
+			names[i] = [2]uint64{uint64(2 * i), uint64(2*i + 1)}
+		}
+		before, errBefore := DecodePayload(b)
+		raw := append([]byte(nil), b...)
+		if err := NameLabels(raw, names); err != nil {
+			return
+		}
+		if errBefore != nil {
+			t.Fatalf("named a payload that does not decode: %v", errBefore)
+		}
+		after, err := DecodePayload(raw)
+		if err != nil || after.Flags&PayloadLabelsNamed == 0 || len(after.Labels) != len(names) || len(after.Frames) != len(before.Frames) {
+			t.Fatalf("after naming: %+v, %v", after, err)
+		}
+		for i, n := range names {
+			if after.Labels[i].Key != n[0] || after.Labels[i].Value != n[1] || after.Labels[i].Obj != before.Labels[i].Obj {
+				t.Fatalf("label %d: %+v, was %+v", i, after.Labels[i], before.Labels[i])
+			}
+		}
+		for i := range after.Frames {
+			if after.Frames[i] != before.Frames[i] {
+				t.Fatalf("frame %d changed: %+v, was %+v", i, after.Frames[i], before.Frames[i])
+			}
 		}
 	})
 }

@@ -17,8 +17,12 @@ const (
 	// recordings, still read) had Frame.CME resolved to a method entry;
 	// before version 3 the header had no Gen (it reads as 0); before
 	// version 4 no GC stamp (Payload.GC reads as not stamped); before
-	// version 5 no thread state (Payload.Thread reads as unknown).
-	PayloadVersion = 5
+	// version 5 no thread state (Payload.Thread reads as unknown); before
+	// version 6 no labels, and a header 8 bytes shorter.
+	PayloadVersion = 6
+
+	// MaxLabels is the most request labels one sample carries (MAX_LABELS).
+	MaxLabels = 8
 
 	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
 	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
@@ -58,6 +62,13 @@ const (
 	PayloadGVLLast    = 1 << 18
 	payloadStateFlags = PayloadGCRunning | 3<<payloadGCPhaseBits | PayloadGVLKnown | PayloadGVLHeld |
 		PayloadRegionKnown | PayloadInRegion | PayloadOffCPU | PayloadPreempted | PayloadGVLLast
+
+	PayloadLabelsCut = 1 << 19 // the fiber had more than MaxLabels labels
+	PayloadLabelsBad = 1 << 20 // its label table did not read as one
+	// PayloadLabelsNamed is set by the recorder, never by the program: each
+	// label's Key and Value hold ids of names in the recording's symbol
+	// table (NameLabels).
+	PayloadLabelsNamed = 1 << 21
 )
 
 // GCPhase is the phase of a GC under way (GC_PHASE_* in ruby.bpf.c).
@@ -118,7 +129,14 @@ type Payload struct {
 	GC      GCStamp
 	Thread  ThreadFacts
 	Frames  []Frame
+	// Labels are the sampled fiber's request labels (ruby-profiler's state).
+	Labels []Label
 }
+
+// Label is one key/value pair of a fiber's request labels as the program
+// copied it: an ID and a VALUE, and of a heap object value its first bytes
+// (Obj) and, for a String kept outside its object, its first bytes (Ext).
+type Label = rubyLabel
 
 // GCStamp is where the process's garbage collector was when a sample was
 // taken. Code is freed, and its memory reused, only by the GC: a name read
@@ -158,6 +176,10 @@ type Frame struct {
 var (
 	headerSize = int(unsafe.Sizeof(rubyPayloadHeader{}))
 	frameSize  = int(unsafe.Sizeof(rubyFrame{}))
+	labelSize  = int(unsafe.Sizeof(rubyLabel{}))
+	// headerSizeV5 is the header of versions 1 to 5: without nlabels and
+	// label_size.
+	headerSizeV5 = int(unsafe.Offsetof(rubyPayloadHeader{}.Nlabels))
 )
 
 // DecodePayload reads a sample's RAW bytes. It trusts nothing in them.
@@ -179,8 +201,20 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	if cap(frames) < int(h.Nframes) {
 		frames = make([]Frame, 0, h.Nframes)
 	}
+	labels := p.Labels[:0]
 	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
 		Frames: frames[:h.Nframes]}
+	if h.Nlabels > 0 {
+		lb := raw[int(h.HeaderSize)+int(h.Nframes)*frameSize:]
+		for i := 0; i < int(h.Nlabels); i++ {
+			var l Label
+			if _, err := binary.Decode(lb[i*labelSize:(i+1)*labelSize], binary.LittleEndian, &l); err != nil {
+				return fmt.Errorf("payload: label %d: %w", i, err)
+			}
+			labels = append(labels, l)
+		}
+		p.Labels = labels
+	}
 	if h.Version >= 3 {
 		p.Gen = h.Gen
 	}
@@ -213,19 +247,29 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 // raw.
 func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
 	var h rubyPayloadHeader
-	if len(raw) < headerSize {
+	if len(raw) < headerSizeV5 {
 		return h, fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
 	}
-	if _, err := binary.Decode(raw[:headerSize], binary.LittleEndian, &h); err != nil {
+	// A header of an older version is shorter: what it lacks reads as 0.
+	var hb [unsafe.Sizeof(rubyPayloadHeader{})]byte
+	copy(hb[:], raw[:min(len(raw), headerSize, int(binary.LittleEndian.Uint16(raw[6:])))])
+	if _, err := binary.Decode(hb[:], binary.LittleEndian, &h); err != nil {
 		return h, fmt.Errorf("payload: %w", err)
+	}
+	if h.Version < 6 {
+		h.Nlabels, h.LabelSize = 0, 0
 	}
 	switch {
 	case h.Magic != PayloadMagic:
 		return h, fmt.Errorf("payload: bad magic %#x", h.Magic)
 	case h.Version < 1 || h.Version > PayloadVersion:
 		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, PayloadVersion)
-	case int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
+	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
 		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
+	case h.Nlabels > MaxLabels || h.Nlabels > 0 && int(h.LabelSize) != labelSize:
+		return h, fmt.Errorf("payload: %d labels of %d bytes", h.Nlabels, h.LabelSize)
+	case int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize)+int64(h.Nlabels)*int64(labelSize) > int64(h.Length):
+		return h, fmt.Errorf("payload: %d frames and %d labels do not fit %d bytes", h.Nframes, h.Nlabels, h.Length)
 	case int64(h.Length) > int64(len(raw)) || h.Length < uint32(h.HeaderSize):
 		return h, fmt.Errorf("payload: length %d of %d bytes", h.Length, len(raw))
 	case h.Nframes > MaxFrames || int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize) > int64(h.Length):
@@ -313,4 +357,26 @@ func toRawFrame(r *rubystack.Reader, f Frame) (rubystack.RawFrame, error) {
 		return rubystack.RawFrame{}, errNotRubyFrame
 	}
 	return rubystack.RawFrame{CME: cme, CFunc: true}, nil
+}
+
+// NameLabels overwrites, in a sample's RAW payload, each label's key and
+// value with the ids of their names (names[i] for label i) and flags the
+// payload PayloadLabelsNamed: a recording carries what its labels said, not
+// addresses that mean something only in the live process.
+func NameLabels(raw []byte, names [][2]uint64) error {
+	h, err := decodeHeader(raw)
+	if err != nil {
+		return err
+	}
+	if int(h.Nlabels) != len(names) {
+		return fmt.Errorf("payload: %d names for %d labels", len(names), h.Nlabels)
+	}
+	at := int(h.HeaderSize) + int(h.Nframes)*frameSize
+	key, value := int(unsafe.Offsetof(rubyLabel{}.Key)), int(unsafe.Offsetof(rubyLabel{}.Value))
+	for i, n := range names {
+		binary.LittleEndian.PutUint64(raw[at+i*labelSize+key:], n[0])
+		binary.LittleEndian.PutUint64(raw[at+i*labelSize+value:], n[1])
+	}
+	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|PayloadLabelsNamed)
+	return nil
 }

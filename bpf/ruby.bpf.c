@@ -44,9 +44,17 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 // TH_SPAN bounds the one read of a thread's fields (its Ractor and its
 // unblock function).
 #define TH_SPAN 512
+// Request labels (ruby-profiler's per-fiber state): at most MAX_LABELS
+// pairs go out with a sample, read from a hash table of at most
+// LABEL_SLOTS slots; of a heap object value, LABEL_OBJ bytes of the object
+// and, for a String kept outside it, LABEL_EXT bytes of its contents.
+#define MAX_LABELS 8
+#define LABEL_SLOTS 64
+#define LABEL_OBJ 64
+#define LABEL_EXT 48
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 5 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state
+#define PAYLOAD_VERSION 6 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -67,6 +75,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PAYLOAD_OFFCPU (1 << 16)      // taken as the thread left the CPU; period holds when (ns, ktime)
 #define PAYLOAD_PREEMPTED (1 << 17)   // ... and it was preempted, still runnable
 #define PAYLOAD_GVL_LAST (1 << 18)    // GVL_HELD from running_ec: the last to take the GVL, maybe released since
+#define PAYLOAD_LABELS_CUT (1 << 19)  // the fiber had more than MAX_LABELS labels
+#define PAYLOAD_LABELS_BAD (1 << 20)  // its label table did not read as one
 
 #define GC_PHASE_UNKNOWN 0
 #define GC_PHASE_MARKING 1
@@ -125,6 +135,27 @@ struct proc_config {
 	// wall: the process is also sampled as its threads leave the CPU, so
 	// that a sample weighs the time off it (record --wall).
 	__u32 wall;
+	// Request labels: the thread-local ruby_profiler_state of a loaded
+	// extension, through the thread's DTV: *(tp + labels_dtv) is the DTV,
+	// its entry for module labels_mod (labels_dtv_entry bytes each, the
+	// block's address at labels_dtv_val) the extension's TLS block, and
+	// the variable is at labels_offset in it. labels_mod 0: none.
+	// A thread whose DTV generation (dtv[0] at labels_dtv_counter) is below
+	// labels_generation has not touched the extension since it was loaded:
+	// its DTV may not reach the module. labels_static: the block is in
+	// static TLS, at tp + labels_tp_offset in every thread.
+	__u32 labels_dtv_entry;
+	__u64 labels_mod, labels_offset;
+	__s64 labels_dtv;
+	__u32 labels_dtv_val, labels_dtv_counter;
+	__u64 labels_generation;
+	__s64 labels_tp_offset;
+	__u32 labels_static;
+	// A String value: flags & str_noembed says its bytes are at
+	// *(obj + str_heap_ptr), str_heap_len bytes long.
+	__u32 str_heap_ptr;
+	__u64 str_noembed, t_string;
+	__u32 str_heap_len;
 	__u32 pad;
 };
 
@@ -142,6 +173,16 @@ struct payload_header {
 	__u64 period; // the cpu-clock sample's period (ns): the weight of this sample
 	__u64 gc_count; // GCs the process had started (PAYLOAD_GC_STAMPED)
 	__u64 gc_epoch; // gc_count when its last major GC started
+	__u32 nlabels;    // labels after the frames (version 6)
+	__u32 label_size; // bytes of each
+};
+
+// label: one key/value pair of the fiber's state when sampled.
+struct label {
+	__u64 key;   // an ID
+	__u64 value; // a VALUE
+	__u8 obj[LABEL_OBJ]; // a heap object value's first bytes (zeros for an immediate or an unreadable object)
+	__u8 ext[LABEL_EXT]; // a String's bytes kept outside the object (as many as it has, up to LABEL_EXT)
 };
 
 struct frame {
@@ -154,9 +195,14 @@ struct frame {
 	__u64 cme_flags;
 };
 
+#define LABEL_FRAMES ((MAX_LABELS * sizeof(struct label) + sizeof(struct frame) - 1) / sizeof(struct frame))
+
 struct sample_buf {
 	struct payload_header h;
-	struct frame frames[MAX_FRAMES];
+	// The frames, then the labels (copied to follow the last frame).
+	struct frame frames[MAX_FRAMES + LABEL_FRAMES];
+	struct label labels[MAX_LABELS]; // read here first (not output)
+	__u64 pairs[2 * LABEL_SLOTS];    // the label table's slots (not output)
 	__u8 cfps[CHUNK_BYTES]; // the control frames being walked (not output)
 	__u8 envs[ENV_CHUNK];   // a part of the VM stack holding environments (not output)
 	__u8 gc[GC_SPAN];       // the GC's counters and flags (not output)
@@ -533,6 +579,88 @@ static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 
 	return 0;
 }
 
+// label_ctx is the state of one pass over a label table's slots.
+struct label_ctx {
+	struct proc_config *c;
+	struct sample_buf *buf;
+	__u32 n, cut;
+};
+
+// label_slot copies slot i of the label table (in buf->pairs), if it holds
+// a pair, into the next label: a bpf_loop callback, so that the verifier
+// follows one slot, not LABEL_SLOTS of them.
+static long label_slot(__u32 i, void *data)
+{
+	struct label_ctx *lc = data;
+	struct proc_config *c = lc->c;
+	struct sample_buf *buf = lc->buf;
+	if (i >= LABEL_SLOTS)
+		return 1;
+	__u64 key = buf->pairs[(2 * i) & (2 * LABEL_SLOTS - 1)];
+	__u64 value = buf->pairs[(2 * i + 1) & (2 * LABEL_SLOTS - 1)];
+	if (!key)
+		return 0;
+	if (lc->n >= MAX_LABELS) {
+		lc->cut = 1;
+		return 1;
+	}
+	struct label *l = &buf->labels[lc->n & (MAX_LABELS - 1)];
+	lc->n++;
+	l->key = key;
+	l->value = value;
+	__builtin_memset(l->obj, 0, sizeof(l->obj));
+	__builtin_memset(l->ext, 0, sizeof(l->ext));
+	if (!value || value == c->qnil || (value & c->imm_mask) || (value & 7))
+		return 0; // an immediate (or not an object): the value says it all
+	if (bpf_probe_read_user(l->obj, sizeof(l->obj), (void *)value))
+		return 0;
+	__u64 flags = *(__u64 *)l->obj;
+	if ((flags & c->t_mask) != c->t_string || !(flags & c->str_noembed) || !c->str_heap_ptr)
+		return 0;
+	__u64 ptr = *(__u64 *)(l->obj + (c->str_heap_ptr & (LABEL_OBJ - 8)));
+	__u64 len = *(__u64 *)(l->obj + (c->str_heap_len & (LABEL_OBJ - 8)));
+	if (len > LABEL_EXT)
+		len = LABEL_EXT;
+	if (ptr && len)
+		bpf_probe_read_user(l->ext, len, (void *)ptr);
+	return 0;
+}
+
+// read_labels reads the pairs of the fiber's ruby_profiler_state into
+// buf->labels and returns how many. tp is the thread pointer.
+static __always_inline __u32 read_labels(struct proc_config *c, struct sample_buf *buf, __u64 tp)
+{
+	__u64 dtv = 0, block = 0, state = 0, gen = 0, head[2];
+	if (!c->labels_mod || c->labels_dtv_entry > 64 || c->labels_mod > 4096)
+		return 0;
+	if (c->labels_static) {
+		block = tp + c->labels_tp_offset;
+	} else if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + c->labels_dtv)) || !dtv ||
+		   bpf_probe_read_user(&gen, sizeof(gen), (void *)(dtv + c->labels_dtv_counter)) ||
+		   gen < c->labels_generation ||
+		   bpf_probe_read_user(&block, sizeof(block),
+				       (void *)(dtv + c->labels_mod * c->labels_dtv_entry + c->labels_dtv_val))) {
+		return 0;
+	}
+	// TLS_DTV_UNALLOCATED: the thread never touched the extension's TLS.
+	if (!block || block == (__u64)-1 ||
+	    bpf_probe_read_user(&state, sizeof(state), (void *)(block + c->labels_offset)) || !state)
+		return 0;
+	__u64 cap;
+	if (bpf_probe_read_user(head, sizeof(head), (void *)state) ||
+	    (cap = head[1]) == 0 || cap > LABEL_SLOTS || (cap & (cap - 1)) ||
+	    bpf_probe_read_user(buf->pairs, cap * 16, (void *)(state + 16))) {
+		buf->h.flags |= PAYLOAD_LABELS_BAD;
+		return 0;
+	}
+	struct label_ctx lc = {.c = c, .buf = buf};
+	bpf_loop(cap, label_slot, &lc, 0);
+	if (lc.cut)
+		buf->h.flags |= PAYLOAD_LABELS_CUT;
+	__u32 n = lc.n;
+	return n;
+}
+
 // sample writes one sample of the current task, a thread of target
 // process tgid: period is its weight (ns), or for a sample taken as the
 // thread leaves the CPU (flags PAYLOAD_OFFCPU) the time it left, which user
@@ -558,6 +686,8 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	buf->h.period = period;
 	buf->h.gc_count = 0;
 	buf->h.gc_epoch = 0;
+	buf->h.nlabels = 0;
+	buf->h.label_size = sizeof(struct label);
 	buf->env_lo = buf->env_hi = 0;
 
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -574,6 +704,7 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	else if (!ec)
 		buf->h.flags |= PAYLOAD_NO_EC;
 	buf->h.ec = ec;
+	__u32 nlabels = tp ? read_labels(c, buf, tp) : 0;
 
 	if (ec) {
 		if (c->gc_span)
@@ -621,9 +752,24 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	}
 
 out:;
-	__u64 len = sizeof(struct payload_header) + (__u64)buf->h.nframes * sizeof(struct frame);
-	if (len > sizeof(*buf))
-		len = sizeof(*buf);
+	__u32 nf = buf->h.nframes;
+	if (nf > MAX_FRAMES)
+		nf = MAX_FRAMES;
+	if (nlabels > MAX_LABELS)
+		nlabels = MAX_LABELS;
+	// The labels follow the last frame.
+	__u64 lsize = (__u64)nlabels * sizeof(struct label);
+	// Keep the compiler from checking a copy of lsize: the verifier must
+	// see the bound on the register passed.
+	asm volatile("" : "+r"(lsize));
+	if (lsize > sizeof(buf->labels))
+		lsize = 0;
+	if (lsize && !bpf_probe_read_kernel(&buf->frames[nf], lsize, buf->labels))
+		buf->h.nlabels = lsize / sizeof(struct label);
+	__u64 len = sizeof(struct payload_header) + (__u64)nf * sizeof(struct frame) +
+		    (__u64)buf->h.nlabels * sizeof(struct label);
+	if (len > sizeof(struct payload_header) + sizeof(buf->frames))
+		len = sizeof(struct payload_header) + sizeof(buf->frames);
 	buf->h.length = len;
 	long err;
 	if (fresh) {

@@ -35,6 +35,14 @@ type rubyFrameSpan struct {
 	To    uint64
 }
 
+type rubyLabel struct {
+	_     structs.HostLayout
+	Key   uint64
+	Value uint64
+	Obj   [64]uint8
+	Ext   [48]uint8
+}
+
 type rubyOffcpuEnd struct {
 	_    structs.HostLayout
 	Pid  uint32
@@ -59,6 +67,8 @@ type rubyPayloadHeader struct {
 	Period     uint64
 	GcCount    uint64
 	GcEpoch    uint64
+	Nlabels    uint32
+	LabelSize  uint32
 }
 
 type rubyProcConfig struct {
@@ -108,13 +118,28 @@ type rubyProcConfig struct {
 	RactorGvlOwner    uint32
 	MainRactor        uint64
 	Wall              uint32
+	LabelsDtvEntry    uint32
+	LabelsMod         uint64
+	LabelsOffset      uint64
+	LabelsDtv         int64
+	LabelsDtvVal      uint32
+	LabelsDtvCounter  uint32
+	LabelsGeneration  uint64
+	LabelsTpOffset    int64
+	LabelsStatic      uint32
+	StrHeapPtr        uint32
+	StrNoembed        uint64
+	T_string          uint64
+	StrHeapLen        uint32
 	Pad               uint32
 }
 
 type rubySampleBuf struct {
 	_      structs.HostLayout
 	H      rubyPayloadHeader
-	Frames [2048]rubyFrame
+	Frames [2091]rubyFrame
+	Labels [8]rubyLabel
+	Pairs  [128]uint64
 	Cfps   [1024]uint8
 	Envs   [1024]uint8
 	Gc     [2048]uint8

@@ -126,6 +126,8 @@ func kindLabel(k merge.Kind) string {
 		return "kernel"
 	case merge.KindState:
 		return "thread state"
+	case merge.KindLabel:
+		return "request label"
 	}
 	return "unknown"
 }

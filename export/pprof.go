@@ -122,6 +122,11 @@ func (p *Pprof) Add(s *merge.Stack) {
 	if s.OffCPU {
 		smp.Label["off_cpu"] = []string{"true"}
 	}
+	for _, l := range s.Labels {
+		if _, taken := smp.Label[l.Key]; !taken {
+			smp.Label[l.Key] = []string{l.Value}
+		}
+	}
 	b.samples[string(p.key)] = smp
 	b.p.Sample = append(b.p.Sample, smp)
 }
@@ -193,6 +198,12 @@ func sampleKey(key []byte, s *merge.Stack, locs []*profile.Location) []byte {
 	key = append(key, threadName(s)...)
 	key = append(key, 0, byte(s.State))
 	if s.OffCPU {
+		key = append(key, 1)
+	}
+	for _, l := range s.Labels {
+		key = append(key, l.Key...)
+		key = append(key, 1)
+		key = append(key, l.Value...)
 		key = append(key, 1)
 	}
 	key = append(key, 0)

@@ -9,6 +9,7 @@ const (
 	KindNative                 // a native function in user space (a C function of libruby, libc, ...)
 	KindKernel                 // a kernel function
 	KindState                  // a pseudo-frame for what the thread was doing: "(garbage collection)", "(blocked)"
+	KindLabel                  // a pseudo-frame for a request label a profile is grouped by: "endpoint=users"
 )
 
 func (k Kind) String() string {
@@ -23,6 +24,8 @@ func (k Kind) String() string {
 		return "kernel"
 	case KindState:
 		return "state"
+	case KindLabel:
+		return "label"
 	}
 	return "unknown"
 }
@@ -60,6 +63,9 @@ type Stack struct {
 	// as it left a CPU (record --wall) and Period is the time it stayed off.
 	State  State
 	OffCPU bool
+	// Labels are the request labels of the fiber sampled (ruby-profiler's
+	// state), in the order the process keeps them.
+	Labels []Label
 	Frames []Frame
 	// Fallback: the Ruby and native stacks could not be interleaved, so the
 	// Ruby frames sit on top of the native ones.
@@ -70,4 +76,27 @@ type Stack struct {
 	// Truncated: the Ruby stack was deeper than one sample carries; the
 	// stack ends at its outermost Ruby frame carried, under TruncatedName.
 	Truncated bool
+}
+
+// Label is one request label of a sample: "request_id" = "r42".
+type Label struct{ Key, Value string }
+
+// NoLabel is the value of a label a sample does not have.
+const NoLabel = "[none]"
+
+// LabelValue is the value of the sample's label key, or NoLabel.
+func (s *Stack) LabelValue(key string) string {
+	for _, l := range s.Labels {
+		if l.Key == key {
+			return l.Value
+		}
+	}
+	return NoLabel
+}
+
+// GroupBy puts under the stack (its outermost frame) a frame naming the
+// value of its label key, "key=value" ("key=[none]" without it): a flame
+// graph of such stacks splits by that label at its root.
+func GroupBy(s *Stack, key string) {
+	s.Frames = append(s.Frames, Frame{Kind: KindLabel, Name: key + "=" + s.LabelValue(key)})
 }

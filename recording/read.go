@@ -206,6 +206,7 @@ type reader struct {
 	// Buffers reused from one sample to the next.
 	payload bpf.Payload
 	natives []merge.Native
+	labels  []merge.Label
 	unwound []native.Frame
 	rubies  []merge.Ruby
 	merger  merge.Merger
@@ -269,6 +270,10 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 		}
 		st.State = threadState(p.Thread, topC)
 		merge.AddStateFrames(&st, p.Thread.GCPhase.String())
+	}
+	if perr == nil && len(p.Labels) > 0 {
+		rd.labels = rd.labelsOf(p, rd.labels)
+		st.Labels = rd.labels
 	}
 	if st.Fallback {
 		rd.stats.Fallbacks++

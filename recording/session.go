@@ -169,8 +169,9 @@ type session struct {
 	// of its previous sample are in symtab already (it never forgets): only
 	// the frames above the shared part need looking up.
 	lastFrames map[threadKey]lastSample
-	// sharedIDs and ids are nameSample's scratch.
+	// sharedIDs and ids are nameSample's scratch, labelIDs nameLabels'.
 	sharedIDs, ids []uint64
+	labelIDs       [][2]uint64
 
 	// off holds off-CPU samples until their threads are back (Options.Wall).
 	off offCPU
@@ -599,6 +600,7 @@ func (s *session) handle(rec bpf.Record) error {
 					s.sampler.MarkNamed(p.PID, p.Gen, added)
 				}
 				s.nameSample(p, smp.Raw, ids)
+				s.nameLabels(t, p, smp.Raw)
 			}
 			if p.Thread.OffCPU {
 				offCPU = true
@@ -642,6 +644,11 @@ func (s *session) handle(rec bpf.Record) error {
 		}
 		if !target {
 			return nil // not a target: keep the file small
+		}
+		if rec.Header.Type == recordMmap2 {
+			if t := s.targets[pid]; t != nil && t.labels == nil {
+				t.labelsLook = true // an extension that keeps labels may have been loaded
+			}
 		}
 		switch {
 		case exec:
@@ -905,6 +912,7 @@ func (s *session) discover(ctx context.Context) {
 		}
 		s.mu.Lock()
 		s.checkExecs()
+		s.lookForLabels()
 		var try []int
 		for pid, left := range s.pending {
 			if left <= 0 {
@@ -1109,6 +1117,28 @@ func waitExit(pid int) {
 	for {
 		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
 			return
+		}
+	}
+}
+
+// labelsLookEvery bounds how often a target is searched for an extension
+// that keeps request labels, however many files it maps.
+const labelsLookEvery = time.Second
+
+// lookForLabels searches the targets that mapped files since their last
+// look for an extension that keeps request labels, and reconfigures the
+// program for those that have one now (s.mu held).
+func (s *session) lookForLabels() {
+	for _, t := range s.targets {
+		if t.labels != nil || !t.labelsLook || time.Since(t.labelsLooked) < labelsLookEvery || s.gone[t.PID] {
+			continue
+		}
+		t.labelsLook, t.labelsLooked = false, time.Now()
+		if t.findLabels() {
+			if err := s.sampler.Reconfigure(t.PID, t.Config); err != nil {
+				t.labels = nil
+				t.Config.LabelsMod = 0
+			}
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/threadlocal"
 )
 
 // Target is one Ruby process being recorded.
@@ -38,6 +39,35 @@ type Target struct {
 	// gcUnchecked: its GC counters are yet to be checked against each other
 	// (no GC had run at the attach).
 	gcUnchecked bool
+	// labelKeys: the name ids of the label keys (IDs) seen in its samples.
+	labelKeys map[uint64]uint64
+	// labels is where its request labels are (ruby-profiler's state), once
+	// an extension that keeps them is loaded; labelsLook says a file was
+	// mapped since the last look, and labelsLooked when that was.
+	labels       *threadlocal.Var
+	labelsLook   bool
+	labelsLooked time.Time
+}
+
+// LabelsSymbol is the thread-local variable through which the ruby-profiler
+// gem (and any extension that keeps its documented layout) publishes the
+// running fiber's request labels.
+const LabelsSymbol = "ruby_profiler_state"
+
+// findLabels looks for an extension that keeps request labels in t's
+// process, and makes its samples carry them when there is one.
+func (t *Target) findLabels() bool {
+	v, err := threadlocal.Find(t.PID, t.mem, LabelsSymbol)
+	if err != nil {
+		return false
+	}
+	if t.Config.ReadLabels(bpf.LabelsTLS{ModID: v.ModID, Offset: v.Offset, DTVPointer: v.DTVPointer,
+		DTVEntrySize: v.DTVEntrySize, DTVVal: v.DTVVal, DTVCounter: v.DTVCounter, Generation: v.Generation,
+		Static: v.Static, TPOffset: v.TPOffset}) != nil {
+		return false
+	}
+	t.labels = v
+	return true
 }
 
 // Attach prepares pid for sampling: its Ruby binary and Layout, and the
@@ -85,6 +115,9 @@ func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) {
 	if ractor, err := t.Reader.MainRactor(); err == nil {
 		t.Config.SetMainRactor(ractor)
 	}
+	// Request labels, if an extension that keeps them is loaded already
+	// (else when one is: session.lookForLabels).
+	t.findLabels()
 	// Samples carry the GC's progress, and names hold for the samples they
 	// can be proven right for, when the layout says where the GC keeps its
 	// counters; otherwise names hold for good and NoGCStamps says why.

@@ -68,6 +68,11 @@ type Layout struct {
 	Array struct {
 		HeapLen, HeapPtr, EmbedBytes int64 // as.heap.len, as.heap.ptr, as.ary
 	}
+	// Symbol is a dynamic Symbol (struct RSymbol): its ID. -1 where the
+	// layout lacks it (the built-in tables).
+	Symbol struct {
+		ID int64
+	}
 	Class struct {
 		Size           int64 // sizeof(struct RClass): the classext follows it (3.2+ builds with variable-width slots)
 		Super          int64 // RClass.super (≤3.4), -1 when it lives in the classext
@@ -297,6 +302,8 @@ func (l *Layout) fields() []field {
 		f(&l.Array.HeapLen, "RArray", "as.heap.len", req),
 		f(&l.Array.HeapPtr, "RArray", "as.heap.ptr", req),
 		f(&l.Array.EmbedBytes, "RArray", "as.ary", req),
+
+		f(&l.Symbol.ID, "RSymbol", "id", opt),
 
 		f(&l.Class.Size, "RClass", "", req),
 		f(&l.Class.Super, "RClass", "super", opt),

@@ -81,6 +81,7 @@ var wantedStructs = map[string]bool{
 	"rb_shape_tree_t":                 true,
 	"rb_fields":                       true, // 4.0+: the imemo holding a class's ivars
 	"rb_objspace":                     true, // gc.c (gc/default/default.c 3.4+): GC counters and phase
+	"RSymbol":                         true, // a dynamic Symbol: its ID (a request label's value)
 }
 
 // wantedConstants are enumerators of Ruby's C enums that the walker and
@@ -118,4 +119,6 @@ var wantedConstants = map[string]bool{
 	"gc_mode_none": true, "gc_mode_marking": true, "RUBY_FL_PROMOTED": true,
 	// The GC's other phases, for a sample taken while it runs.
 	"gc_mode_sweeping": true, "gc_mode_compacting": true,
+	// A static Symbol as a VALUE (a request label's value).
+	"RUBY_SYMBOL_FLAG": true, "RUBY_SPECIAL_SHIFT": true, "RUBY_T_SYMBOL": true,
 }

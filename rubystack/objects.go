@@ -90,12 +90,19 @@ func (o *objects) imemoType(v uint64) (int64, error) {
 
 // str reads a String's bytes, at most maxStringBytes of them.
 func (o *objects) str(v uint64) (string, error) {
+	s, _, err := o.strN(v, maxStringBytes)
+	return s, err
+}
+
+// strN reads a String's first max bytes at most, and says whether that was
+// all of it.
+func (o *objects) strN(v, max uint64) (string, bool, error) {
 	f, err := o.flags(v)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if f&o.tMask != o.tString {
-		return "", fmt.Errorf("%w: %#x is not a String (type %#x)", errTorn, v, f&o.tMask)
+		return "", false, fmt.Errorf("%w: %#x is not a String (type %#x)", errTorn, v, f&o.tMask)
 	}
 	s := &o.l.String
 	var n, ptr uint64
@@ -106,19 +113,19 @@ func (o *objects) str(v uint64) (string, error) {
 			lenAt = s.Len
 		}
 		if n, err = o.word(v + uint64(lenAt)); err != nil {
-			return "", err
+			return "", false, err
 		}
 		if ptr, err = o.word(v + uint64(s.HeapPtr)); err != nil {
-			return "", err
+			return "", false, err
 		}
 	case o.l.Capabilities.StringLenField:
 		if n, err = o.word(v + uint64(s.Len)); err != nil {
-			return "", err
+			return "", false, err
 		}
 		ptr = v + uint64(s.EmbedBytes)
 	case s.EmbedLen >= 0:
 		if n, err = o.word(v + uint64(s.EmbedLen)); err != nil {
-			return "", err
+			return "", false, err
 		}
 		ptr = v + uint64(s.EmbedBytes)
 	default: // ≤3.1: the length is in the flags
@@ -126,16 +133,17 @@ func (o *objects) str(v uint64) (string, error) {
 		ptr = v + uint64(s.EmbedBytes)
 	}
 	if int64(n) < 0 {
-		return "", fmt.Errorf("%w: String %#x has length %d", errTorn, v, int64(n))
+		return "", false, fmt.Errorf("%w: String %#x has length %d", errTorn, v, int64(n))
 	}
-	if n > maxStringBytes {
-		n = maxStringBytes
+	full := n <= max
+	if !full {
+		n = max
 	}
 	b := make([]byte, n)
 	if err := o.mem.ReadAt(b, ptr); err != nil {
-		return "", err
+		return "", false, err
 	}
-	return string(b), nil
+	return string(b), full, nil
 }
 
 // arrayAt returns element i of an Array.

@@ -28,6 +28,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	in := addInputFlags(fs)
 	format := fs.String("f", "", "folded, pprof, speedscope or svg")
 	out := fs.String("o", "", "output file, - for stdout (default: stdout for folded, rubyperf.pb.gz, rubyperf.speedscope.json, rubyperf.svg)")
+	groupBy := fs.String("group-by", "", "put each stack under a frame naming its request label KEY (\"KEY=value\"): folded, svg, speedscope")
 	pos, err := in.parse(fs, args)
 	if err != nil {
 		return err
@@ -38,6 +39,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	def, ok := convertDefaults[*format]
 	if !ok {
 		return usageError{fmt.Sprintf("-f %q must be one of: folded, pprof, speedscope, svg", *format)}
+	}
+	if *groupBy != "" && *format == "pprof" {
+		return usageError{"--group-by: pprof samples carry every label already (go tool pprof -tagroot KEY)"}
 	}
 	if *out == "" {
 		*out = def
@@ -68,6 +72,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	stats, err := recording.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
 		if pprof != nil && pprof.Options.Period == 0 {
 			pprof.Options.Period = int64(s.Period) // the first sample's
+		}
+		if *groupBy != "" {
+			merge.GroupBy(&s, *groupBy)
 		}
 		pw.Add(&s)
 		return nil

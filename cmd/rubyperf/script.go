@@ -16,6 +16,7 @@ import (
 func runScript(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
 	in := addInputFlags(fs)
+	groupBy := fs.String("group-by", "", "put each stack on a frame naming its request label KEY (\"KEY=value\"), for flame graphs split by it")
 	pos, err := in.parse(fs, args)
 	if err != nil {
 		return err
@@ -25,7 +26,12 @@ func runScript(args []string, stdout, stderr io.Writer) error {
 	}
 	w := bufio.NewWriterSize(stdout, 1<<16)
 	_, err = recording.ReadStacks(*in.input, in.readOptions(stderr),
-		func(s merge.Stack) error { return writeScriptSample(w, &s) })
+		func(s merge.Stack) error {
+			if *groupBy != "" {
+				merge.GroupBy(&s, *groupBy)
+			}
+			return writeScriptSample(w, &s)
+		})
 	if ferr := w.Flush(); err == nil {
 		err = ferr
 	}
@@ -76,11 +82,15 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 				buf = append(buf, ':')
 				buf = strconv.AppendInt(buf, f.Line, 10)
 			}
-		case merge.KindState:
+		case merge.KindState, merge.KindLabel:
 			buf = appendPadded(buf, 0, 16, 16, ' ')
 			buf = append(buf, ' ')
 			buf = append(buf, scriptName(f.Name)...)
-			buf = append(buf, " ([state]"...)
+			if f.Kind == merge.KindState {
+				buf = append(buf, " ([state]"...)
+			} else {
+				buf = append(buf, " ([label]"...)
+			}
 		case merge.KindKernel:
 			buf = appendPadded(buf, f.Addr, 16, 16, ' ')
 			buf = append(buf, ' ')

@@ -1,0 +1,69 @@
+package recording
+
+import (
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// Request labels (ruby-profiler's per-fiber state): the program copies each
+// pair as it was at the sample; the recorder names them while the process
+// lives (a key's ID through the VM's symbol table, a value from the copied
+// bytes, or its class) and writes the names' ids into the sample
+// (bpf.NameLabels), so a recording reads without the process.
+
+// labelKeyCacheMax bounds the key names a target keeps: keys are few.
+const labelKeyCacheMax = 1 << 12
+
+// UnknownLabelValue is the value of a label that could not be read.
+const UnknownLabelValue = "[unknown]"
+
+// nameLabels names the labels of sample p (its RAW payload raw), read
+// through t's Reader.
+func (s *session) nameLabels(t *Target, p *bpf.Payload, raw []byte) {
+	if len(p.Labels) == 0 {
+		return
+	}
+	names := s.labelIDs[:0]
+	for _, l := range p.Labels {
+		key, ok := t.labelKeys[l.Key]
+		if !ok {
+			name, err := t.Reader.IDName(l.Key)
+			if err != nil || name == "" {
+				name = UnknownLabelValue
+			}
+			if t.labelKeys == nil || len(t.labelKeys) >= labelKeyCacheMax {
+				t.labelKeys = map[uint64]uint64{}
+			}
+			key = s.symtab.NameID(FrameInfo{Label: name})
+			t.labelKeys[l.Key] = key
+		}
+		text, err := t.Reader.DescribeValue(rubystack.ValueCopy{Value: l.Value, Obj: l.Obj[:], Ext: l.Ext[:]})
+		if err != nil {
+			text = UnknownLabelValue
+		}
+		names = append(names, [2]uint64{key, s.symtab.NameID(FrameInfo{Label: text})})
+	}
+	s.labelIDs = names
+	bpf.NameLabels(raw, names) // a payload it cannot read stays as it was: unnamed
+}
+
+// labelsOf reads a sample's labels as the recorder named them.
+func (rd *reader) labelsOf(p *bpf.Payload, out []merge.Label) []merge.Label {
+	out = out[:0]
+	if p.Flags&bpf.PayloadLabelsNamed == 0 {
+		return out // never named (a recorder killed before): addresses mean nothing now
+	}
+	for _, l := range p.Labels {
+		k, _, kok := rd.symtab.FrameName(l.Key)
+		v, _, vok := rd.symtab.FrameName(l.Value)
+		if !kok {
+			continue
+		}
+		if !vok {
+			v.Label = UnknownLabelValue
+		}
+		out = append(out, merge.Label{Key: k.Label, Value: v.Label})
+	}
+	return out
+}
