@@ -664,7 +664,7 @@ static __always_inline __u32 read_labels(struct proc_config *c, struct sample_bu
 // sample writes one sample of the current task, a thread of target
 // process tgid: period is its weight (ns), or for a sample taken as the
 // thread leaves the CPU (flags PAYLOAD_OFFCPU) the time it left, which user
-// space turns into the time it stayed off.
+// space turns into the time it stayed off. It returns 0 when it wrote one.
 static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tgid, __u64 period, __u32 flags)
 {
 	__u32 tgid = pid_tgid >> 32;
@@ -703,6 +703,11 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 		buf->h.flags |= PAYLOAD_READ_ERROR;
 	else if (!ec)
 		buf->h.flags |= PAYLOAD_NO_EC;
+	// A thread without a Ruby execution context (Ruby's timer thread, a C
+	// extension's worker) is not followed off the CPU: its waits say
+	// nothing of Ruby's, and it may wait for the whole recording.
+	if (!ec && (flags & PAYLOAD_OFFCPU))
+		return 1;
 	buf->h.ec = ec;
 	__u32 nlabels = tp ? read_labels(c, buf, tp) : 0;
 
@@ -843,15 +848,16 @@ int BPF_PROG(offcpu, bool preempt, struct task_struct *prev, struct task_struct 
 	// back: there is no time off to weigh.
 	if (prev->exit_state)
 		return 0;
-	count(COUNT_OFFCPU);
 	__u64 pid_tgid = ((__u64)tgid << 32) | tid;
 	// Still runnable (TASK_RUNNING): preempted, by the kernel's preemption
 	// or on the way back to user space, not blocked.
 	__u32 flags = PAYLOAD_OFFCPU;
 	if (preempt || BPF_CORE_READ(prev, __state) == 0)
 		flags |= PAYLOAD_PREEMPTED;
-	if (sample(ctx, c, pid_tgid, now, flags) == 0)
+	if (sample(ctx, c, pid_tgid, now, flags) == 0) {
+		count(COUNT_OFFCPU);
 		bpf_map_update_elem(&offcpu_since, &tid, &now, BPF_ANY);
+	}
 	return 0;
 }
 

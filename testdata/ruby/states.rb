@@ -5,6 +5,8 @@
 #   ruby states.rb gc SECONDS     one thread allocating: GC time from GC.stat(:time)
 #   ruby states.rb gvl SECONDS    three CPU-bound threads sharing the GVL: each one's CPU time
 #   ruby states.rb block SECONDS  a thread sleeping and one reading a pipe: the time each waited
+#   ruby states.rb mixed SECONDS  all of these at once (for pictures): two spinning threads, a
+#                                 sleeping one, one reading a pipe, one allocating
 require "json"
 
 mode = ARGV.fetch(0)
@@ -79,6 +81,22 @@ when "block"
   end
   w.close
   puts JSON.generate(mode: mode, slept_ms: (sleeper.value * 1000).round, waited_ms: (reader.value * 1000).round)
+when "mixed"
+  r, w = IO.pipe
+  deadline = start + seconds
+  threads = [
+    Thread.new { Thread.current.name = "spinner"; States.spin(deadline) },
+    Thread.new { Thread.current.name = "allocator"; States.churn(20_000) while now < deadline },
+    Thread.new { Thread.current.name = "sleeper"; States.nap(deadline) },
+    Thread.new { Thread.current.name = "reader"; States.drain(r) },
+  ]
+  while now < deadline
+    sleep 0.3
+    w.write("x")
+  end
+  w.close
+  threads.each(&:join)
+  puts JSON.generate(mode: mode)
 else
-  abort "usage: ruby states.rb gc|gvl|block SECONDS"
+  abort "usage: ruby states.rb gc|gvl|block|mixed SECONDS"
 end
