@@ -115,6 +115,39 @@ else
   echo "($yjit_flavor has no YJIT)"
 fi
 
+# The newest test Ruby with DWARF (exact thread states) and headers (the label extension).
+wall_flavor=""
+for f in $(cat "$root/matrix"); do
+  [ "$(field "$f" dwarf)" = 1 ] && [ "$(field "$f" kind)" = source ] || continue
+  if [ -z "$wall_flavor" ] || [ "$(printf '%s\n%s\n' "$(field "$wall_flavor" version)" "$(field "$f" version)" | sort -V | tail -1)" != "$(field "$wall_flavor" version)" ]; then
+    wall_flavor=$f
+  fi
+done
+if [ -n "$wall_flavor" ]; then
+  exe=$(field "$wall_flavor" exe)
+  echo
+  echo "== record --wall: threads that compute, allocate, sleep and wait for a pipe, on $wall_flavor (Ruby $(field "$wall_flavor" version)) =="
+  "$bin" record --wall -F 99 -o "$out/rubyperf-wall.data" -- "$exe" testdata/ruby/states.rb mixed 3 >/dev/null
+  "$bin" report -i "$out/rubyperf-wall.data" --threads -n 3 | awk '/^# thread/ {t=$0} /^## thread states/ {print t; p=1; next} p && /^$/ {p=0; print ""} p'
+  "$bin" convert -i "$out/rubyperf-wall.data" -f svg --ruby-only -o "$out/rubyperf-wall.svg"
+
+  echo
+  echo "== request labels: requests on fibers labelled request_id and endpoint (the ruby-profiler gem's layout) =="
+  so=$("$exe" -rrbconfig -e 'puts RbConfig::CONFIG["DLEXT"]')
+  ext="$out/rubyperf_profiler_state.$so"
+  c=$("$exe" -rrbconfig -e 'c = RbConfig::CONFIG; puts [c["CC"], c["CFLAGS"], "-I" + c["rubyarchhdrdir"], "-I" + c["rubyhdrdir"]].join(" ")')
+  if $c -fPIC -shared -o "$ext" testdata/ruby/profiler_state_ext/rubyperf_profiler_state.c 2>/dev/null; then
+    "$bin" record -F 499 -o "$out/rubyperf-labels.data" -- "$exe" testdata/ruby/labels.rb 3 "$ext" >/dev/null
+    "$bin" convert -i "$out/rubyperf-labels.data" -f pprof -o "$out/rubyperf-labels.pb.gz"
+    echo "-- time by endpoint label (convert -f folded --group-by endpoint):"
+    "$bin" convert -i "$out/rubyperf-labels.data" -f folded --group-by endpoint |
+      awk '{ n = split($1, f, ";"); w[f[2]] += $NF; all += $NF } END { for (k in w) printf "  %6.2f%%  %s\n", 100 * w[k] / all, k }' | sort -rn
+    "$bin" convert -i "$out/rubyperf-labels.data" -f svg --group-by endpoint -o "$out/rubyperf-labels.svg"
+  else
+    echo "(no compiler or headers for $wall_flavor: skipped)"
+  fi
+fi
+
 echo
 echo "Outputs in $out/:"
 echo "  rubyperf.data            the recording (stock perf script/report open it)"
@@ -125,4 +158,6 @@ echo "  rubyperf.speedscope.json speedscope"
 echo "  rubyperf.svg             an interactive flame graph: open it in a browser (the default view)"
 echo "  rubyperf-native.svg      the same with every native frame (--native)"
 echo "  rubyperf-yjit.data, rubyperf-yjit.svg  the same workload under YJIT (rubyperf-interp.data: without)"
+echo "  rubyperf-wall.data, rubyperf-wall.svg  wall-clock time (record --wall): blocked, GVL and GC time too"
+echo "  rubyperf-labels.data, rubyperf-labels.pb.gz, rubyperf-labels.svg  request labels (go tool pprof -tags)"
 echo "  offsets-*.json, snapshot-*.json"
