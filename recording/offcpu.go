@@ -63,30 +63,46 @@ func weigh(rec []byte, ns uint64) {
 	}
 }
 
-// offCPUSample takes a named off-CPU sample record (s.raw). It returns
-// true when the sample was written or is held; false when the caller should
-// write it as it is (no payload to weigh).
-func (s *session) offCPUSample(p *bpf.Payload) (bool, error) {
+// offCPUSample takes a named off-CPU sample record (s.raw): it writes it
+// weighed when its end came first, else holds it for its end.
+func (s *session) offCPUSample(p *bpf.Payload) error {
 	k := offCPUKey{p.TID, p.Period}
 	if end, ok := s.off.early[k]; ok {
 		delete(s.off.early, k)
 		weigh(s.raw, end-min(end, k.left))
-		return true, s.write(s.raw)
+		return s.write(s.raw)
+	}
+	if s.off.held == nil || len(s.off.last) >= maxOffCPUThreads {
+		// Forgetting threads' latest intervals only weakens the check at
+		// the end (flushOffCPU) for samples held that long.
+		s.off.last = map[uint32]uint64{}
 	}
 	if s.off.held == nil {
 		s.off.held = map[offCPUKey][]byte{}
-		s.off.last = map[uint32]uint64{}
 	}
 	s.off.last[k.tid] = k.left
 	if len(s.off.held) >= maxOffCPUHeld {
 		if err := s.releaseOldestOffCPU(); err != nil {
-			return true, err
+			return err
 		}
 	}
 	s.off.held[k] = append([]byte(nil), s.raw...)
 	s.off.order = append(s.off.order, k)
-	return true, nil
+	if len(s.off.order) > 2*len(s.off.held)+1024 {
+		// Most of order names samples written since: keep the held ones.
+		order := s.off.order[:0]
+		for _, k := range s.off.order {
+			if _, ok := s.off.held[k]; ok {
+				order = append(order, k)
+			}
+		}
+		s.off.order = order
+	}
+	return nil
 }
+
+// maxOffCPUThreads bounds the threads whose latest interval is remembered.
+const maxOffCPUThreads = 1 << 16
 
 // offCPUEnd takes the end of a thread's interval off a CPU.
 func (s *session) offCPUEnd(e *bpf.OffCPUEnd) error {

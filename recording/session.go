@@ -663,9 +663,7 @@ func (s *session) handle(rec bpf.Record) error {
 	}
 	s.raw = appendRawRecord(s.raw[:0], rec)
 	if offCPU {
-		if held, err := s.offCPUSample(&s.payload); held || err != nil {
-			return err
-		}
+		return s.offCPUSample(&s.payload)
 	}
 	return s.write(s.raw)
 }
