@@ -56,7 +56,7 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	names := map[int]map[string]uint64{}
 	for _, s := range stacks {
 		for _, f := range s.Frames {
-			if f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc {
+			if synthetic(f.Kind) {
 				if names[s.PID] == nil {
 					names[s.PID] = map[string]uint64{}
 				}
@@ -160,6 +160,13 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	return dst.Commit()
 }
 
+// synthetic: frames of this kind have no address of their own, so perf
+// reads their names from the synthetic addresses in /tmp/perf-PID.map:
+// Ruby frames, C methods, and pseudo-frames of thread states and labels.
+func synthetic(k merge.Kind) bool {
+	return k == merge.KindRuby || k == merge.KindCFunc || k == merge.KindState || k == merge.KindLabel
+}
+
 // injectedSample is s with its merged stack as the callchain.
 func injectedSample(orig *perfdata.Sample, s merge.Stack, names map[string]uint64) *perfdata.Sample {
 	out := &perfdata.Sample{Misc: orig.Misc, Pid: orig.Pid, Tid: orig.Tid, Time: orig.Time, CPU: orig.CPU,
@@ -175,7 +182,7 @@ func injectedSample(orig *perfdata.Sample, s merge.Stack, names map[string]uint6
 			ctx = want
 		}
 		addr := f.Addr
-		if f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc {
+		if synthetic(f.Kind) {
 			addr = names[f.Name]
 		}
 		out.Callchain = append(out.Callchain, addr)
