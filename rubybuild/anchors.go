@@ -46,6 +46,11 @@ type Anchors struct {
 	// that lacks it), or why it is missing, so that it is listed with how
 	// the anchors were found. No use requires it.
 	GCRunning Anchor
+	// SymbolID is not a symbol either: where the layout's RSymbol.id came
+	// from (its source, or the disassembly of rb_sym2id for a table that
+	// lacks it), or why it is missing. No use requires it: without it a
+	// dynamic Symbol (a request label's value) is not named.
+	SymbolID Anchor
 
 	// needShapeTree: the Layout keeps class ivars in object shapes, so
 	// naming frames needs ShapeTree.
@@ -55,7 +60,7 @@ type Anchors struct {
 // List returns the anchors in a stable order.
 func (a *Anchors) List() []*Anchor {
 	return []*Anchor{&a.CurrentEC, &a.VMPtr, &a.SingleMainRactor, &a.GlobalSymbols, &a.VMExec, &a.VMExecCore, &a.ShapeTree,
-		&a.GCRunning}
+		&a.GCRunning, &a.SymbolID}
 }
 
 // anchorSymbols are the symbols the binary is searched for.
@@ -68,7 +73,7 @@ var anchorSymbols = map[string]bool{
 	"rb_shape_tree_ptr": true, "rb_shape_tree": true, "rb_shape_get_shape_by_id": true, "rb_shape_id": true,
 	"rb_block_given_p": true, "rb_keyword_given_p": true, "rb_errinfo": true,
 	"rb_gc_count": true, "rb_gc_latest_gc_info": true, "rb_gc_get_objspace": true,
-	"rb_sym_immortal_count": true,
+	"rb_sym_immortal_count": true, "rb_sym2id": true,
 }
 
 // findAnchors locates each anchor: from symbols first (dynsym, symtab, a debug
@@ -147,6 +152,7 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 		}
 	}
 	a.GCRunning = gcRunningAnchor(l)
+	a.SymbolID = symbolIDAnchor(l)
 	for _, x := range a.List() {
 		if !x.Found && x.Why == "" {
 			x.Why = "not in .dynsym" + map[bool]string{true: " or .symtab", false: "; no .symtab"}[b.elf.hasSymtab() || b.debug != nil]

@@ -179,8 +179,10 @@ func (b *Binary) findLayout() (*Layout, error) {
 		if err != nil {
 			return nil, err
 		}
-		// Tables predate flags.during_gc: this build's own code gives it.
+		// Tables predate flags.during_gc and RSymbol.id: this build's own
+		// code gives them.
 		b.fillGCRunning(l)
+		b.fillSymbolID(l)
 		return l, nil
 	}
 	if errors.Is(dwarfErr, errNoDWARF) {

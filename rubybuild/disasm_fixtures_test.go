@@ -3,6 +3,8 @@ package rubybuild
 import (
 	"encoding/hex"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -281,9 +283,11 @@ func TestDisassemblyFixturesDisagree(t *testing.T) {
 func TestDisassemblyMalformed(t *testing.T) {
 	l := anchorLayout("3.3.8")
 	gl := builtinTable(t, "3.3.8")
-	for _, code := range []string{"", "f3", "f30f1e", "ffffffffffffffff", "e9", "66488d3d", strings.Repeat("90", 4000), strings.Repeat("e900000000", 500)} {
+	for _, code := range []string{"", "f3", "f30f1e", "ffffffffffffffff", "e9", "66488d3d", strings.Repeat("90", 4000),
+		strings.Repeat("e900000000", 500), "ebfe", strings.Repeat("7400", 300), strings.Repeat("75fc", 300),
+		"488b0783e01f4883f814" + strings.Repeat("74fe", 100)} {
 		env := &fixEnv{funcs: map[string]fixFunc{}, local: map[uint64]string{0x1005: code}}
-		for _, fn := range []string{"rb_thread_current", "rb_during_gc", "rb_id2str", "rb_shape_id"} {
+		for _, fn := range []string{"rb_thread_current", "rb_during_gc", "rb_id2str", "rb_shape_id", symbolIDFunc} {
 			env.funcs[fn] = fixFunc{0x1000, code}
 		}
 		findCurrentEC(env, l)
@@ -292,6 +296,9 @@ func TestDisassemblyMalformed(t *testing.T) {
 		findShapeTree(env, l)
 		if _, _, err := findDuringGC(env, gl); err == nil {
 			t.Errorf("flags.during_gc found in %.40s...", code)
+		}
+		if _, _, err := findSymbolID(env, gl); err == nil {
+			t.Errorf("RSymbol.id found in %.40s...", code)
 		}
 	}
 }
@@ -309,6 +316,10 @@ func FuzzDisassemblyFinders(f *testing.F) {
 		b, _ := hex.DecodeString(env.funcs[duringGCFunc].code)
 		f.Add(b)
 	}
+	for _, env := range append([]*fixEnv{sym2idDebian312(), sym2idDebian338(), sym2idDebian3411()}, slices.Collect(maps.Values(sym2idShapes()))...) {
+		b, _ := hex.DecodeString(env.funcs[symbolIDFunc].code)
+		f.Add(b)
+	}
 	l := anchorLayout("3.3.8")
 	gl := builtinTable(f, "3.3.8")
 	f.Fuzz(func(t *testing.T, code []byte) {
@@ -317,7 +328,7 @@ func FuzzDisassemblyFinders(f *testing.F) {
 		for name := range env.funcs {
 			env.funcs[name] = fixFunc{0x235ab0, hex.EncodeToString(code)}
 		}
-		for _, fn := range []string{"rb_id2str", "rb_sym_immortal_count", "rb_shape_id", "rb_keyword_given_p"} {
+		for _, fn := range []string{"rb_id2str", "rb_sym_immortal_count", "rb_shape_id", "rb_keyword_given_p", symbolIDFunc} {
 			env.funcs[fn] = fixFunc{0x235ab0, hex.EncodeToString(code)}
 		}
 		env.local[0x235ab0+uint64(len(code))] = hex.EncodeToString(code)
@@ -329,6 +340,9 @@ func FuzzDisassemblyFinders(f *testing.F) {
 		if m, _, err := findDuringGC(env, gl); err == nil && (m.Offset != gl.GC.Mode.Offset || m.BitSize != 1 ||
 			m.BitOffset < 0 || m.BitOffset >= 32 || overlapBits(m, gl.GC.Mode) || overlapBits(m, gl.GC.Compacting)) {
 			t.Errorf("flags.during_gc %+v passed the checks", m)
+		}
+		if off, _, err := findSymbolID(env, gl); err == nil && (off%8 != 0 || off < gl.Basic.Klass+8 || off >= maxSymbolBytes) {
+			t.Errorf("RSymbol.id %d passed the checks", off)
 		}
 	})
 }

@@ -3,11 +3,11 @@
 // libruby), its version and arch, the struct Layout of its VM (from DWARF
 // first, then from built-in tables generated from DWARF by `rubyperf
 // offsets`, completed where a table predates a member the binary's own code
-// shows: flags.during_gc from rb_during_gc), and the Anchors through which a
-// process's VM is reached (ruby_current_ec, ruby_current_vm_ptr,
-// ruby_global_symbols, rb_vm_exec, the shape tree), each with how it was
-// found: symbol tables, a debug file, or disassembly of the exported
-// functions that use it.
+// shows: flags.during_gc from rb_during_gc, RSymbol.id from rb_sym2id), and
+// the Anchors through which a process's VM is reached (ruby_current_ec,
+// ruby_current_vm_ptr, ruby_global_symbols, rb_vm_exec, the shape tree), each
+// with how it was found: symbol tables, a debug file, or disassembly of the
+// exported functions that use it.
 //
 // Separate debug files are found through package debuginfo (build-id,
 // .gnu_debuglink, --debug-file, debuginfod); rubybuild says which file it

@@ -69,9 +69,17 @@ type Layout struct {
 		HeapLen, HeapPtr, EmbedBytes int64 // as.heap.len, as.heap.ptr, as.ary
 	}
 	// Symbol is a dynamic Symbol (struct RSymbol): its ID. -1 where the
-	// layout lacks it (the built-in tables).
+	// layout lacks it (the built-in tables) and the binary's code does not
+	// give it either.
 	Symbol struct {
 		ID int64
+		// Type is RUBY_T_SYMBOL: from the layout's constants, else the tag
+		// the binary's rb_sym2id checks a Symbol against; -1 unknown.
+		Type int64
+		// IDHow says how ID was found when the layout's source lacks it (a
+		// table: from the binary's rb_sym2id), "" when the source gave it;
+		// IDWhy, why it is missing.
+		IDHow, IDWhy string
 	}
 	Class struct {
 		Size           int64 // sizeof(struct RClass): the classext follows it (3.2+ builds with variable-width slots)
@@ -448,6 +456,10 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	}
 	if sl, ok := structs["rb_iseq_constant_body"]; ok {
 		l.IseqBody.FirstLinenoSize = sl.Members["location.first_lineno"].Size
+	}
+	l.Symbol.Type = -1
+	if t, ok := consts["RUBY_T_SYMBOL"]; ok {
+		l.Symbol.Type = t
 	}
 	if sl, ok := structs["rb_objspace"]; ok {
 		l.GC.Mode = sl.Members["flags.mode"]

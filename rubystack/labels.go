@@ -76,7 +76,7 @@ func (r *Reader) DescribeValue(c ValueCopy) (string, error) {
 		}
 		return s, nil
 	}
-	if t, ok := cs["RUBY_T_SYMBOL"]; ok && flags&o.tMask == uint64(t) {
+	if t := r.Layout.Symbol.Type; t >= 0 && flags&o.tMask == uint64(t) {
 		// A dynamic Symbol: its name is its ID's (IDs are never freed).
 		if at := r.Layout.Symbol.ID; at > 0 && at+8 <= int64(len(c.Obj)) {
 			return r.IDName(binary.LittleEndian.Uint64(c.Obj[at:]))

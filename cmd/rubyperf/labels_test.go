@@ -38,7 +38,10 @@ type labelsWorkload struct {
 // pprof carries them as labels, folded --group-by splits by them.
 func TestRequestLabels(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	for _, r := range testruby.WithDWARF(t) {
+	// The DWARF Rubies, and a stripped one (a built-in table; dynamic
+	// Symbols named through what rb_sym2id's code says).
+	rubies := append(testruby.WithDWARF(t), testruby.Get(t, "source-3.3-static-stripped"))
+	for _, r := range rubies {
 		t.Run(r.Name, func(t *testing.T) {
 			so := profilerstate.Build(t, r)
 			dir := t.TempDir()
