@@ -709,7 +709,6 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	if (!ec && (flags & PAYLOAD_OFFCPU))
 		return 1;
 	buf->h.ec = ec;
-	__u32 nlabels = tp ? read_labels(c, buf, tp) : 0;
 
 	if (ec) {
 		if (c->gc_span)
@@ -760,6 +759,9 @@ out:;
 	__u32 nf = buf->h.nframes;
 	if (nf > MAX_FRAMES)
 		nf = MAX_FRAMES;
+	// Labels are read last: a count known this early would stay live
+	// through the walk and multiply the verifier's states by its values.
+	__u32 nlabels = tp ? read_labels(c, buf, tp) : 0;
 	if (nlabels > MAX_LABELS)
 		nlabels = MAX_LABELS;
 	// The labels follow the last frame.
