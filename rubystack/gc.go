@@ -39,6 +39,17 @@ func (r *Reader) Objspace() (uint64, error) {
 	if r.objspace != 0 {
 		return r.objspace, nil
 	}
+	os, err := r.vmPointer(r.Layout.VM.ObjSpace, "vm->objspace")
+	if err != nil {
+		return 0, err
+	}
+	r.objspace = os
+	return os, nil
+}
+
+// vmPointer reads the pointer at off in the VM (rb_vm_t) of the live
+// process, never from a cache: it must be a non-NULL, aligned address.
+func (r *Reader) vmPointer(off int64, what string) (uint64, error) {
 	if r.vmPtr == 0 {
 		return 0, errNoVM
 	}
@@ -49,15 +60,14 @@ func (r *Reader) Objspace() (uint64, error) {
 	if vm == 0 {
 		return 0, ErrVMNotReady
 	}
-	os, err := r.direct.word(vm + uint64(r.Layout.VM.ObjSpace))
+	p, err := r.direct.word(vm + uint64(off))
 	if err != nil {
 		return 0, err
 	}
-	if os == 0 || os&7 != 0 {
-		return 0, fmt.Errorf("%w: vm->objspace is %#x", errTorn, os)
+	if p == 0 || p&7 != 0 {
+		return 0, fmt.Errorf("%w: %s is %#x", errTorn, what, p)
 	}
-	r.objspace = os
-	return os, nil
+	return p, nil
 }
 
 // GCStamp reads the GC's progress now, from memory, never from a cache.

@@ -136,22 +136,9 @@ func (r *Reader) Snapshot() ([]ThreadStack, error) {
 // main_ractor), whose threads.running_ec names the thread that holds its
 // GVL.
 func (r *Reader) MainRactor() (uint64, error) {
-	if r.vmPtr == 0 {
-		return 0, fmt.Errorf("pid %d: %w", r.PID, errNoVM)
-	}
-	vm, err := r.direct.word(r.vmPtr)
+	ractor, err := r.vmPointer(r.Layout.VM.MainRactor, "vm->ractor.main_ractor")
 	if err != nil {
-		return 0, err
-	}
-	if vm == 0 {
-		return 0, ErrVMNotReady
-	}
-	ractor, err := r.direct.word(vm + uint64(r.Layout.VM.MainRactor))
-	if err != nil {
-		return 0, err
-	}
-	if ractor == 0 || ractor&7 != 0 {
-		return 0, fmt.Errorf("%w: vm->ractor.main_ractor is %#x", errTorn, ractor)
+		return 0, fmt.Errorf("pid %d: %w", r.PID, err)
 	}
 	return ractor, nil
 }
