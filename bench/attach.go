@@ -71,7 +71,7 @@ func (b *bench) rssSeries() (series []float64, samples int, err error) {
 			if err != nil {
 				return nil, 0, fmt.Errorf("record: %v: %s", err, lastLine(stderr.String()))
 			}
-			samples, err := rubyperfSamples(stderr.String())
+			samples, _, err := rubyperfSamples(stderr.String())
 			os.Remove(out)
 			return series, samples, err
 		case <-tick.C:

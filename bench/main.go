@@ -13,13 +13,16 @@ import (
 // bench is one benchmark run's settings and scratch space.
 type bench struct {
 	repo, rubyperf, ruby, workload, depthScript, tmp string
+	threadsScript                                    string // bench/threads.rb, the switch-heavy target
 	depths                                           []int
 	iterations                                       map[int]int
+	threadIterations                                 int // threads.rb's work for about workSeconds
 	workSeconds                                      float64
 	rounds, postRounds, attachRounds                 int
 	postSamples, rssSeconds                          int
 	dwarfRuby                                        string // a Ruby whose libruby has DWARF, for attach time ("" to skip)
 	start                                            time.Time
+	quick                                            bool
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -38,6 +41,7 @@ func main() {
 	flag.IntVar(&b.postSamples, "post-samples", 50000, "samples in the post-processing recording")
 	flag.IntVar(&b.rssSeconds, "rss-seconds", 60, "length of the recording whose memory is followed")
 	flag.Parse()
+	b.quick = *quick
 	if *quick {
 		b.rounds, b.workSeconds, b.postSamples, b.rssSeconds = 2, 0.5, 4000, 5
 	}
@@ -74,6 +78,7 @@ func (b *bench) setup() error {
 	}
 	b.workload = filepath.Join(b.repo, "bench", "workload.rb")
 	b.depthScript = filepath.Join(b.repo, "testdata", "ruby", "depth.rb")
+	b.threadsScript = filepath.Join(b.repo, "bench", "threads.rb")
 	if out, err := exec.Command(b.ruby, "-rstackprof", "-e", "print StackProf::VERSION").CombinedOutput(); err != nil {
 		return fmt.Errorf("%s has no stackprof (%s): install ruby-stackprof", b.ruby, strings.TrimSpace(string(out)))
 	}
@@ -92,15 +97,20 @@ func (b *bench) measure() (string, error) {
 		return "", err
 	}
 	b.logf("calibrated: %v iterations per depth for %.1fs of work", b.iterations, b.workSeconds)
-	tools := []tool{{"rubyperf", 99}, {"perf", 99}, {"stackprof", 99}, {"rubyperf", 999}, {"perf", 999}, {"stackprof", 999}}
+	tools := []tool{{name: "rubyperf", hz: 99}, {name: "rubyperf", hz: 99, wall: true}, {name: "perf", hz: 99},
+		{name: "stackprof", hz: 99}, {name: "rubyperf", hz: 999}, {name: "perf", hz: 999}, {name: "stackprof", hz: 999}}
 	if t.slow, err = b.slowdown(tools); err != nil {
 		return "", err
 	}
 	t.tools = tools
-	if t.bpf, err = b.bpfCost(); err != nil {
+	t.switchTools = []tool{{name: "rubyperf", hz: 99}, {name: "rubyperf", hz: 99, wall: true}}
+	if t.switchHeavy, t.switchRate, err = b.switchHeavy(t.switchTools); err != nil {
 		return "", err
 	}
-	b.logf("bpf: done")
+	if t.bpf, t.offCPU, err = b.bpfCost(); err != nil {
+		return "", err
+	}
+	b.logf("bpf: done (%s)", time.Since(b.start).Round(time.Second))
 	if t.postSamples, t.postBytes, t.post, err = b.postprocess(); err != nil {
 		return "", err
 	}
@@ -112,7 +122,7 @@ func (b *bench) measure() (string, error) {
 			return "", err
 		}
 	}
-	b.logf("attach: done")
+	b.logf("attach: done (%s)", time.Since(b.start).Round(time.Second))
 	if t.rss, t.rssSamples, err = b.rssSeries(); err != nil {
 		return "", err
 	}

@@ -80,7 +80,7 @@ func (b *bench) postprocess() (samples int, size int64, out []*postResult, err e
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	if samples, err = rubyperfSamples(rec.stderr); err != nil {
+	if samples, _, err = rubyperfSamples(rec.stderr); err != nil {
 		return 0, 0, nil, err
 	}
 	size = fileSize(file)

@@ -83,16 +83,31 @@ func lastLine(s string) string {
 	return s
 }
 
-// rubyperfSamples parses the summary rubyperf record prints last.
-func rubyperfSamples(stderr string) (int, error) {
+// rubyperfSamples parses the summary rubyperf record prints last: its
+// samples, and of them those taken as threads left a CPU (--wall: "N samples
+// taken as threads left a CPU, ...").
+func rubyperfSamples(stderr string) (samples, offCPU int, err error) {
+	found := false
 	for _, line := range strings.Split(stderr, "\n") {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "rubyperf: "); ok {
-			if f := strings.Fields(rest); len(f) > 1 && f[1] == "samples," {
-				return strconv.Atoi(f[0])
+			f := strings.Fields(rest)
+			switch {
+			case len(f) > 1 && f[1] == "samples,":
+				if samples, err = strconv.Atoi(f[0]); err != nil {
+					return 0, 0, err
+				}
+				found = true
+			case len(f) > 0 && strings.HasPrefix(rest, f[0]+" samples taken as threads left a CPU"):
+				if offCPU, err = strconv.Atoi(f[0]); err != nil {
+					return 0, 0, err
+				}
 			}
 		}
 	}
-	return 0, fmt.Errorf("no rubyperf summary in %q", lastLine(stderr))
+	if !found {
+		return 0, 0, fmt.Errorf("no rubyperf summary in %q", lastLine(stderr))
+	}
+	return samples, offCPU, nil
 }
 
 // perfSamples parses perf record's "[ perf record: Captured and wrote X MB F (N samples) ]".

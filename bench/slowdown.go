@@ -14,19 +14,25 @@ import (
 type tool struct {
 	name string // "unprofiled", "rubyperf", "perf", "stackprof"
 	hz   int
+	wall bool // rubyperf record --wall: threads also sampled as they leave a CPU
 }
 
 func (t tool) String() string {
-	if t.hz == 0 {
-		return t.name
+	name := t.name
+	if t.wall {
+		name += " --wall"
 	}
-	return fmt.Sprintf("%s %d Hz", t.name, t.hz)
+	if t.hz == 0 {
+		return name
+	}
+	return fmt.Sprintf("%s %d Hz", name, t.hz)
 }
 
 // slowRun is one run of the workload under a tool.
 type slowRun struct {
 	work        workReport
 	samples     int
+	offCPU      int     // of samples, those taken as threads left a CPU (rubyperf --wall)
 	bytes       int64   // the recording's size
 	profilerCPU float64 // cores the profiler's own process used while the target worked
 	wakeups     float64 // the profiler's voluntary context switches per second meanwhile
@@ -39,19 +45,27 @@ type workReport struct {
 	samples                int // stackprof's
 }
 
-// runWorkload runs the workload at depth under t. For a profiler that is a
-// process of its own (rubyperf, perf), its CPU time and wake-ups are read
-// when the work begins and when it ends, so start-up and shutdown are not
-// counted as the cost of leaving it on.
+// runWorkload runs the workload at depth under t.
 func (b *bench) runWorkload(t tool, depth int) (slowRun, error) {
-	work := []string{b.ruby, b.workload, strconv.Itoa(depth), strconv.Itoa(b.iterations[depth])}
+	return b.runTarget(t, []string{b.ruby, b.workload, strconv.Itoa(depth), strconv.Itoa(b.iterations[depth])})
+}
+
+// runTarget runs work, a command printing what workload.rb prints, under t.
+// For a profiler that is a process of its own (rubyperf, perf), its CPU time
+// and wake-ups are read when the work begins and when it ends, so start-up
+// and shutdown are not counted as the cost of leaving it on.
+func (b *bench) runTarget(t tool, work []string) (slowRun, error) {
 	out := filepath.Join(b.tmp, "slowdown.data")
 	os.Remove(out)
 	hz := strconv.Itoa(t.hz)
 	argv, env := work, []string(nil)
 	switch t.name {
 	case "rubyperf":
-		argv = append([]string{b.rubyperf, "record", "-F", hz, "-o", out, "--"}, work...)
+		argv = []string{b.rubyperf, "record", "-F", hz, "-o", out}
+		if t.wall {
+			argv = append(argv, "--wall")
+		}
+		argv = append(append(argv, "--"), work...)
 	case "perf":
 		argv = append([]string{"perf", "record", "-F", hz, "--call-graph", "dwarf", "-o", out, "--"}, work...)
 	case "stackprof":
@@ -83,7 +97,7 @@ func (b *bench) runWorkload(t tool, depth int) (slowRun, error) {
 	}
 	switch t.name {
 	case "rubyperf":
-		r.samples, err = rubyperfSamples(res.stderr)
+		r.samples, r.offCPU, err = rubyperfSamples(res.stderr)
 	case "perf":
 		r.samples, err = perfSamples(res.stderr)
 	case "stackprof":
@@ -129,6 +143,31 @@ type slowdownCell struct {
 	// perKiloRate is each run's slowdown divided by the thousands of samples
 	// per second it reached: tools that sample at different rates compare.
 	perKiloRate []float64
+	// offCPURate is the off-CPU samples per second among rate (--wall).
+	offCPURate []float64
+	// cpuRatio is the CPU time the target was charged for its work (the BPF
+	// programs' time in its context included) over the unprofiled run's.
+	cpuRatio []float64
+}
+
+// add records a run of a tool against the same round's unprofiled run.
+func (c *slowdownCell) add(r, base slowRun) {
+	c.ratio = append(c.ratio, r.work.seconds/base.work.seconds)
+	rate := float64(r.samples) / r.work.seconds
+	c.rate = append(c.rate, rate)
+	if rate > 0 {
+		c.perKiloRate = append(c.perKiloRate, 1+(r.work.seconds/base.work.seconds-1)/(rate/1000))
+	}
+	c.offCPURate = append(c.offCPURate, float64(r.offCPU)/r.work.seconds)
+	if base.work.cpu > 0 {
+		c.cpuRatio = append(c.cpuRatio, r.work.cpu/base.work.cpu)
+	}
+	c.preempted = append(c.preempted, float64(r.work.involuntary-base.work.involuntary)/r.work.seconds)
+	c.profilerCPU = append(c.profilerCPU, r.profilerCPU)
+	c.wakeups = append(c.wakeups, r.wakeups)
+	if r.samples > 0 && r.bytes > 0 {
+		c.bytesPerSample = append(c.bytesPerSample, float64(r.bytes)/float64(r.samples))
+	}
 }
 
 // slowdown runs every tool at every depth b.rounds times, interleaved: each
@@ -155,24 +194,60 @@ func (b *bench) slowdown(tools []tool) (map[int]map[tool]*slowdownCell, error) {
 				}
 				runs[t] = r
 			}
-			bs := runs[base]
 			for _, t := range tools {
-				r, c := runs[t], cells[depth][t]
-				c.ratio = append(c.ratio, r.work.seconds/bs.work.seconds)
-				rate := float64(r.samples) / r.work.seconds
-				c.rate = append(c.rate, rate)
-				if rate > 0 {
-					c.perKiloRate = append(c.perKiloRate, 1+(r.work.seconds/bs.work.seconds-1)/(rate/1000))
-				}
-				c.preempted = append(c.preempted, float64(r.work.involuntary-bs.work.involuntary)/r.work.seconds)
-				c.profilerCPU = append(c.profilerCPU, r.profilerCPU)
-				c.wakeups = append(c.wakeups, r.wakeups)
-				if r.samples > 0 && r.bytes > 0 {
-					c.bytesPerSample = append(c.bytesPerSample, float64(r.bytes)/float64(r.samples))
-				}
+				cells[depth][t].add(runs[t], runs[base])
 			}
 		}
 		b.logf("slowdown: round %d of %d done (%s)", round+1, b.rounds, time.Since(b.start).Round(time.Second))
 	}
 	return cells, nil
+}
+
+// switchRun is the switch-heavy target (bench/threads.rb) run under t.
+func (b *bench) switchRun(t tool) (slowRun, error) {
+	return b.runTarget(t, []string{b.ruby, b.threadsScript, strconv.Itoa(b.threadIterations)})
+}
+
+// switchHeavy measures the slowdown of bench/threads.rb (three threads
+// sharing the GVL, handing it on every slice of work) under tools, as
+// slowdown does the workload's: b.rounds interleaved rounds, each run
+// against the same round's unprofiled run. It also returns each unprofiled
+// run's context switches per second (all its threads').
+func (b *bench) switchHeavy(tools []tool) (map[tool]*slowdownCell, []float64, error) {
+	const probe = 30000
+	b.threadIterations = probe
+	var took []float64
+	for range 3 {
+		r, err := b.switchRun(tool{name: "unprofiled"})
+		if err != nil {
+			return nil, nil, err
+		}
+		took = append(took, r.work.seconds)
+	}
+	b.threadIterations = max(1, int(float64(probe)*b.workSeconds/median(took)))
+	cells := map[tool]*slowdownCell{}
+	for _, t := range tools {
+		cells[t] = &slowdownCell{}
+	}
+	var switches []float64
+	base := tool{name: "unprofiled"}
+	for round := range b.rounds {
+		order := append([]tool{base}, tools...)
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		runs := map[tool]slowRun{}
+		for _, t := range order {
+			r, err := b.switchRun(t)
+			if err != nil {
+				return nil, nil, fmt.Errorf("switch-heavy round %d, %v: %w", round+1, t, err)
+			}
+			runs[t] = r
+		}
+		bs := runs[base]
+		switches = append(switches, float64(bs.work.voluntary+bs.work.involuntary)/bs.work.seconds)
+		for _, t := range tools {
+			cells[t].add(runs[t], bs)
+		}
+	}
+	b.logf("switch-heavy: %d iterations, %d rounds done (%s)", b.threadIterations, b.rounds, time.Since(b.start).Round(time.Second))
+	return cells, switches, nil
 }

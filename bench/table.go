@@ -14,7 +14,11 @@ type table struct {
 	b           *bench
 	tools       []tool
 	slow        map[int]map[tool]*slowdownCell
+	switchTools []tool
+	switchHeavy map[tool]*slowdownCell // bench/threads.rb under switchTools
+	switchRate  []float64              // its context switches per second, unprofiled
 	bpf         []bpfRow
+	offCPU      []offCPURow
 	postSamples int
 	postBytes   int64
 	post        []*postResult
@@ -66,10 +70,10 @@ func (t *table) String() string {
 	p("|---|---|---|---|---|---|")
 	for _, depth := range b.depths {
 		for _, hz := range []int{99, 999} {
-			rp := t.slow[depth][tool{"rubyperf", hz}]
+			rp := t.slow[depth][tool{name: "rubyperf", hz: hz}]
 			row := fmt.Sprintf("| %d frames | %d Hz |", depth, hz)
 			for _, peer := range []string{"perf", "stackprof"} {
-				pc := t.slow[depth][tool{peer, hz}]
+				pc := t.slow[depth][tool{name: peer, hz: hz}]
 				if rp == nil || pc == nil {
 					row += " – | – |"
 					continue
@@ -82,19 +86,22 @@ func (t *table) String() string {
 		}
 	}
 	p("")
+	t.switchTables(p)
+	p("")
 	p("**BPF program run time per sample** (the kernel's BPF statistics, the user stack copy inside `bpf_perf_event_output` included (`--stack-size`, 8 KiB by default); `BenchmarkBPFRunTime`, 999 Hz; the median of 250 ms windows and the 10th–90th percentile window, because a shared machine's slow windows would swamp a mean; urgent: samples that woke the recorder at once; goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
 	p("")
 	p("| Ruby stack | stack copy | frames read per sample | urgent samples | µs per sample [p10, p90] |")
 	p("|---|---|---|---|---|")
 	for _, r := range t.bpf {
-		shape := fmt.Sprintf("%d, one method", r.depth)
-		if r.shape == "distinct" {
-			shape = fmt.Sprintf("%d, distinct methods and blocks", r.depth)
+		if r.variant != "" || r.shape == "labels" {
+			continue
 		}
-		p("| %s | %s | %.0f | %.1f%% | %.1f [%.1f, %.1f] |", shape, stackSize(r.stack), r.framesPerSamp, 100*r.urgent,
+		p("| %s | %s | %.0f | %.1f%% | %.1f [%.1f, %.1f] |", r.stackName(), stackSize(r.stack), r.framesPerSamp, 100*r.urgent,
 			r.nsPerSample/1000, r.p10/1000, r.p90/1000)
 	}
 	p("")
+	t.abTable(p)
+	t.offCPUTable(p)
 	p("**Post-processing** one recording of %d samples (%.0f bytes/sample), %d runs each, interleaved (goal ≥ 5× `perf script`):",
 		t.postSamples, float64(t.postBytes)/float64(max(1, t.postSamples)), b.postRounds)
 	p("")
@@ -162,4 +169,126 @@ func headToHead(a, b []float64) (rel []float64, faster int) {
 		}
 	}
 	return rel, faster
+}
+
+// stackName describes the row's Ruby stack.
+func (r bpfRow) stackName() string {
+	switch r.shape {
+	case "distinct":
+		return fmt.Sprintf("%d, distinct methods and blocks", r.depth)
+	case "labels":
+		return fmt.Sprintf("`labels.rb`, fibers serving labelled requests (%.0f frames)", r.framesPerSamp)
+	}
+	return fmt.Sprintf("%d, one method", r.depth)
+}
+
+// switchTables prints the switch-heavy target's slowdown and --wall
+// against rubyperf without it, round by round.
+func (t *table) switchTables(p func(string, ...any)) {
+	b := t.b
+	p("**Switch-heavy target slowdown** (`bench/threads.rb`: three threads sharing the GVL, each handing it on after every")
+	p("slice of its share of the work, %.0f context switches/s unprofiled (median); %s takes a sample each time one of", median(t.switchRate), "`--wall`")
+	p("them leaves a CPU. Its work time against the same round's unprofiled run, as above; %d rounds. One thread holds", b.rounds)
+	p("the GVL at a time, so a sample's cost can fall on an idle CPU: target CPU is the CPU time the target was charged")
+	p("for its work, the programs' time in its context included, against the unprofiled run's):")
+	p("")
+	p("| profiler | slowdown | target CPU | samples/s reached | of them off-CPU | slowdown per 1,000 samples/s | profiler CPU (cores) | profiler wake-ups/s | bytes/sample |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for _, tl := range t.switchTools {
+		c := t.switchHeavy[tl]
+		bps := "–"
+		if len(c.bytesPerSample) > 0 {
+			bps = fmt.Sprintf("%.0f", median(c.bytesPerSample))
+		}
+		p("| %v | %s [%s, %s] | %s [%s, %s] | %.0f | %.0f | %s [%s, %s] | %.3f | %.0f | %s |", tl, pct(median(c.ratio)),
+			pct(quantile(c.ratio, 0.25)), pct(quantile(c.ratio, 0.75)), pct(median(c.cpuRatio)), pct(quantile(c.cpuRatio, 0.25)),
+			pct(quantile(c.cpuRatio, 0.75)), median(c.rate), median(c.offCPURate),
+			pct(median(c.perKiloRate)), pct(quantile(c.perKiloRate, 0.25)), pct(quantile(c.perKiloRate, 0.75)),
+			median(c.profilerCPU), median(c.wakeups), bps)
+	}
+	p("")
+	p("**`--wall` against without**: in each round, the target's work time under `rubyperf record --wall` divided by")
+	p("its time under `rubyperf record` at the same rate; median and middle half of the rounds.")
+	p("")
+	p("| target | rate | --wall vs without | faster with --wall |")
+	p("|---|---|---|---|")
+	row := func(name string, wall, without *slowdownCell) {
+		if wall == nil || without == nil {
+			return
+		}
+		rel, faster := headToHead(wall.ratio, without.ratio)
+		p("| %s | 99 Hz | %s [%s, %s] | %d of %d |", name, pct(median(rel)), pct(quantile(rel, 0.25)), pct(quantile(rel, 0.75)),
+			faster, len(rel))
+	}
+	wall, without := tool{name: "rubyperf", hz: 99, wall: true}, tool{name: "rubyperf", hz: 99}
+	for _, depth := range b.depths {
+		row(fmt.Sprintf("`workload.rb`, %d frames", depth), t.slow[depth][wall], t.slow[depth][without])
+	}
+	row("`threads.rb`", t.switchHeavy[wall], t.switchHeavy[without])
+}
+
+// abTable prints the BPF A/B rows: each variant's windows beside its
+// peer's, alternating in the same run.
+func (t *table) abTable(p func(string, ...any)) {
+	var rows []bpfRow
+	for _, r := range t.bpf {
+		if r.variant != "" && r.pairs > 0 {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("**A/B**: what one read of the sample costs, `BenchmarkBPFRunTime` as above (8 KiB stack copy), each run")
+	p("alternating 250 ms windows with the read and without it (thread state: `EcThread` = 0; labels: `ReadLabels` or")
+	p("not), so both share the run's noise: medians of each one's windows, and the median of the differences between")
+	p("adjacent windows:")
+	p("")
+	p("| Ruby stack | read | µs per sample with it [p10, p90] | without it [p10, p90] | its cost: adjacent windows (medians) | pairs |")
+	p("|---|---|---|---|---|---|")
+	for _, r := range rows {
+		// The variant is arm 0: with the read for labels, without it for
+		// the thread's state.
+		what, with, without, cost := "", [3]float64{r.nsPerSample, r.p10, r.p90}, [3]float64{r.peer, r.peerP10, r.peerP90}, r.diff
+		switch r.variant {
+		case "nothread":
+			what = "the thread's state (its Ractor and `unblock.func`, the GVL owner)"
+			with, without, cost = without, with, -cost
+		case "labels":
+			what = fmt.Sprintf("request labels (%.1f per labelled sample)", r.labels)
+		default:
+			what = r.variant
+		}
+		p("| %s | %s | %.1f [%.1f, %.1f] | %.1f [%.1f, %.1f] | %+.2f µs (%s) | %.0f |", r.stackName(), what,
+			with[0]/1000, with[1]/1000, with[2]/1000, without[0]/1000, without[1]/1000, without[2]/1000,
+			cost/1000, pct(1+cost/without[0]), r.pairs)
+	}
+	p("")
+}
+
+// offCPUTable prints BenchmarkOffCPU beside its peer, the cpu-clock program.
+func (t *table) offCPUTable(p func(string, ...any)) {
+	if len(t.offCPU) == 0 {
+		return
+	}
+	p("**Off-CPU program** (`--wall`: `tp_btf/sched_switch`, which runs on every context switch of the machine;")
+	p("`BenchmarkOffCPU`: a target's threads followed and sampled at 999 Hz on `source-3.3-static`; medians of 250 ms")
+	p("windows. Per off-CPU sample: the program's whole run time over the samples it took, then less its other runs at")
+	p("the cost of a switch while no thread is followed. The peer, in the same run: `sample_ruby`'s time per cpu-clock sample):")
+	p("")
+	p("| target | context switches/s (machine) | off-CPU samples/s | µs per switch, no target [while sampling] | µs per off-CPU sample, every run [p10, p90] | less the other runs | `sample_ruby` µs per sample [p10, p90] | off-CPU sample vs peer |")
+	p("|---|---|---|---|---|---|---|---|")
+	for _, o := range t.offCPU {
+		target := o.target
+		switch o.target {
+		case "gvl":
+			target = "`states.rb gvl`: three threads handing the GVL on"
+		case "pass":
+			target = "three threads calling `Thread.pass` after every slice of work"
+		}
+		p("| %s | %.0f | %.0f | %.2f [%.2f] | %.1f [%.1f, %.1f] | %.1f | %.1f [%.1f, %.1f] | %.2f× |", target, o.switchR, o.offCPURate,
+			o.idleNsPerRun/1000, o.nsPerRun/1000, o.nsPerSample/1000, o.p10/1000, o.p90/1000, o.samplingNs/1000,
+			o.cpuNs/1000, o.cpuP10/1000, o.cpuP90/1000, o.samplingNs/o.cpuNs)
+	}
+	p("")
 }
