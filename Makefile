@@ -66,7 +66,7 @@ demo: rubies build
 tables: build
 	@bash scripts/gen-tables.sh tables
 
-# One table of ratios against peers measured in the same run (bench/; about 9 minutes, root):
+# One table of ratios against peers measured in the same run (bench/; about 10 minutes, root):
 # target slowdown vs stackprof and perf record, BPF cost, post-processing vs perf script,
 # attach time, recorder memory. BENCHFLAGS=-quick tries the harness in a minute.
 bench: rubies build
