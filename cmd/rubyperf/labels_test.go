@@ -29,7 +29,8 @@ type labelsWorkload struct {
 	} `json:"requests"`
 }
 
-// TestRequestLabels: requests served on fibers taking turns, each labelled
+// TestRequestLabels: requests served on fibers taking turns (by hand, and
+// under a Fiber scheduler), each labelled
 // request_id and endpoint through an extension that publishes them as the
 // ruby-profiler gem does (testdata/ruby/profiler_state_ext). Every sample
 // of a labelled fiber carries its labels, named; each endpoint's share of
@@ -40,14 +41,23 @@ func TestRequestLabels(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
 	// The DWARF Rubies, and a stripped one (a built-in table; dynamic
 	// Symbols named through what rb_sym2id's code says).
-	rubies := append(testruby.WithDWARF(t), testruby.Get(t, "source-3.3-static-stripped"))
-	for _, r := range rubies {
-		t.Run(r.Name, func(t *testing.T) {
+	type labelRun struct {
+		r    testruby.Ruby
+		mode string // "" fibers taking turns by hand; "scheduler" under a Fiber scheduler
+	}
+	var runs []labelRun
+	for _, r := range append(testruby.WithDWARF(t), testruby.Get(t, "source-3.3-static-stripped")) {
+		runs = append(runs, labelRun{r, ""})
+	}
+	runs = append(runs, labelRun{testruby.Get(t, "source-3.3-static"), "scheduler"})
+	for _, rn := range runs {
+		r := rn.r
+		t.Run(strings.TrimSuffix(r.Name+"-"+rn.mode, "-"), func(t *testing.T) {
 			so := profilerstate.Build(t, r)
 			dir := t.TempDir()
 			file := filepath.Join(dir, "rubyperf.data")
 			out := filepath.Join(dir, "out.json")
-			cmd := []string{"sh", "-c", "exec \"$0\" \"$1\" 4 \"$2\" > \"$3\"", r.Exe, profilerstate.WorkloadPath(t), so, out}
+			cmd := []string{"sh", "-c", "exec \"$0\" \"$1\" 4 \"$2\" $4 > \"$3\"", r.Exe, profilerstate.WorkloadPath(t), so, out, rn.mode}
 			if _, err := recording.Record(context.Background(), recording.Options{
 				Command: cmd, Frequency: 499, Duration: 20 * time.Second, Output: file}); err != nil {
 				t.Fatal(err)

@@ -2,7 +2,12 @@
 # taking turns, each labelled through testdata/ruby/profiler_state_ext
 # (which publishes labels the way the ruby-profiler gem does):
 #
-#   ruby labels.rb SECONDS [EXTENSION.so]
+#   ruby labels.rb SECONDS [EXTENSION.so] [scheduler]
+#
+# With "scheduler" the requests run as non-blocking fibers under a Fiber
+# scheduler (Fiber.set_scheduler, Fiber.schedule): each gives the thread
+# on with sleep(0), which the scheduler turns into a switch to the next
+# ready fiber, as an async server's fibers do at each I/O.
 #
 # The extension comes from ARGV[1], else ENV["RUBYPERF_PROFILER_STATE_SO"]
 # (internal/profilerstate builds it). Request k is labelled
@@ -17,7 +22,8 @@
 # unlabelled CPU, so tests can compare a profile's labels with them.
 require "json"
 
-so = ARGV[1] || ENV["RUBYPERF_PROFILER_STATE_SO"]
+so = (ARGV[1] unless ARGV[1] == "scheduler") || ENV["RUBYPERF_PROFILER_STATE_SO"]
+with_scheduler = ARGV.include?("scheduler")
 abort "usage: ruby labels.rb SECONDS [EXTENSION.so] (or RUBYPERF_PROFILER_STATE_SO=EXTENSION.so)" unless so
 require File.expand_path(so)
 seconds = Float(ARGV.fetch(0, "5"))
@@ -60,6 +66,50 @@ module Background
   def self.housekeeping(budget) = burn(budget)
 end
 
+# A Fiber scheduler small enough to read: ready fibers run in turn; one that
+# sleeps waits for its time in a list; the loop runs until all are done.
+class RoundRobin
+  def initialize(between_rounds)
+    @ready, @sleeping, @between_rounds = [], {}, between_rounds
+  end
+
+  def fiber(&block)
+    f = Fiber.new(blocking: false, &block)
+    f.resume
+    f
+  end
+
+  def kernel_sleep(duration = nil)
+    @sleeping[Fiber.current] = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (duration || 0)
+    Fiber.yield
+  end
+
+  def block(_blocker, timeout = nil)
+    timeout ? kernel_sleep(timeout) : (@sleeping[Fiber.current] = Float::INFINITY; Fiber.yield)
+  end
+
+  def unblock(_blocker, fiber)
+    @sleeping[fiber] = 0
+  end
+
+  def io_wait(io, events, timeout)
+    IO.select(events & IO::READABLE != 0 ? [io] : nil, events & IO::WRITABLE != 0 ? [io] : nil, nil, timeout)
+    events
+  end
+
+  def run
+    until @sleeping.empty?
+      t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      due = @sleeping.select { |_, at| at <= t }.keys
+      due.each { |f| @sleeping.delete(f) }
+      due.each { |f| f.resume if f.alive? }
+      @between_rounds.call
+    end
+  end
+
+  def close = run
+end
+
 # Sleeping first lets a recorder that starts with the command attach (it
 # reads the binary's DWARF first) before anything is measured.
 sleep 1
@@ -70,33 +120,44 @@ served = 0
 start, cpu0 = now, cpu
 deadline = start + seconds
 
-workers = Array.new(FIBERS) do
-  Fiber.new do
-    while now < deadline
-      served += 1
-      id, endpoint = "r#{served}", ENDPOINTS[(served - 1) % ENDPOINTS.size]
-      request = requests[id] = { endpoint: endpoint, cpu: 0.0 }
-      RubyperfProfilerState.with(request_id: id, endpoint: endpoint) do
-        SLICES.times do
-          break if now >= deadline
-          c = cpu
-          Endpoints.public_send(endpoint, SLICE_CPU[endpoint])
-          spent = cpu - c
-          endpoint_cpu[endpoint] += spent
-          request[:cpu] += spent
-          Fiber.yield # the next fiber runs with its own labels
-        end
+serve = lambda do
+  while now < deadline
+    served += 1
+    id, endpoint = "r#{served}", ENDPOINTS[(served - 1) % ENDPOINTS.size]
+    request = requests[id] = { endpoint: endpoint, cpu: 0.0 }
+    RubyperfProfilerState.with(request_id: id, endpoint: endpoint) do
+      SLICES.times do
+        break if now >= deadline
+        c = cpu
+        Endpoints.public_send(endpoint, SLICE_CPU[endpoint])
+        spent = cpu - c
+        endpoint_cpu[endpoint] += spent
+        request[:cpu] += spent
+        # The next fiber runs with its own labels.
+        with_scheduler ? sleep(0) : Fiber.yield
       end
     end
   end
 end
-
-# Round robin until every worker has seen the deadline.
-while workers.any?(&:alive?)
-  workers.each { |f| f.resume if f.alive? }
+housekeeping = lambda do
   c = cpu
   Background.housekeeping(HOUSEKEEPING_CPU)
   unlabeled += cpu - c
+end
+
+if with_scheduler
+  scheduler = RoundRobin.new(housekeeping)
+  Fiber.set_scheduler(scheduler)
+  FIBERS.times { Fiber.schedule(&serve) }
+  scheduler.run
+  Fiber.set_scheduler(nil)
+else
+  # Round robin until every worker has seen the deadline.
+  workers = Array.new(FIBERS) { Fiber.new(&serve) }
+  while workers.any?(&:alive?)
+    workers.each { |f| f.resume if f.alive? }
+    housekeeping.call
+  end
 end
 
 puts JSON.generate(
