@@ -1,5 +1,7 @@
 package merge
 
+import "slices"
+
 // State is what a sample's thread was doing, besides where: the answer to
 // "why is it slow" that a stack alone does not give.
 type State uint8
@@ -106,9 +108,7 @@ func AddStateFrames(st *Stack, phase string) {
 		at = 0
 	}
 	// Leaf first: the phase, then (garbage collection), then the Ruby frame.
-	add := make([]Frame, len(names))
-	for i, n := range names {
-		add[len(names)-1-i] = Frame{Kind: KindState, Name: n}
+	for _, n := range names {
+		st.Frames = slices.Insert(st.Frames, at, Frame{Kind: KindState, Name: n})
 	}
-	st.Frames = append(st.Frames[:at], append(add, st.Frames[at:]...)...)
 }

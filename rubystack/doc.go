@@ -12,5 +12,5 @@
 //
 // It must not know about ELF, DWARF, tables or disassembly (rubybuild's
 // trade), nor about perf, eBPF, or output formats. It imports only the
-// standard library, golang.org/x/sys and rubybuild.
+// standard library, golang.org/x/sys, rubybuild and procmaps.
 package rubystack

@@ -1,93 +1,27 @@
 package rubystack
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
+	"github.com/rubyperf/rubyperf/procmaps"
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
-// Limits on /proc/PID/maps: a process with a million mappings is not Ruby's shape.
-const (
-	maxMapsLines = 1 << 20
-	maxMapsLine  = 8 << 10
-)
-
 // Mapping is one line of /proc/PID/maps.
-type Mapping struct {
-	Start, End, Offset uint64
-	Perms              string
-	Path               string // as the process sees it; " (deleted)" removed
-	Deleted            bool
-}
+type Mapping = procmaps.Mapping
 
 // ReadMaps parses /proc/PID/maps.
 func ReadMaps(pid int) ([]Mapping, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	maps, err := procmaps.Read(pid)
 	if err != nil {
 		return nil, ProcError(pid, err)
 	}
-	defer f.Close()
-	return parseMaps(f)
-}
-
-func parseMaps(r io.Reader) ([]Mapping, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 4096), maxMapsLine)
-	var out []Mapping
-	for sc.Scan() {
-		if len(out) >= maxMapsLines {
-			return nil, fmt.Errorf("maps: more than %d mappings", maxMapsLines)
-		}
-		m, ok := parseMapsLine(sc.Text())
-		if ok {
-			out = append(out, m)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("maps: %w", err)
-	}
-	return out, nil
-}
-
-// parseMapsLine reads "start-end perms offset dev inode   path".
-func parseMapsLine(line string) (Mapping, bool) {
-	f := strings.Fields(line)
-	if len(f) < 5 {
-		return Mapping{}, false
-	}
-	lo, hi, ok := strings.Cut(f[0], "-")
-	if !ok {
-		return Mapping{}, false
-	}
-	var m Mapping
-	var err1, err2, err3 error
-	m.Start, err1 = strconv.ParseUint(lo, 16, 64)
-	m.End, err2 = strconv.ParseUint(hi, 16, 64)
-	m.Offset, err3 = strconv.ParseUint(f[2], 16, 64)
-	if err1 != nil || err2 != nil || err3 != nil || m.End < m.Start {
-		return Mapping{}, false
-	}
-	m.Perms = f[1]
-	if len(f) >= 6 {
-		// The path is everything after the inode, and may contain spaces.
-		idx := 0
-		for i := 0; i < 5; i++ {
-			idx += strings.Index(line[idx:], f[i]) + len(f[i])
-		}
-		m.Path = strings.TrimLeft(line[idx:], " ")
-		if strings.HasSuffix(m.Path, " (deleted)") {
-			m.Path, m.Deleted = strings.TrimSuffix(m.Path, " (deleted)"), true
-		}
-	}
-	return m, true
+	return maps, nil
 }
 
 // Process is a running Ruby: the binary holding its VM and where it is loaded.

@@ -17,5 +17,5 @@
 // maps) is untrusted: every loop and read is bounded, and nothing panics.
 //
 // It must not know about Ruby, perf or BPF: it locates a symbol the caller
-// names. It imports only the standard library.
+// names. It imports only the standard library and procmaps.
 package threadlocal

@@ -385,37 +385,3 @@ func (m sliceMem) ReadAt(p []byte, addr uint64) error {
 	copy(p, m.b[addr-m.base:])
 	return nil
 }
-
-func FuzzParseMaps(f *testing.F) {
-	f.Add("55d0c5a00000-55d0c5a01000 r--p 00000000 fe:01 1234   /usr/bin/ruby3.1\n" +
-		"7f1c2e000000-7f1c2e100000 r-xp 00100000 fe:01 99 /usr/lib/libx.so (deleted)\n" +
-		"7ffd1a2b0000-7ffd1a2d1000 rw-p 00000000 00:00 0                          [stack]\n")
-	f.Fuzz(func(t *testing.T, s string) {
-		maps, err := parseMaps(strings.NewReader(s))
-		if err != nil {
-			return
-		}
-		for _, m := range maps {
-			if m.end < m.start {
-				t.Fatalf("mapping end %#x before start %#x", m.end, m.start)
-			}
-		}
-	})
-}
-
-func TestParseMapsLine(t *testing.T) {
-	m, ok := parseMapsLine("7f1c2e000000-7f1c2e100000 r-xp 00100000 fe:01 99   /usr/lib/a b.so (deleted)")
-	if !ok || m.start != 0x7f1c2e000000 || m.end != 0x7f1c2e100000 || m.offset != 0x100000 ||
-		m.inode != 99 || m.path != "/usr/lib/a b.so" || !m.deleted {
-		t.Errorf("%+v, %v", m, ok)
-	}
-	m, ok = parseMapsLine("7ffd1a2b0000-7ffd1a2d1000 rw-p 00000000 00:00 0")
-	if !ok || m.path != "" || m.inode != 0 {
-		t.Errorf("%+v, %v", m, ok)
-	}
-	for _, bad := range []string{"", "x", "1-0 r--p 0 00:00 0", "1-2 r--p zz 00:00 0", "1-2 r--p 0 00:00"} {
-		if _, ok := parseMapsLine(bad); ok {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-}

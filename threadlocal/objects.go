@@ -1,101 +1,29 @@
 package threadlocal
 
 import (
-	"bufio"
 	"debug/elf"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/rubyperf/rubyperf/procmaps"
 )
 
 // Limits on what is read of the target's files.
 const (
-	maxMapsLines   = 1 << 20  // lines of /proc/PID/maps
-	maxMapsLine    = 8 << 10  // bytes of one line
 	maxObjects     = 1 << 13  // distinct mapped files examined
 	maxSymbolBytes = 64 << 20 // .dynsym or .dynstr of one file
 )
 
-// mapping is one line of /proc/PID/maps.
-type mapping struct {
-	start, end, offset, inode uint64
-	path                      string // as the process sees it; " (deleted)" removed
-	deleted                   bool
-}
-
-func readMaps(pid int) ([]mapping, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	defer f.Close()
-	maps, err := parseMaps(f)
+func readMaps(pid int) ([]procmaps.Mapping, error) {
+	maps, err := procmaps.Read(pid)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	return maps, nil
-}
-
-func parseMaps(r io.Reader) ([]mapping, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 4096), maxMapsLine)
-	var out []mapping
-	for n := 0; sc.Scan(); n++ {
-		if n >= maxMapsLines {
-			return nil, fmt.Errorf("maps: more than %d lines", maxMapsLines)
-		}
-		if m, ok := parseMapsLine(sc.Text()); ok {
-			out = append(out, m)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("maps: %w", err)
-	}
-	return out, nil
-}
-
-// parseMapsLine reads "start-end perms offset dev inode   path".
-func parseMapsLine(line string) (mapping, bool) {
-	rest := line
-	var f [5]string
-	for i := range f {
-		rest = strings.TrimLeft(rest, " ")
-		j := strings.IndexByte(rest, ' ')
-		if j < 0 {
-			if i < 4 {
-				return mapping{}, false
-			}
-			j = len(rest)
-		}
-		f[i], rest = rest[:j], rest[j:]
-	}
-	lo, hi, ok := strings.Cut(f[0], "-")
-	if !ok {
-		return mapping{}, false
-	}
-	var m mapping
-	var err [4]error
-	m.start, err[0] = strconv.ParseUint(lo, 16, 64)
-	m.end, err[1] = strconv.ParseUint(hi, 16, 64)
-	m.offset, err[2] = strconv.ParseUint(f[2], 16, 64)
-	m.inode, err[3] = strconv.ParseUint(f[4], 10, 64)
-	for _, e := range err {
-		if e != nil {
-			return mapping{}, false
-		}
-	}
-	if m.end < m.start {
-		return mapping{}, false
-	}
-	m.path = strings.TrimLeft(rest, " ")
-	if p, ok := strings.CutSuffix(m.path, " (deleted)"); ok {
-		m.path, m.deleted = p, true
-	}
-	return m, true
 }
 
 // elfInfo is what is needed of one mapped ELF file.
@@ -135,15 +63,15 @@ func wanted(symbol string) func(string) bool {
 // loadObjects opens every ELF file pid maps (once per file) and returns it
 // once per place it is mapped at (its mapping of file offset 0), in address
 // order. Files that are not ELF, or not readable, are skipped.
-func loadObjects(pid int, maps []mapping, want func(string) bool) ([]*object, error) {
+func loadObjects(pid int, maps []procmaps.Mapping, want func(string) bool) ([]*object, error) {
 	pageSize := uint64(os.Getpagesize())
 	infos := map[string]*elfInfo{}
 	var out []*object
 	for _, m := range maps {
-		if m.offset != 0 || m.inode == 0 || !strings.HasPrefix(m.path, "/") {
+		if m.Offset != 0 || m.Inode == 0 || !strings.HasPrefix(m.Path, "/") {
 			continue // not a file's first page: anonymous, [vdso], a segment
 		}
-		key := m.path + "\x00" + strconv.FormatUint(m.inode, 10)
+		key := m.Path + "\x00" + strconv.FormatUint(m.Inode, 10)
 		info, seen := infos[key]
 		if !seen {
 			if len(infos) >= maxObjects {
@@ -155,7 +83,7 @@ func loadObjects(pid int, maps []mapping, want func(string) bool) ([]*object, er
 		if info == nil || info.firstOff&^(pageSize-1) != 0 {
 			continue
 		}
-		out = append(out, &object{path: m.path, bias: m.start - info.firstLoad&^(pageSize-1), elfInfo: info})
+		out = append(out, &object{path: m.Path, bias: m.Start - info.firstLoad&^(pageSize-1), elfInfo: info})
 	}
 	return out, nil
 }
@@ -163,14 +91,14 @@ func loadObjects(pid int, maps []mapping, want func(string) bool) ([]*object, er
 // readELF reads m's file: through /proc/PID/map_files, which is the very file
 // mapped even if deleted or replaced since, else through /proc/PID/root, the
 // target's view of the file system (containers).
-func readELF(pid int, m mapping, want func(string) bool) (*elfInfo, error) {
+func readELF(pid int, m procmaps.Mapping, want func(string) bool) (*elfInfo, error) {
 	paths := []string{
-		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.start, m.end),
-		filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.path),
+		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End),
+		filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.Path),
 	}
 	var firstErr error
 	for _, p := range paths {
-		info, err := readELFFile(p, m.inode, want)
+		info, err := readELFFile(p, m.Inode, want)
 		if err == nil {
 			return info, nil
 		}

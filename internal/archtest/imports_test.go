@@ -17,7 +17,7 @@ const module = "github.com/rubyperf/rubyperf/"
 var allowed = map[string][]string{
 	"debuginfo": {},
 	"rubybuild": {"debuginfo"},
-	"rubystack": {"rubybuild"},
+	"rubystack": {"rubybuild", "procmaps"},
 	"bpf":       {"rubybuild", "rubystack"},
 	"perfdata":  {},
 	"perfmap":   {},
@@ -26,7 +26,9 @@ var allowed = map[string][]string{
 	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF.
-	"threadlocal":       {},
+	"threadlocal": {"procmaps"},
+	// procmaps reads /proc/PID/maps for every package that looks at a live process.
+	"procmaps":          {},
 	"native":            {"debuginfo"},
 	"export":            {"merge"},
 	"cmd/rubyperf":      {"*"},
@@ -56,7 +58,7 @@ var testImports = map[string][]string{"bpf": {"threadlocal"}}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
-var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true}
+var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true}
 
 // externalOnly packages may import, outside the standard library, only
 // what starts with one of the listed prefixes.
