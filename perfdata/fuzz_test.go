@@ -67,6 +67,14 @@ func FuzzReader(f *testing.F) {
 		if r, err := NewPipeReader(bytes.NewReader(data)); err == nil {
 			readEverything(r)
 		}
+		// A record as a live reader gets it, against each kind of layout.
+		if len(data) >= recordHeaderSize && len(data) <= 0xffff {
+			rec := append([]byte(nil), data...)
+			le.PutUint16(rec[6:], uint16(len(rec))) // the header's size is right, the rest is not
+			for _, a := range []Attr{{}, {SampleType: ^SampleType(0), Flags: FlagSampleIDAll, SampleRegsUser: 0xff}} {
+				DecodeRecord(rec, &a)
+			}
+		}
 		DecodeEventDesc(data)
 		DecodeBuildIDs(data)
 		DecodeStrings(data)

@@ -530,3 +530,16 @@ func checkRawRecord(raw []byte) error {
 	}
 	return nil
 }
+
+// DecodeRecord decodes one whole record raw (header included), as a file
+// of the single event a would hold it: for reading records as they are
+// made, without a file. Malformed input is an error, never a panic.
+func DecodeRecord(raw []byte, a *Attr) (Record, error) {
+	if err := checkRawRecord(raw); err != nil {
+		return nil, err
+	}
+	if RecordType(le.Uint32(raw)) >= RecordUserTypeStart {
+		return decodeRecord(raw, &Attr{}, -1)
+	}
+	return decodeRecord(raw, a, 0)
+}
