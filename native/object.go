@@ -105,6 +105,15 @@ func LoadObjectWith(path string, opts LoadOptions) *Object {
 	return o
 }
 
+// BuildID is the object's GNU build-id, hex, or "" when it has none (or
+// could not be read).
+func (o *Object) BuildID() string {
+	if o == nil {
+		return ""
+	}
+	return o.id.BuildID
+}
+
 // Err says why the object cannot unwind, if it cannot.
 func (o *Object) Err() error { return o.err }
 

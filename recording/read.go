@@ -202,6 +202,9 @@ type reader struct {
 	comms  map[uint32]string
 	objs   *native.Objects
 	stats  ReadStats
+	// objectsOf, when set, gives the files a process maps, as it sees them
+	// (a live recording's processes may be in containers); else objs.
+	objectsOf func(pid uint32) *native.Objects
 
 	// Buffers reused from one sample to the next.
 	payload bpf.Payload
@@ -210,6 +213,14 @@ type reader struct {
 	unwound []native.Frame
 	rubies  []merge.Ruby
 	merger  merge.Merger
+}
+
+// objects is where the files pid maps are loaded from.
+func (rd *reader) objects(pid uint32) *native.Objects {
+	if rd.objectsOf != nil {
+		return rd.objectsOf(pid)
+	}
+	return rd.objs
 }
 
 func (rd *reader) mapsOf(pid uint32) *native.Maps {
@@ -311,10 +322,10 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) [
 		return out
 	}
 	if len(s.RegsUser) == 0 || len(s.StackUser) == 0 {
-		return rd.callchainUserFrames(out, s.Callchain, maps)
+		return rd.callchainUserFrames(out, s.Callchain, maps, rd.objects(s.Pid))
 	}
 	vm, hasVM := rd.symtab.VMExec[im]
-	rd.unwound = native.Unwind(rd.unwound[:0], s.RegsUser, s.StackUser, maps, rd.objs)
+	rd.unwound = native.Unwind(rd.unwound[:0], s.RegsUser, s.StackUser, maps, rd.objects(s.Pid))
 	for i, f := range rd.unwound {
 		// A caller's frame is shown inside its call instruction (the return
 		// address - 1), as perf does: a call that ends a function would
@@ -327,6 +338,7 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) [
 			MapStart: f.Mapping.Start, MapLimit: f.Mapping.Limit, MapOffset: f.Mapping.Offset}
 		n := merge.Native{JIT: f.JIT}
 		if f.Object != nil {
+			fr.BuildID = f.Object.BuildID()
 			if name, off, ok := f.Object.Symbol(vaddr); ok {
 				fr.Name, fr.SymOffset = name, off
 				base := compilerClone(name)
@@ -406,7 +418,7 @@ func compilerClone(name string) string {
 // callchainUserFrames names the user part of a callchain: what there is of
 // a native stack when a sample has no stack copy (perf record -g, or frame
 // pointers).
-func (rd *reader) callchainUserFrames(out []merge.Native, chain []uint64, maps *native.Maps) []merge.Native {
+func (rd *reader) callchainUserFrames(out []merge.Native, chain []uint64, maps *native.Maps, objs *native.Objects) []merge.Native {
 	inUser := false
 	for _, ip := range chain {
 		if ip >= perfdata.ContextMax {
@@ -420,7 +432,8 @@ func (rd *reader) callchainUserFrames(out []merge.Native, chain []uint64, maps *
 		if m, ok := maps.Find(ip); ok {
 			fr.File, fr.MapStart, fr.MapLimit, fr.MapOffset = m.Path, m.Start, m.Limit, m.Offset
 			if m.Path != "" && m.Path[0] == '/' || m.Path == native.VDSOPath {
-				o := rd.objs.Get(m.Path)
+				o := objs.Get(m.Path)
+				fr.BuildID = o.BuildID()
 				if name, off, ok := o.Symbol(o.VAddr(ip - m.Start + m.Offset)); ok {
 					fr.Name, fr.SymOffset = name, off
 				}

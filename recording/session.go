@@ -20,6 +20,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubybuild"
@@ -31,6 +32,9 @@ type Options struct {
 	PIDs    []int    // -p
 	Command []string // -- CMD ARGS: started, recorded, and its exit ends the recording
 	All     bool     // -a: every Ruby process, including ones that start while recording
+	// Select, if set, narrows -a to the processes it says yes to (a
+	// target's children, followed from their fork, need no yes).
+	Select func(pid int) bool
 	// FollowForks records the children targets fork from their first
 	// instant (-a always does).
 	FollowForks bool
@@ -53,6 +57,28 @@ type Options struct {
 	Status io.Writer
 	// Warn, if set, receives one line for each Ruby process -a skips, and why.
 	Warn io.Writer
+	// Stacks, when set, makes the recording live: no file is written
+	// (Output is not used); each sample is merged as it is read, as
+	// ReadStacks would read it from a file, and handed to Stacks with the
+	// process it is of. Stacks runs with the recording's lock held: keep it
+	// short, and copy what it keeps of the stack (its Frames are reused).
+	// A live recording forgets the processes that exit, so it can run for
+	// days.
+	Stacks func(merge.Stack, *Process)
+	// Merge says how a live recording merges its samples.
+	Merge merge.Options
+	// Progress, if set, gets the recording's counts about once a second
+	// (without the lock held).
+	Progress func(Progress)
+}
+
+// Progress is how a recording stands.
+type Progress struct {
+	Samples      uint64 // samples taken so far
+	Lost         uint64 // samples the kernel dropped so far (rings full)
+	LostSideBand uint64 // process events the kernel dropped so far
+	Targets      int    // processes sampled now
+	Attached     int    // processes sampled so far
 }
 
 // Summary is what a recording did.
@@ -80,6 +106,9 @@ type Summary struct {
 	Urgent        uint64
 	Truncated     uint64 // stacks deeper than bpf.MaxFrames
 	UnknownFrames uint64 // frames that could not be symbolized
+	// NamesRestarted counts the times a live recording's table of names
+	// was full and started afresh.
+	NamesRestarted int
 	// FramesNotNamed counts frames of samples that could not be named for
 	// their sample: the name read at their addresses could not be proven to
 	// hold then (they read as ReplacedLabel).
@@ -134,7 +163,8 @@ const (
 // session is the state of one recording.
 type session struct {
 	opts    Options
-	w       *perfdata.Writer
+	w       output // a perfdata.Writer, or live
+	live    *live  // Options.Stacks
 	sampler *bpf.Sampler
 	symtab  *SymbolTable
 
@@ -198,6 +228,9 @@ func SymbolsPath(recording string) string { return recording + ".symbols" }
 // every frame of a record the header covers is named in it. The copy is
 // a help after a crash, so failing to write it only means trying again.
 func (s *session) checkpoint() error {
+	if s.live != nil {
+		return nil // nothing on disk to make readable
+	}
 	if now := time.Now(); now.Sub(s.checkpointed) >= checkpointInterval {
 		s.checkpointed = now
 	} else {
@@ -252,8 +285,10 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if err := bpf.Supported(); err != nil {
 		return nil, err
 	}
-	if err := outfile.Check(opts.Output); err != nil {
-		return nil, err // before anything is started or attached
+	if opts.Stacks == nil {
+		if err := outfile.Check(opts.Output); err != nil {
+			return nil, err // before anything is started or attached
+		}
 	}
 	if opts.Frequency <= 0 {
 		opts.Frequency = bpf.DefaultOptions.Frequency
@@ -301,15 +336,19 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	// The recording goes to a new file that replaces the output only once
 	// there is something to record: a refused recording leaves an existing
 	// file as it was.
-	out, err := outfile.Create(opts.Output, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	out.KeepOld = true // as perf keeps perf.data.old
-	defer out.Abort()
-	f := out.File
-	if s.w, err = perfdata.NewWriter(f); err != nil {
-		return nil, fmt.Errorf("%s: %w", opts.Output, err)
+	var out *outfile.File
+	if opts.Stacks != nil {
+		s.live = newLive(s, opts.Stacks)
+		s.w = s.live
+	} else {
+		if out, err = outfile.Create(opts.Output, 0o600); err != nil {
+			return nil, err
+		}
+		out.KeepOld = true // as perf keeps perf.data.old
+		defer out.Abort()
+		if s.w, err = perfdata.NewWriter(out.File); err != nil {
+			return nil, fmt.Errorf("%s: %w", opts.Output, err)
+		}
 	}
 	if err := s.w.AddEvent(outputAttr(sampler, bo), "ruby-cpu", nil); err != nil {
 		return nil, err
@@ -355,6 +394,9 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, err
 		}
 		for _, pid := range pids {
+			if opts.Select != nil && !opts.Select(pid) {
+				continue
+			}
 			t, err := Attach(pid, rubybuild.OpenOptions{Debuginfo: s.opts.Debuginfo})
 			if err != nil {
 				s.skipped(pid, err)
@@ -385,12 +427,14 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if len(s.targets) == 0 && !opts.All {
 		return nil, errNoTargets
 	}
-	if err := out.Place(); err != nil {
-		return nil, err
-	}
-	// A killed recording's copy of its symbol table goes with it to .old.
-	if _, err := os.Lstat(SymbolsPath(opts.Output)); err == nil {
-		os.Rename(SymbolsPath(opts.Output), SymbolsPath(opts.Output+".old"))
+	if out != nil {
+		if err := out.Place(); err != nil {
+			return nil, err
+		}
+		// A killed recording's copy of its symbol table goes with it to .old.
+		if _, err := os.Lstat(SymbolsPath(opts.Output)); err == nil {
+			os.Rename(SymbolsPath(opts.Output), SymbolsPath(opts.Output+".old"))
+		}
 	}
 
 	// Stop on: the caller, the duration, the command's exit, every target's exit.
@@ -537,6 +581,9 @@ func (s *session) add(t *Target) error {
 // register makes t, sampled already, the target of its pid (s.mu held).
 func (s *session) register(t *Target) {
 	s.targets[t.PID] = t
+	if s.live != nil {
+		t.info = describe(t)
+	}
 	if a := t.Process.Binary.Anchors(t.Reader.Layout).VMExec; a.Found && a.Size > 0 {
 		s.symtab.VMExec[Image{uint32(t.PID), t.Config.Gen}] = VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
 	}
@@ -901,7 +948,7 @@ func commOf(rec bpf.Record) string {
 func (s *session) discover(ctx context.Context) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	rescan := time.Now()
+	rescan, progressed := time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -911,6 +958,16 @@ func (s *session) discover(ctx context.Context) {
 		s.mu.Lock()
 		s.checkExecs()
 		s.lookForLabels()
+		if s.live != nil {
+			s.live.reap(time.Now())
+			s.restartNames()
+		}
+		var progress *Progress
+		if s.opts.Progress != nil && time.Since(progressed) >= time.Second {
+			progressed = time.Now()
+			progress = &Progress{Samples: s.sum.Samples, Lost: s.sum.Lost, LostSideBand: s.sum.LostSideBand,
+				Targets: len(s.targets) - len(s.gone), Attached: s.sum.Targets}
+		}
 		var try []int
 		for pid, left := range s.pending {
 			if left <= 0 {
@@ -922,6 +979,9 @@ func (s *session) discover(ctx context.Context) {
 			try = append(try, pid)
 		}
 		s.mu.Unlock()
+		if progress != nil {
+			s.opts.Progress(*progress)
+		}
 		if s.opts.All && time.Since(rescan) > 3*time.Second {
 			rescan = time.Now()
 			if pids, err := RubyPIDs(); err == nil {
@@ -931,8 +991,9 @@ func (s *session) discover(ctx context.Context) {
 		for _, pid := range try {
 			s.mu.Lock()
 			_, known := s.targets[pid]
+			_, again := s.execd[pid]
 			s.mu.Unlock()
-			if known || !looksLikeRuby(pid) {
+			if known || !looksLikeRuby(pid) || !again && s.opts.Select != nil && !s.opts.Select(pid) {
 				continue
 			}
 			t, err := Attach(pid, rubybuild.OpenOptions{DebugFile: s.debugFileFor(pid), Debuginfo: s.opts.Debuginfo})
@@ -1029,15 +1090,17 @@ func (s *session) finish() error {
 	if err := s.flushOffCPU(); err != nil {
 		errs = append(errs, err)
 	}
-	if b, err := s.symtab.Encode(); err == nil {
-		s.w.SetFeature(perfdata.Feature(FeatureRubySymbols), b)
-	} else {
-		errs = append(errs, err)
+	if s.live == nil {
+		if b, err := s.symtab.Encode(); err == nil {
+			s.w.SetFeature(perfdata.Feature(FeatureRubySymbols), b)
+		} else {
+			errs = append(errs, err)
+		}
+		if b, err := gzipFile("/proc/kallsyms"); err == nil {
+			s.w.SetFeature(perfdata.Feature(FeatureKallsyms), b)
+		}
+		s.describeHost()
 	}
-	if b, err := gzipFile("/proc/kallsyms"); err == nil {
-		s.w.SetFeature(perfdata.Feature(FeatureKallsyms), b)
-	}
-	s.describeHost()
 	for _, t := range s.targets {
 		t.Close()
 	}
@@ -1047,7 +1110,7 @@ func (s *session) finish() error {
 	if err := s.w.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", s.opts.Output, err))
 	}
-	if len(errs) == 0 {
+	if len(errs) == 0 && s.live == nil {
 		os.Remove(SymbolsPath(s.opts.Output)) // the table is in the file now
 	}
 	return errors.Join(errs...)

@@ -546,3 +546,22 @@ func frameLess(a, b frameJSON) bool {
 	}
 	return !a.CFrame && b.CFrame
 }
+
+// forgetImage drops the frame keys of a process image that is gone.
+func (t *SymbolTable) forgetImage(im Image) {
+	for k := range t.Frames {
+		if k.PID == im.PID && k.Gen == im.Gen {
+			delete(t.Frames, k)
+		}
+	}
+	delete(t.VMExec, im)
+}
+
+// restart empties the table of names and frame keys (not the images' VM
+// entries): a live recording's next samples are named afresh. Only safe
+// when no sample read so far refers to a name by id any more.
+func (t *SymbolTable) restart() {
+	clear(t.Frames)
+	clear(t.nameIDs)
+	t.Names = nil
+}

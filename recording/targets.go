@@ -47,6 +47,8 @@ type Target struct {
 	labels       *threadlocal.Var
 	labelsLook   bool
 	labelsLooked time.Time
+	// info is what a live recording tells of it (Options.Stacks).
+	info *Process
 }
 
 // LabelsSymbol is the thread-local variable through which the ruby-profiler

@@ -1,0 +1,263 @@
+package recording
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/perfdata"
+)
+
+// Process is what a live recording knows of a process it samples.
+type Process struct {
+	PID  int
+	Name string // ProcessName: the script a Ruby runs, else its command
+	// Executable is the program's path as the process sees it (inside its
+	// container, for one in a container).
+	Executable  string
+	RubyVersion string // "3.3.6"
+}
+
+// output is where a recording's records go: a perf.data (perfdata.Writer),
+// or a live reader (Options.Stacks).
+type output interface {
+	AddEvent(attr perfdata.Attr, name string, ids []uint64) error
+	WriteRecord(raw []byte) error
+	Synthesize(event int, rec perfdata.Record) error
+	SetFeature(f perfdata.Feature, data []byte) error
+	Flush() error
+	Close() error
+}
+
+// live reads a recording as it is made: each record is decoded and taken
+// as ReadStacks takes a file's, and each sample is merged and handed on
+// (Options.Stacks). Its methods run with the session's lock held.
+type live struct {
+	s    *session
+	attr perfdata.Attr
+	rd   *reader
+	fn   func(merge.Stack, *Process)
+
+	// exits are the threads that exited, forgotten once liveGrace has
+	// passed: their last samples may still be in other rings.
+	exits []exit
+	// Processes in another mount namespace (a container) map files by
+	// paths of their own: each namespace has its own objects.
+	selfNS  string
+	host    *mountSpace
+	spaces  map[string]*mountSpace
+	spaceOf map[uint32]*mountSpace
+}
+
+type exit struct {
+	pid, tid uint32
+	at       time.Time
+}
+
+// mountSpace is the files of a mount namespace, loaded through the root of
+// the last process seen in it.
+type mountSpace struct {
+	objs *native.Objects
+	pid  uint32
+}
+
+// liveGrace is how long a live recording keeps what it knows of a thread
+// or process after its exit, for its samples still in the rings.
+const liveGrace = 2 * time.Second
+
+// Bounds of what a live recording keeps: exits waiting for their grace to
+// pass (past it they are forgotten at once), and mount namespaces (past it
+// they start afresh).
+const (
+	maxExits       = 1 << 16
+	maxMountSpaces = 256
+)
+
+func newLive(s *session, fn func(merge.Stack, *Process)) *live {
+	l := &live{s: s, fn: fn, spaces: map[string]*mountSpace{}, spaceOf: map[uint32]*mountSpace{}}
+	var kernel *native.Kernel
+	if f, err := os.Open("/proc/kallsyms"); err == nil {
+		kernel = native.ParseKallsyms(io.LimitReader(f, maxKallsyms))
+		f.Close()
+	}
+	l.rd = &reader{opts: ReadOptions{Merge: s.opts.Merge}, symtab: s.symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
+		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}}}
+	l.rd.objectsOf = l.objectsOf
+	l.host = &mountSpace{objs: l.rd.objs}
+	l.selfNS, _ = os.Readlink("/proc/self/ns/mnt")
+	return l
+}
+
+func (l *live) AddEvent(a perfdata.Attr, _ string, _ []uint64) error {
+	l.attr = a
+	return nil
+}
+
+func (l *live) WriteRecord(raw []byte) error {
+	rec, err := perfdata.DecodeRecord(raw, &l.attr)
+	if err != nil {
+		return nil // as ReadStacks would stop at it; a live reader goes on
+	}
+	return l.take(rec)
+}
+
+func (l *live) Synthesize(_ int, rec perfdata.Record) error { return l.take(rec) }
+
+func (l *live) SetFeature(perfdata.Feature, []byte) error { return nil }
+func (l *live) Flush() error                              { return nil }
+func (l *live) Close() error                              { return nil }
+
+// take applies a side-band record, or merges a sample and hands it on.
+func (l *live) take(rec perfdata.Record) error {
+	switch rec := rec.(type) {
+	case *perfdata.Sample:
+		st := l.rd.stack(rec)
+		l.rd.stats.Samples++
+		l.fn(st, l.s.process(int(rec.Pid)))
+	case *perfdata.Exit:
+		if len(l.exits) >= maxExits {
+			l.reap(time.Now().Add(liveGrace))
+		}
+		l.exits = append(l.exits, exit{pid: rec.Pid, tid: rec.Tid, at: time.Now()})
+	default:
+		l.rd.apply(rec)
+	}
+	return nil
+}
+
+// reap forgets the threads and processes that exited before now-liveGrace.
+func (l *live) reap(now time.Time) {
+	n := 0
+	for _, e := range l.exits {
+		if now.Sub(e.at) < liveGrace {
+			l.exits[n] = e
+			n++
+			continue
+		}
+		delete(l.rd.comms, e.tid)
+		if e.pid == e.tid {
+			delete(l.rd.maps, e.pid)
+			delete(l.spaceOf, e.pid)
+			l.s.forget(int(e.pid))
+		}
+	}
+	clear(l.exits[n:])
+	l.exits = l.exits[:n]
+	l.s.closeRetired()
+}
+
+// objectsOf is where the files pid maps are loaded from: the recorder's own
+// filesystem, or the root of a process in pid's mount namespace.
+func (l *live) objectsOf(pid uint32) *native.Objects {
+	if sp, ok := l.spaceOf[pid]; ok {
+		sp.pid = pid
+		return sp.objs
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err != nil || ns == l.selfNS {
+		l.spaceOf[pid] = l.host
+		return l.host.objs
+	}
+	sp := l.spaces[ns]
+	if sp == nil {
+		if len(l.spaces) >= maxMountSpaces {
+			clear(l.spaces)
+			clear(l.spaceOf)
+		}
+		sp = &mountSpace{}
+		debuginfo := l.s.opts.Debuginfo
+		sp.objs = &native.Objects{Open: func(path string) *native.Object {
+			root := fmt.Sprintf("/proc/%d/root", sp.pid)
+			return native.LoadObjectWith(filepath.Join(root, path), native.LoadOptions{Debuginfo: debuginfo, Name: path, Root: root})
+		}}
+		l.spaces[ns] = sp
+	}
+	sp.pid = pid
+	l.spaceOf[pid] = sp
+	return sp.objs
+}
+
+// process is what the recording knows of pid (s.mu held).
+func (s *session) process(pid int) *Process {
+	if t := s.targets[pid]; t != nil && t.info != nil {
+		return t.info
+	}
+	return &Process{PID: pid, Name: ProcessName(pid)}
+}
+
+// describe is what a live recording tells of target t.
+func describe(t *Target) *Process {
+	p := &Process{PID: t.PID, Name: ProcessName(t.PID)}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", t.PID)); err == nil {
+		p.Executable = exe
+	}
+	if t.Process != nil && t.Process.Binary != nil {
+		p.RubyVersion = t.Process.Binary.Version.String()
+	}
+	return p
+}
+
+// forget drops what the session keeps of pid, which exited (s.mu held): a
+// live recording runs for days while processes come and go.
+func (s *session) forget(pid int) {
+	t := s.targets[pid]
+	if t == nil || !s.gone[pid] {
+		return
+	}
+	delete(s.targets, pid)
+	delete(s.gone, pid)
+	delete(s.skips, pid)
+	s.symtab.forgetImage(Image{uint32(pid), t.Config.Gen})
+	s.retired = append(s.retired, t)
+}
+
+// closeRetired closes the targets no longer sampled whose files no target
+// still sampled shares (a forked child reads through its parent's binary).
+func (s *session) closeRetired() {
+	n := 0
+	for _, t := range s.retired {
+		if s.sharedBinary(t) {
+			s.retired[n] = t
+			n++
+			continue
+		}
+		s.symtab.forgetImage(Image{uint32(t.PID), t.Config.Gen})
+		t.Close()
+	}
+	clear(s.retired[n:])
+	s.retired = s.retired[:n]
+}
+
+// sharedBinary says whether a target still sampled reads through t's binary.
+func (s *session) sharedBinary(t *Target) bool {
+	if t.sharesProcess || t.Process == nil {
+		return false
+	}
+	for _, o := range s.targets {
+		if o != t && o.Process != nil && o.Process.Binary == t.Process.Binary {
+			return true
+		}
+	}
+	return false
+}
+
+// liveMaxNames bounds the names a live recording keeps: past it, and when
+// no sample waits with names given already (off-CPU samples waiting for
+// their ends), the table starts afresh. Code that makes a new name each
+// time would otherwise fill it for good, and every frame after it would
+// read as unknown.
+const liveMaxNames = 1 << 18
+
+// restartNames starts the symbol table afresh once it is full (s.mu held).
+func (s *session) restartNames() {
+	if len(s.symtab.Names) < liveMaxNames || len(s.off.held) > 0 {
+		return
+	}
+	s.symtab.restart()
+	s.lastFrames = nil
+	s.sum.NamesRestarted++
+}
