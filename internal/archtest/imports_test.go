@@ -28,9 +28,12 @@ var allowed = map[string][]string{
 	// process, through glibc's own descriptions: no Ruby, perf or BPF.
 	"threadlocal": {"procmaps"},
 	// procmaps reads /proc/PID/maps for every package that looks at a live process.
-	"procmaps":          {},
-	"native":            {"debuginfo"},
-	"export":            {"merge"},
+	"procmaps": {},
+	"native":   {"debuginfo"},
+	"export":   {"merge"},
+	// agent samples every Ruby through a live recording and sends OTLP
+	// profiles; nothing imports it but the CLI.
+	"agent":             {"recording", "merge", "debuginfo"},
 	"cmd/rubyperf":      {"*"},
 	"internal/testruby": {},
 	// internal/debuginfodtest serves debug files with a real debuginfod.
@@ -43,18 +46,22 @@ var allowed = map[string][]string{
 	"internal/rubyext":       {"internal/testruby"},
 	"internal/profilerstate": {"internal/rubyext", "internal/testruby"},
 	"internal/archtest":      {},
+	// internal/otelcoltest builds a real OpenTelemetry Collector
+	// (testdata/collector) into $RUBYPERF_CACHE and runs it for tests.
+	"internal/otelcoltest": {"internal/testruby"},
 	// bench runs the rubyperf binary and its peers as a user would.
 	"bench": {},
 }
 
 // testHelpers are the packages any test file may import.
 var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfodtest": true, "internal/rubyoracle": true,
-	"internal/profilerstate": true, "internal/rubyext": true}
+	"internal/profilerstate": true, "internal/rubyext": true, "internal/otelcoltest": true}
 
 // testImports lists, for a package's test files only, project packages they
 // may import beyond its rules: bpf's benchmark finds the request labels'
-// thread-local variable with threadlocal, as recording does for the program.
-var testImports = map[string][]string{"bpf": {"threadlocal"}}
+// thread-local variable with threadlocal, as recording does for the program;
+// agent's tests ask bpf whether they can run.
+var testImports = map[string][]string{"bpf": {"threadlocal"}, "agent": {"bpf"}}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
