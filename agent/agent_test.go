@@ -1,0 +1,387 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/otelcoltest"
+	"github.com/rubyperf/rubyperf/internal/testruby"
+)
+
+// testRuby is the Ruby the agent's tests run: Debian's, stripped, as most
+// fleets run it.
+const testRuby = "debian-3.3"
+
+// script is a test Ruby script's path.
+func script(name string) string { return filepath.Join("..", "testdata", "ruby", name) }
+
+// ours says yes to the processes this test started: the agent samples every
+// Ruby on the machine, and other tests run theirs meanwhile.
+func ours(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ppid ...
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) >= 2 && f[1] == strconv.Itoa(os.Getpid())
+}
+
+// syncBuffer is a log the agent writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startAgent runs the agent until the returned stop is called, which
+// returns its stats.
+func startAgent(t *testing.T, opts Options) (stop func() *Stats, log *syncBuffer) {
+	t.Helper()
+	testruby.Privileged(t, bpf.Supported())
+	log = &syncBuffer{}
+	opts.Log = log
+	if opts.Select == nil {
+		opts.Select = ours
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		st  *Stats
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := Run(ctx, opts)
+		done <- result{st, err}
+	}()
+	var once sync.Once
+	var res result
+	stop = func() *Stats {
+		once.Do(func() {
+			cancel()
+			select {
+			case res = <-done:
+			case <-time.After(opts.FlushTimeout + 30*time.Second):
+				t.Fatalf("agent did not stop; log:\n%s", log)
+			}
+		})
+		if res.err != nil {
+			t.Fatalf("agent: %v; log:\n%s", res.err, log)
+		}
+		return res.st
+	}
+	t.Cleanup(func() { cancel() })
+	return stop, log
+}
+
+// received flattens what the collector received, a request per interval.
+func received(t *testing.T, c *otelcoltest.Collector) [][]otelcoltest.Profile {
+	t.Helper()
+	pds, err := c.Received()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]otelcoltest.Profile
+	for _, pd := range pds {
+		profs, err := otelcoltest.Flatten(pd)
+		if err != nil {
+			t.Fatalf("a request the collector received does not resolve: %v", err)
+		}
+		out = append(out, profs)
+	}
+	return out
+}
+
+// shares is how a process's samples split among the Ruby methods in
+// names: the innermost of them in each sample's stack.
+func shares(profs []otelcoltest.Profile, pid int, names ...string) (map[string]float64, int64) {
+	counts := map[string]int64{}
+	var total int64
+	for _, p := range profs {
+		if p.Resource["process.pid"] != int64(pid) {
+			continue
+		}
+		for _, s := range p.Samples {
+			total += s.Values[0]
+		frames:
+			for _, f := range s.Frames {
+				for _, n := range names {
+					if f.Function == n {
+						counts[n] += s.Values[0]
+						break frames
+					}
+				}
+			}
+		}
+	}
+	out := map[string]float64{}
+	for n, c := range counts {
+		out[n] = float64(c) / float64(max(total, 1))
+	}
+	return out, total
+}
+
+// TestAgentSendsProfiles: over gRPC and over HTTP, a real collector gets a
+// profile per interval of each Ruby process, started before the agent or
+// after it, that names its Ruby methods in the shares they ran, with the
+// process's resource attributes.
+func TestAgentSendsProfiles(t *testing.T) {
+	for _, protocol := range []string{ProtocolGRPC, ProtocolHTTP} {
+		t.Run(protocol, func(t *testing.T) {
+			r := testruby.Get(t, testRuby)
+			c := otelcoltest.Start(t)
+			addr := c.GRPCAddr
+			if protocol == ProtocolHTTP {
+				addr = c.HTTPAddr
+			}
+			before := testruby.Start(t, r, script("shares.rb"))
+			stop, log := startAgent(t, Options{Endpoint: Endpoint{Address: addr, Protocol: protocol, Insecure: true},
+				Interval: 2 * time.Second, Labels: map[string]string{"deployment.environment": "test"}})
+			time.Sleep(3 * time.Second)
+			after := testruby.Start(t, r, script("shares.rb"), "4") // exits by itself
+			time.Sleep(5 * time.Second)
+			st := stop()
+			t.Logf("stats %+v\nlog:\n%s", *st, log)
+			got := received(t, c)
+			if st.Intervals < 4 || uint64(len(got)) != st.Intervals || st.Sent != st.Intervals || st.Dropped+st.Rejected+uint64(st.Unsent) != 0 {
+				t.Fatalf("%d requests received; agent: %+v", len(got), *st)
+			}
+			var all []otelcoltest.Profile
+			for _, profs := range got {
+				all = append(all, profs...)
+			}
+			for _, cmd := range []int{before.Process.Pid, after.Process.Pid} {
+				sh, total := shares(all, cmd, "Shares#heavy", "Shares#light")
+				t.Logf("pid %d: %d samples: %v", cmd, total, sh)
+				if total < 150 {
+					t.Errorf("pid %d: %d samples, want some 99 a second", cmd, total)
+				}
+				// 3:1 by design; sampling at 99 Hz over a few seconds.
+				if h, l := sh["Shares#heavy"], sh["Shares#light"]; h < 0.6 || h > 0.85 || l < 0.15 || l > 0.35 {
+					t.Errorf("pid %d: Shares#heavy %.2f, Shares#light %.2f of the samples; want about 0.75, 0.25", cmd, h, l)
+				}
+			}
+			p := all[0]
+			for _, k := range []string{"process.pid", "process.executable.path", "process.runtime.version", "host.name", "service.name"} {
+				if _, ok := p.Resource[k]; !ok {
+					t.Errorf("resource without %s: %v", k, p.Resource)
+				}
+			}
+			if p.Resource["deployment.environment"] != "test" || p.Resource["process.runtime.name"] != "ruby" ||
+				!strings.HasPrefix(p.Resource["process.runtime.version"].(string), "3.3.") {
+				t.Errorf("resource %v", p.Resource)
+			}
+			if p.SampleType != "samples/count" || p.PeriodType != "cpu/nanoseconds" || p.Period != int64(time.Second)/99 {
+				t.Errorf("sample type %s, period %s %d", p.SampleType, p.PeriodType, p.Period)
+			}
+			// Native frames come with their mapping, and its build-id.
+			native := 0
+			for _, s := range p.Samples {
+				for _, f := range s.Frames {
+					if f.Type == "native" && f.Mapping != "" && f.BuildID != "" && f.Function != "" {
+						native++
+					}
+				}
+			}
+			if native == 0 {
+				t.Errorf("no native frame with a mapping and a build-id in %+v", p.Samples)
+			}
+		})
+	}
+}
+
+// profileIDs counts the distinct profiles received (a request the agent
+// sent again, its answer lost with a killed collector, comes twice), and
+// the samples in them.
+func distinct(t *testing.T, c *otelcoltest.Collector) (requests int, samples int64) {
+	t.Helper()
+	pds, err := c.Received()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, pd := range pds {
+		profs, err := otelcoltest.Flatten(pd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(profs) == 0 || seen[profs[0].ID] {
+			continue
+		}
+		seen[profs[0].ID] = true
+		requests++
+		for _, p := range profs {
+			for _, s := range p.Samples {
+				samples += s.Values[0]
+			}
+		}
+	}
+	return requests, samples
+}
+
+// TestAgentCollectorDown: a collector killed mid-run and started again
+// loses nothing while the outage fits the queue, and no more than the
+// queue's bound past it; every sample is accounted for, sent or counted
+// as dropped.
+func TestAgentCollectorDown(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		queue  int
+		outage time.Duration
+	}{
+		{"outage within the queue", 60, 4 * time.Second},
+		{"outage past the queue", 2, 6 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := testruby.Get(t, testRuby)
+			col := otelcoltest.Start(t)
+			testruby.Start(t, r, script("shares.rb"))
+			stop, log := startAgent(t, Options{Endpoint: Endpoint{Address: col.GRPCAddr, Insecure: true},
+				Interval: time.Second, QueueSize: c.queue})
+			time.Sleep(2500 * time.Millisecond)
+			col.Kill()
+			time.Sleep(c.outage)
+			col.Restart(t)
+			time.Sleep(4 * time.Second)
+			st := stop()
+			t.Logf("stats %+v\nlog:\n%s", *st, log)
+			requests, samples := distinct(t, col)
+			if uint64(requests)+st.Dropped != st.Intervals || st.Unsent != 0 || st.Rejected != 0 {
+				t.Errorf("%d intervals: %d received, %d dropped, %d unsent, %d rejected", st.Intervals, requests, st.Dropped, st.Unsent, st.Rejected)
+			}
+			if uint64(samples)+st.DroppedSamples != st.Samples {
+				t.Errorf("%d samples taken: %d received, %d dropped with their intervals", st.Samples, samples, st.DroppedSamples)
+			}
+			// The outage's intervals past the queue's bound are what may go,
+			// and those of the wait to try again (at most an interval) and to
+			// connect again.
+			outage := uint64(c.outage/time.Second) + 2
+			bound := uint64(0)
+			if outage > uint64(c.queue) {
+				bound = outage - uint64(c.queue)
+			}
+			if st.Dropped > bound {
+				t.Errorf("%d intervals dropped; an outage of %s with a queue of %d may lose %d", st.Dropped, c.outage, c.queue, bound)
+			}
+			if c.queue < int(outage) && st.Dropped == 0 {
+				t.Errorf("nothing dropped though the outage outlasted the queue: the queue is not bounded")
+			}
+			if !strings.Contains(log.String(), "cannot send") || !strings.Contains(log.String(), "reachable again") {
+				t.Errorf("the log does not say the collector went and came back")
+			}
+		})
+	}
+}
+
+// fakeContainer makes a cgroup named as a container runtime names its
+// containers' (a 64-hex-digit id) and returns the file that moves a
+// process into it, and the id.
+func fakeContainer(t *testing.T) (procs, id string) {
+	t.Helper()
+	id = fmt.Sprintf("%064x", time.Now().UnixNano())
+	// cgroup v2 (one hierarchy), or v1's pids controller.
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified"} {
+		dir := filepath.Join(root, "rubyperf-test", "docker-"+id+".scope")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			continue
+		}
+		procs = filepath.Join(dir, "cgroup.procs")
+		if _, err := os.Stat(procs); err != nil {
+			os.Remove(dir)
+			continue
+		}
+		t.Cleanup(func() {
+			// Empty once its processes are gone: then it can go.
+			for range 50 {
+				if os.Remove(dir) == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			os.Remove(filepath.Dir(dir))
+		})
+		return procs, id
+	}
+	testruby.Privileged(t, fmt.Errorf("cannot make a cgroup under /sys/fs/cgroup"))
+	return "", ""
+}
+
+// TestAgentProcessesComeAndGo: Ruby processes that start and exit while
+// the agent runs each get profiles, with their own resource (a process in
+// a container names it), and the agent sends every interval.
+func TestAgentProcessesComeAndGo(t *testing.T) {
+	r := testruby.Get(t, testRuby)
+	col := otelcoltest.Start(t)
+	procs, id := fakeContainer(t)
+	stop, log := startAgent(t, Options{Endpoint: Endpoint{Address: col.GRPCAddr, Insecure: true}, Interval: time.Second})
+	time.Sleep(500 * time.Millisecond)
+	var pids []int
+	contained := 0
+	for i := range 6 {
+		var cmd *exec.Cmd
+		if i == 3 {
+			// Into the container first, then Ruby (exec keeps the pid).
+			cmd = exec.Command("sh", "-c", `echo $$ > "$1" && exec "$2" "$3" 1.5`, "sh", procs, r.Exe, script("shares.rb"))
+		} else {
+			cmd = exec.Command(r.Exe, script("shares.rb"), "1.5")
+		}
+		testruby.StartCommand(t, cmd)
+		pids = append(pids, cmd.Process.Pid)
+		if i == 3 {
+			contained = cmd.Process.Pid
+		}
+		time.Sleep(700 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	st := stop()
+	t.Logf("stats %+v\nlog:\n%s", *st, log)
+	got := received(t, col)
+	if uint64(len(got)) != st.Intervals || st.Sent != st.Intervals || st.Processes != len(pids) {
+		t.Fatalf("%d requests received; agent: %+v", len(got), *st)
+	}
+	var all []otelcoltest.Profile
+	for _, profs := range got {
+		all = append(all, profs...)
+	}
+	for _, pid := range pids {
+		sh, total := shares(all, pid, "Shares#heavy", "Shares#light")
+		if total < 50 || sh["Shares#heavy"] < 0.5 {
+			t.Errorf("pid %d, 1.5 s of Ruby: %d samples, %v", pid, total, sh)
+		}
+	}
+	for _, p := range all {
+		pid := p.Resource["process.pid"]
+		cid, has := p.Resource["container.id"]
+		switch {
+		case pid == int64(contained) && cid != id:
+			t.Errorf("pid %d runs in container %s; its resource says %v", contained, id, cid)
+		case pid != int64(contained) && has:
+			t.Errorf("pid %v is in no container; its resource says %v", pid, cid)
+		}
+	}
+}

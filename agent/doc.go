@@ -1,0 +1,12 @@
+// Package agent is rubyperf's continuous profiler: it samples every Ruby
+// process on the machine, including the ones that start later (a live
+// recording), aggregates each process's merged stacks over an interval,
+// and sends them as OpenTelemetry profiles (OTLP, over gRPC or HTTP) to a
+// collector. It bounds what it holds: distinct stacks per interval, and a
+// queue of intervals, oldest dropped first, while the collector cannot be
+// reached; sampling never waits for the network.
+//
+// It owns the OTLP encoding of profiles and the sending. It must not know
+// how Ruby or native stacks are read (recording, rubystack and native do)
+// or how perf.data is laid out.
+package agent

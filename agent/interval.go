@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"encoding/binary"
+	"strings"
+	"time"
+
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/recording"
+)
+
+// Bounds of one interval's profile, whatever the machine runs: past them a
+// sample is counted under its process's OverLimitName stack, never dropped.
+const (
+	maxSamples = 1 << 17 // distinct (stack, thread, state, labels) of all processes
+	maxFrames  = 1 << 18 // distinct frames
+	maxProcs   = 4096    // processes
+)
+
+// OverLimitName is the one frame of the stack that counts a process's
+// samples past an interval's bounds (too many distinct stacks at once).
+const OverLimitName = "[over the agent's limit of distinct stacks]"
+
+// Frame is a frame as a profile keeps it: what OTLP makes a location of.
+type Frame struct {
+	Kind       merge.Kind
+	Name, File string
+	Line       int64
+	// Native and kernel frames: the address and its mapping.
+	Addr, MapStart, MapLimit, MapOffset uint64
+	BuildID                             string
+}
+
+// Interval is the samples of every process over one interval, aggregated:
+// the samples that share their stack, thread name, state and labels count
+// once, with their number.
+type Interval struct {
+	Start, End time.Time
+	Frames     []Frame // by id
+	Procs      map[int]*ProcessSamples
+	Samples    uint64 // samples taken in
+	// OverLimit counts the samples past the bounds, counted under
+	// OverLimitName stacks.
+	OverLimit uint64
+
+	// ContainerOf, if set, says what container a process is in, when its
+	// first sample of the interval comes ("" for none).
+	ContainerOf func(pid int) string
+
+	frameIDs map[Frame]int32
+	distinct int
+	key      []byte // scratch
+}
+
+// ProcessSamples is one process's samples of an interval.
+type ProcessSamples struct {
+	Process   recording.Process
+	Container string             // its container's id, "" for none
+	Samples   map[string]*Sample // by key: stack, thread, state, labels
+}
+
+// Sample is one distinct sample of an interval and how many were taken.
+type Sample struct {
+	Frames []int32 // frame ids, leaf first
+	Thread string
+	State  merge.State
+	Labels []merge.Label
+	Count  int64
+}
+
+// NewInterval starts an empty interval at start.
+func NewInterval(start time.Time) *Interval {
+	return &Interval{Start: start, Procs: map[int]*ProcessSamples{}, frameIDs: map[Frame]int32{}}
+}
+
+// Add counts one merged stack of process p.
+func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
+	iv.Samples++
+	ps := iv.Procs[st.PID]
+	if ps == nil {
+		if len(iv.Procs) >= maxProcs {
+			iv.OverLimit++
+			return
+		}
+		ps = &ProcessSamples{Process: *p, Samples: map[string]*Sample{}}
+		if iv.ContainerOf != nil {
+			ps.Container = iv.ContainerOf(st.PID)
+		}
+		iv.Procs[st.PID] = ps
+	}
+	if iv.distinct >= maxSamples || len(iv.frameIDs)+len(st.Frames) > maxFrames {
+		iv.overLimit(ps)
+		return
+	}
+	k := iv.key[:0]
+	ids := make([]int32, 0, len(st.Frames)) // kept only for a new sample
+	for _, f := range st.Frames {
+		id := iv.frameID(f)
+		ids = append(ids, id)
+		k = binary.LittleEndian.AppendUint32(k, uint32(id))
+	}
+	k = append(k, 0)
+	k = append(k, st.Comm...)
+	k = append(k, 0, byte(st.State))
+	for _, l := range st.Labels {
+		k = append(k, 0)
+		k = append(k, l.Key...)
+		k = append(k, 0)
+		k = append(k, l.Value...)
+	}
+	iv.key = k
+	if s, ok := ps.Samples[string(k)]; ok {
+		s.Count++
+		return
+	}
+	s := &Sample{Frames: ids, Thread: strings.Clone(st.Comm), State: st.State, Count: 1}
+	for _, l := range st.Labels {
+		s.Labels = append(s.Labels, merge.Label{Key: strings.Clone(l.Key), Value: strings.Clone(l.Value)})
+	}
+	ps.Samples[string(k)] = s
+	iv.distinct++
+}
+
+// overLimit counts a sample of ps under its OverLimitName stack.
+func (iv *Interval) overLimit(ps *ProcessSamples) {
+	iv.OverLimit++
+	const key = "\xffover"
+	if s, ok := ps.Samples[key]; ok {
+		s.Count++
+		return
+	}
+	id := iv.frameID(merge.Frame{Kind: merge.KindState, Name: OverLimitName})
+	ps.Samples[key] = &Sample{Frames: []int32{id}, Count: 1}
+}
+
+// frameID is the id of frame f in the interval, added if new.
+func (iv *Interval) frameID(f merge.Frame) int32 {
+	k := Frame{Kind: f.Kind, Name: f.Name, File: f.File, Line: f.Line, Addr: f.Addr,
+		MapStart: f.MapStart, MapLimit: f.MapLimit, MapOffset: f.MapOffset, BuildID: f.BuildID}
+	if id, ok := iv.frameIDs[k]; ok {
+		return id
+	}
+	id := int32(len(iv.Frames))
+	iv.Frames = append(iv.Frames, k)
+	iv.frameIDs[k] = id
+	return id
+}

@@ -1,0 +1,283 @@
+package agent
+
+import (
+	"crypto/rand"
+	"path"
+	"sort"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/rubyperf/rubyperf/merge"
+)
+
+// Resource is what every profile the agent sends says of where it comes
+// from, besides its process.
+type Resource struct {
+	Host string
+	// Labels are the user's (--label): resource attributes of every profile.
+	Labels map[string]string
+	// ServiceName, when set, is every profile's service.name; else the
+	// process's name.
+	ServiceName string
+	Period      int64 // ns of CPU time a sample stands for
+	Version     string
+}
+
+// Attribute keys, from OpenTelemetry's semantic conventions where they
+// have one.
+const (
+	attrFrameType    = "profile.frame.type"
+	attrBuildID      = "process.executable.build_id.gnu"
+	attrThreadName   = "thread.name"
+	attrThreadState  = "ruby.thread.state" // merge.State
+	attrLabelPrefix  = "ruby.label."       // a request label of the sample (ruby-profiler)
+	frameTypeRuby    = "ruby"
+	frameTypeNative  = "native"
+	frameTypeKernel  = "kernel"
+	scopeName        = "rubyperf"
+	sampleTypeType   = "samples"
+	sampleTypeUnit   = "count"
+	periodTypeType   = "cpu"
+	periodTypeUnit   = "nanoseconds"
+	kernelMapping    = "[kernel.kallsyms]"
+	unknownMapping   = "[unknown]"
+	serviceNameAttr  = "service.name"
+	runtimeName      = "ruby"
+	processPIDAttr   = "process.pid"
+	containerIDAttr  = "container.id"
+	hostNameAttr     = "host.name"
+	executableName   = "process.executable.name"
+	executablePath   = "process.executable.path"
+	runtimeNameAttr  = "process.runtime.name"
+	runtimeVersion   = "process.runtime.version"
+	processNameAttr  = "process.command"
+	telemetryVersion = "telemetry.distro.version"
+)
+
+// dictionary builds the tables a request's profiles share, each entry once.
+type dictionary struct {
+	d         pprofile.ProfilesDictionary
+	strings   map[string]int32
+	functions map[[2]int32]int32
+	mappings  map[mappingKey]int32
+	locations map[int32]int32 // by frame id of the interval
+	stacks    map[string]int32
+	attrs     map[[2]string]int32
+}
+
+type mappingKey struct {
+	start, limit, offset uint64
+	file, buildID        string
+}
+
+func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
+	t := &dictionary{d: d, strings: map[string]int32{}, functions: map[[2]int32]int32{}, mappings: map[mappingKey]int32{},
+		locations: map[int32]int32{}, stacks: map[string]int32{}, attrs: map[[2]string]int32{}}
+	// Index 0 of every table is its zero value, which references to
+	// "nothing" point to.
+	t.str("")
+	d.MappingTable().AppendEmpty()
+	d.LocationTable().AppendEmpty()
+	d.FunctionTable().AppendEmpty()
+	d.StackTable().AppendEmpty()
+	d.AttributeTable().AppendEmpty()
+	d.LinkTable().AppendEmpty()
+	return t
+}
+
+func (t *dictionary) str(s string) int32 {
+	if i, ok := t.strings[s]; ok {
+		return i
+	}
+	i := int32(t.d.StringTable().Len())
+	t.d.StringTable().Append(s)
+	t.strings[s] = i
+	return i
+}
+
+func (t *dictionary) attr(key, value string) int32 {
+	k := [2]string{key, value}
+	if i, ok := t.attrs[k]; ok {
+		return i
+	}
+	i := int32(t.d.AttributeTable().Len())
+	a := t.d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(t.str(key))
+	a.Value().SetStr(value)
+	t.attrs[k] = i
+	return i
+}
+
+func (t *dictionary) function(name, file string) int32 {
+	k := [2]int32{t.str(name), t.str(file)}
+	if i, ok := t.functions[k]; ok {
+		return i
+	}
+	i := int32(t.d.FunctionTable().Len())
+	f := t.d.FunctionTable().AppendEmpty()
+	f.SetNameStrindex(k[0])
+	f.SetSystemNameStrindex(k[0])
+	f.SetFilenameStrindex(k[1])
+	t.functions[k] = i
+	return i
+}
+
+func (t *dictionary) mapping(f *Frame) int32 {
+	k := mappingKey{f.MapStart, f.MapLimit, f.MapOffset, f.File, f.BuildID}
+	if f.Kind == merge.KindKernel {
+		k = mappingKey{file: kernelMapping}
+	}
+	if k.file == "" {
+		k.file = unknownMapping
+	}
+	if i, ok := t.mappings[k]; ok {
+		return i
+	}
+	i := int32(t.d.MappingTable().Len())
+	m := t.d.MappingTable().AppendEmpty()
+	m.SetMemoryStart(k.start)
+	m.SetMemoryLimit(k.limit)
+	m.SetFileOffset(k.offset)
+	m.SetFilenameStrindex(t.str(k.file))
+	if k.buildID != "" {
+		m.AttributeIndices().Append(t.attr(attrBuildID, k.buildID))
+	}
+	t.mappings[k] = i
+	return i
+}
+
+// location is the location of frame id of iv.
+func (t *dictionary) location(iv *Interval, id int32) int32 {
+	if i, ok := t.locations[id]; ok {
+		return i
+	}
+	f := &iv.Frames[id]
+	i := int32(t.d.LocationTable().Len())
+	loc := t.d.LocationTable().AppendEmpty()
+	line := loc.Lines().AppendEmpty()
+	switch f.Kind {
+	case merge.KindNative, merge.KindKernel:
+		typ := frameTypeNative
+		if f.Kind == merge.KindKernel {
+			typ = frameTypeKernel
+		}
+		loc.SetMappingIndex(t.mapping(f))
+		loc.SetAddress(f.Addr)
+		line.SetFunctionIndex(t.function(f.Name, ""))
+		loc.AttributeIndices().Append(t.attr(attrFrameType, typ))
+	case merge.KindRuby, merge.KindCFunc:
+		line.SetFunctionIndex(t.function(f.Name, f.File))
+		line.SetLine(f.Line)
+		loc.AttributeIndices().Append(t.attr(attrFrameType, frameTypeRuby))
+	default: // a pseudo-frame: a thread state, a limit
+		line.SetFunctionIndex(t.function(f.Name, ""))
+	}
+	t.locations[id] = i
+	return i
+}
+
+// stack is the stack of locations of a sample's frames, leaf first.
+func (t *dictionary) stack(iv *Interval, frames []int32, key []byte) (int32, []byte) {
+	key = key[:0]
+	locs := make([]int32, len(frames))
+	for i, id := range frames {
+		locs[i] = t.location(iv, id)
+		key = append(key, byte(locs[i]), byte(locs[i]>>8), byte(locs[i]>>16), byte(locs[i]>>24))
+	}
+	if i, ok := t.stacks[string(key)]; ok {
+		return i, key
+	}
+	i := int32(t.d.StackTable().Len())
+	t.d.StackTable().AppendEmpty().LocationIndices().Append(locs...)
+	t.stacks[string(key)] = i
+	return i, key
+}
+
+// Profiles is the interval as OTLP profiles: a resource per process, each
+// with one CPU profile, over one shared dictionary.
+func (iv *Interval) Profiles(res Resource) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	dict := newDictionary(pd.Dictionary())
+	pids := make([]int, 0, len(iv.Procs))
+	for pid := range iv.Procs {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	var key []byte
+	for _, pid := range pids {
+		ps := iv.Procs[pid]
+		rp := pd.ResourceProfiles().AppendEmpty()
+		describeResource(rp.Resource().Attributes(), ps, res)
+		sp := rp.ScopeProfiles().AppendEmpty()
+		sp.Scope().SetName(scopeName)
+		sp.Scope().SetVersion(res.Version)
+		prof := sp.Profiles().AppendEmpty()
+		prof.SampleType().SetTypeStrindex(dict.str(sampleTypeType))
+		prof.SampleType().SetUnitStrindex(dict.str(sampleTypeUnit))
+		prof.PeriodType().SetTypeStrindex(dict.str(periodTypeType))
+		prof.PeriodType().SetUnitStrindex(dict.str(periodTypeUnit))
+		prof.SetPeriod(res.Period)
+		prof.SetTime(pcommon.NewTimestampFromTime(iv.Start))
+		prof.SetDurationNano(uint64(max(iv.End.Sub(iv.Start), 0)))
+		var id [16]byte
+		rand.Read(id[:])
+		prof.SetProfileID(pprofile.ProfileID(id))
+		// Samples in a stable order: by count, most first.
+		samples := make([]*Sample, 0, len(ps.Samples))
+		for _, s := range ps.Samples {
+			samples = append(samples, s)
+		}
+		sort.SliceStable(samples, func(i, j int) bool { return samples[i].Count > samples[j].Count })
+		for _, s := range samples {
+			out := prof.Samples().AppendEmpty()
+			var si int32
+			si, key = dict.stack(iv, s.Frames, key)
+			out.SetStackIndex(si)
+			out.Values().Append(s.Count)
+			if s.Thread != "" {
+				out.AttributeIndices().Append(dict.attr(attrThreadName, s.Thread))
+			}
+			if s.State != merge.StateUnknown {
+				out.AttributeIndices().Append(dict.attr(attrThreadState, s.State.String()))
+			}
+			for _, l := range s.Labels {
+				out.AttributeIndices().Append(dict.attr(attrLabelPrefix+l.Key, l.Value))
+			}
+		}
+	}
+	return pd
+}
+
+// describeResource sets the attributes of a process's resource.
+func describeResource(attrs pcommon.Map, ps *ProcessSamples, res Resource) {
+	p := &ps.Process
+	attrs.PutInt(processPIDAttr, int64(p.PID))
+	if p.Executable != "" {
+		attrs.PutStr(executablePath, p.Executable)
+		attrs.PutStr(executableName, path.Base(p.Executable))
+	}
+	if p.Name != "" {
+		attrs.PutStr(processNameAttr, p.Name)
+	}
+	attrs.PutStr(runtimeNameAttr, runtimeName)
+	if p.RubyVersion != "" {
+		attrs.PutStr(runtimeVersion, p.RubyVersion)
+	}
+	if res.Host != "" {
+		attrs.PutStr(hostNameAttr, res.Host)
+	}
+	if ps.Container != "" {
+		attrs.PutStr(containerIDAttr, ps.Container)
+	}
+	service := res.ServiceName
+	if service == "" {
+		service = p.Name
+	}
+	if service != "" {
+		attrs.PutStr(serviceNameAttr, service)
+	}
+	for k, v := range res.Labels {
+		attrs.PutStr(k, v)
+	}
+}

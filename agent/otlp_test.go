@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/rubyperf/rubyperf/internal/otelcoltest"
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/recording"
+)
+
+// stack is a merged stack of pid, thread "main", leaf first.
+func stack(pid int, frames ...merge.Frame) merge.Stack {
+	return merge.Stack{PID: pid, TID: pid, Comm: "main", State: merge.StateRuby, Frames: frames}
+}
+
+var (
+	fib   = merge.Frame{Kind: merge.KindRuby, Name: "Fib.fib", File: "/app/fib.rb", Line: 3}
+	main_ = merge.Frame{Kind: merge.KindRuby, Name: "<main>", File: "/app/main.rb", Line: 9}
+	times = merge.Frame{Kind: merge.KindCFunc, Name: "Integer#times", File: "/app/main.rb", Line: 9}
+	memcp = merge.Frame{Kind: merge.KindNative, Name: "memcpy", File: "/usr/lib/libc.so.6", Addr: 0x7f0000001234,
+		MapStart: 0x7f0000000000, MapLimit: 0x7f0000100000, MapOffset: 0x1000, BuildID: "abcdef"}
+	sysc = merge.Frame{Kind: merge.KindKernel, Name: "do_syscall_64", File: "[kernel.kallsyms]", Addr: 0xffffffff81000000}
+)
+
+// roundTrip encodes iv as the agent sends it and decodes it as a collector
+// would, every reference resolved.
+func roundTrip(t *testing.T, iv *Interval, res Resource) []otelcoltest.Profile {
+	t.Helper()
+	b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(iv.Profiles(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profs, err := otelcoltest.Flatten(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return profs
+}
+
+func names(fs []otelcoltest.Frame) string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Function)
+	}
+	return strings.Join(out, ";")
+}
+
+// TestProfiles: an interval's samples come out per process, counted, each
+// frame with its kind, file, line, mapping and build-id, over one
+// dictionary whose references all resolve.
+func TestProfiles(t *testing.T) {
+	start := time.Unix(1700000000, 0)
+	iv := NewInterval(start)
+	iv.ContainerOf = func(pid int) string {
+		if pid == 2 {
+			return strings.Repeat("ab", 32)
+		}
+		return ""
+	}
+	p1 := &recording.Process{PID: 1, Name: "app.rb", Executable: "/usr/bin/ruby3.3", RubyVersion: "3.3.8"}
+	p2 := &recording.Process{PID: 2, Name: "worker.rb", Executable: "/usr/bin/ruby3.1", RubyVersion: "3.1.7"}
+	for range 3 {
+		iv.Add(stack(1, fib, times, main_), p1)
+	}
+	iv.Add(stack(1, memcp, times, main_), p1)
+	st := stack(2, sysc, memcp, times, main_)
+	st.Labels = []merge.Label{{Key: "endpoint", Value: "users"}}
+	st.State = merge.StateC
+	iv.Add(st, p2)
+	iv.End = start.Add(10 * time.Second)
+	profs := roundTrip(t, iv, Resource{Host: "h1", Labels: map[string]string{"env": "test"}, Period: 10101010, Version: "v1"})
+	if len(profs) != 2 {
+		t.Fatalf("%d profiles, want one per process", len(profs))
+	}
+	p := profs[0]
+	for k, want := range map[string]any{"process.pid": int64(1), "process.executable.name": "ruby3.3",
+		"process.runtime.name": "ruby", "process.runtime.version": "3.3.8", "host.name": "h1", "env": "test",
+		"service.name": "app.rb"} {
+		if got := p.Resource[k]; got != want {
+			t.Errorf("resource %s = %v (%T), want %v", k, got, got, want)
+		}
+	}
+	if _, ok := p.Resource["container.id"]; ok {
+		t.Errorf("pid 1 is in no container, yet has container.id %v", p.Resource["container.id"])
+	}
+	if got := profs[1].Resource["container.id"]; got != strings.Repeat("ab", 32) {
+		t.Errorf("container.id of pid 2 = %v", got)
+	}
+	if p.SampleType != "samples/count" || p.PeriodType != "cpu/nanoseconds" || p.Period != 10101010 {
+		t.Errorf("sample type %s, period type %s, period %d", p.SampleType, p.PeriodType, p.Period)
+	}
+	if p.Start != start.UnixNano() || p.Duration != uint64(10*time.Second) || p.Scope != "rubyperf" {
+		t.Errorf("start %d duration %d scope %q", p.Start, p.Duration, p.Scope)
+	}
+	if len(p.Samples) != 2 || names(p.Samples[0].Frames) != "Fib.fib;Integer#times;<main>" || p.Samples[0].Values[0] != 3 ||
+		names(p.Samples[1].Frames) != "memcpy;Integer#times;<main>" || p.Samples[1].Values[0] != 1 {
+		t.Fatalf("samples of pid 1: %+v", p.Samples)
+	}
+	f := p.Samples[0].Frames[0]
+	if f.Type != "ruby" || f.File != "/app/fib.rb" || f.Line != 3 || f.Mapping != "" {
+		t.Errorf("Ruby frame %+v", f)
+	}
+	n := p.Samples[1].Frames[0]
+	if n.Type != "native" || n.Address != memcp.Addr || n.Mapping != "/usr/lib/libc.so.6" || n.BuildID != "abcdef" {
+		t.Errorf("native frame %+v", n)
+	}
+	if a := p.Samples[0].Attrs; a["thread.name"] != "main" || a["ruby.thread.state"] != "ruby" {
+		t.Errorf("sample attributes %v", a)
+	}
+	s2 := profs[1].Samples[0]
+	if s2.Frames[0].Type != "kernel" || s2.Frames[0].Mapping != "[kernel.kallsyms]" || s2.Attrs["ruby.label.endpoint"] != "users" ||
+		s2.Attrs["ruby.thread.state"] != "c" {
+		t.Errorf("pid 2's sample %+v", s2)
+	}
+}
+
+// TestIntervalBounds: past the bound of distinct stacks, samples are counted
+// under one frame per process that says so, never dropped.
+func TestIntervalBounds(t *testing.T) {
+	iv := NewInterval(time.Now())
+	p := &recording.Process{PID: 1}
+	n := maxSamples + 10
+	for i := range n {
+		iv.Add(stack(1, merge.Frame{Kind: merge.KindNative, Name: "f", Addr: uint64(i)}), p)
+	}
+	if iv.Samples != uint64(n) || iv.OverLimit != 10 {
+		t.Fatalf("%d samples, %d over the limit; want %d, 10", iv.Samples, iv.OverLimit, n)
+	}
+	var total int64
+	over := int64(0)
+	for _, s := range iv.Procs[1].Samples {
+		total += s.Count
+		if iv.Frames[s.Frames[0]].Name == OverLimitName {
+			over = s.Count
+		}
+	}
+	if total != int64(n) || over != 10 {
+		t.Fatalf("counts sum to %d (over the limit: %d), want %d (10)", total, over, n)
+	}
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rubyperf/rubyperf/agent"
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/merge"
+)
+
+// headersEnv is OpenTelemetry's variable for the headers of every OTLP
+// request ("key1=value1,key2=value2"): a secret (an API key) comes from the
+// environment, never from the command line where ps shows it.
+const headersEnv = "OTEL_EXPORTER_OTLP_HEADERS"
+
+func runAgent(args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	endpoint := fs.String("endpoint", "", "the collector's OTLP receiver, HOST:PORT (gRPC 4317, HTTP 4318 by default)")
+	protocol := fs.String("protocol", agent.ProtocolGRPC, "grpc or http")
+	var interval seconds = seconds(agent.DefaultInterval)
+	fs.Var(&interval, "interval", "one profile per process per interval: seconds, or a duration like 1m")
+	freq := fs.Int("F", 99, "samples per second")
+	insecure := fs.Bool("insecure", false, "plain text, no TLS (a collector on the same host or network namespace)")
+	caFile := fs.String("ca-file", "", "PEM CA bundle to trust instead of the system's")
+	certFile := fs.String("cert-file", "", "PEM client certificate, for mutual TLS")
+	keyFile := fs.String("key-file", "", "PEM key of the client certificate")
+	headers := keyValues{}
+	fs.Var(headers, "header", "KEY=VALUE header of every request (repeatable); secrets are better in $"+headersEnv)
+	labels := keyValues{}
+	fs.Var(labels, "label", "KEY=VALUE resource attribute of every profile (repeatable): deployment.environment=prod")
+	service := fs.String("service-name", "", "service.name of every profile (default: each process's name)")
+	queue := fs.Int("queue", agent.DefaultQueueSize, "intervals held while the collector cannot be reached; past it the oldest are dropped")
+	var flush seconds = seconds(agent.DefaultFlushTimeout)
+	fs.Var(&flush, "flush-timeout", "how long a stopping agent tries to send what it holds")
+	native := fs.Bool("native", false, "every native frame, the interpreter's own between Ruby frames included")
+	rubyOnly := fs.Bool("ruby-only", false, "Ruby frames and C methods only")
+	match := fs.String("match", "", "sample only the Ruby processes whose command line matches this regular expression (e.g. 'puma|sidekiq')")
+	stackSize := fs.Int("stack-size", int(bpf.DefaultOptions.StackSize), "bytes of native stack each sample copies for unwinding C frames; 0: no native user frames")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if env := os.Getenv(headersEnv); env != "" {
+		for _, kv := range strings.Split(env, ",") {
+			if err := headers.Set(strings.TrimSpace(kv)); err != nil {
+				return usageError{fmt.Sprintf("$%s: %v", headersEnv, err)}
+			}
+		}
+	}
+	switch {
+	case len(pos) > 0:
+		return usageError{fmt.Sprintf("unexpected argument %q: the agent samples every Ruby process", pos[0])}
+	case *endpoint == "":
+		return usageError{"--endpoint HOST:PORT is required: the collector's OTLP receiver"}
+	case *protocol != agent.ProtocolGRPC && *protocol != agent.ProtocolHTTP:
+		return usageError{fmt.Sprintf("--protocol %q: grpc or http", *protocol)}
+	case *freq <= 0 || *freq > 100000:
+		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", *freq)}
+	case time.Duration(interval) < time.Second:
+		return usageError{fmt.Sprintf("--interval %s: at least 1s", time.Duration(interval))}
+	case *queue < 1:
+		return usageError{fmt.Sprintf("--queue %d: at least 1", *queue)}
+	case *native && *rubyOnly:
+		return usageError{"--native and --ruby-only ask for opposite views: give one"}
+	case *stackSize < 0 || *stackSize%8 != 0 || *stackSize > bpf.MaxStackSize:
+		return usageError{fmt.Sprintf("--stack-size %d: a multiple of 8 from 0 to %d", *stackSize, bpf.MaxStackSize)}
+	case *insecure && (*caFile != "" || *certFile != "" || *keyFile != ""):
+		return usageError{"--insecure turns TLS off: it cannot go with --ca-file, --cert-file or --key-file"}
+	case (*certFile == "") != (*keyFile == ""):
+		return usageError{"--cert-file and --key-file go together"}
+	}
+	if _, port, err := net.SplitHostPort(*endpoint); err != nil || port == "" {
+		return usageError{fmt.Sprintf("--endpoint %q: HOST:PORT, e.g. localhost:4317", *endpoint)}
+	}
+	var sel func(int) bool
+	if *match != "" {
+		re, err := regexp.Compile(*match)
+		if err != nil {
+			return usageError{fmt.Sprintf("--match: %v", err)}
+		}
+		sel = func(pid int) bool { return re.MatchString(commandLine(pid)) }
+	}
+	view := merge.ViewRuby
+	switch {
+	case *native:
+		view = merge.ViewNative
+	case *rubyOnly:
+		view = merge.ViewRubyOnly
+	}
+	opts := agent.Options{
+		Endpoint: agent.Endpoint{Address: *endpoint, Protocol: *protocol, Insecure: *insecure, CAFile: *caFile,
+			CertFile: *certFile, KeyFile: *keyFile, Headers: headers},
+		Interval: time.Duration(interval), Frequency: *freq, StackSize: *stackSize, Merge: merge.Options{View: view},
+		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
+		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: stderr, Select: sel,
+	}
+	if *stackSize == 0 {
+		opts.StackSize = -1
+	}
+	fmt.Fprintf(stderr, "rubyperf agent: sampling every Ruby process at %d Hz; a profile per process every %s to %s (%s%s)\n",
+		*freq, time.Duration(interval), *endpoint, *protocol, map[bool]string{true: ", plain text", false: ", TLS"}[*insecure])
+	// SIGINT and SIGTERM (systemd, Kubernetes) stop it: the last interval
+	// is cut and sent.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, err := agent.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if st.Unsent > 0 || st.Dropped > 0 {
+		return fmt.Errorf("agent: %d intervals not sent and %d dropped: the collector at %s could not be reached",
+			st.Unsent, st.Dropped, *endpoint)
+	}
+	return nil
+}
+
+// maxCommandLine bounds a command line as read for --match.
+const maxCommandLine = 64 << 10
+
+// commandLine is process pid's command line, its arguments joined by
+// spaces ("" once it has exited).
+func commandLine(pid int) string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxCommandLine))
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// keyValues is a repeatable KEY=VALUE flag.
+type keyValues map[string]string
+
+func (kv keyValues) String() string {
+	var parts []string
+	for k, v := range kv {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (kv keyValues) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("%q is not KEY=VALUE", s)
+	}
+	kv[strings.TrimSpace(k)] = v
+	return nil
+}
