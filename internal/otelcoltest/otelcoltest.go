@@ -1,9 +1,11 @@
 package otelcoltest
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -126,6 +128,7 @@ type Collector struct {
 	GRPCAddr string // OTLP over gRPC, host:port
 	HTTPAddr string // OTLP over HTTP, host:port (profiles: POST /v1development/profiles)
 
+	opts                       Options
 	bin, dir, config, out, log string
 	cmd                        *exec.Cmd
 	done                       chan struct{} // closed when cmd has exited
@@ -137,9 +140,30 @@ type Collector struct {
 // It is killed when the test ends.
 func Start(t testing.TB) *Collector {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// Options change how a collector receives.
+type Options struct {
+	// TLSCertFile and TLSKeyFile, when set, make both receivers TLS only,
+	// with this certificate (PEM files).
+	TLSCertFile, TLSKeyFile string
+}
+
+// tls is the receivers' TLS configuration (YAML, indented for a protocol).
+func (c *Collector) tls() string {
+	if c.opts.TLSCertFile == "" {
+		return ""
+	}
+	return fmt.Sprintf("\n        tls:\n          cert_file: %q\n          key_file: %q", c.opts.TLSCertFile, c.opts.TLSKeyFile)
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Collector {
+	t.Helper()
 	bin := Build(t)
 	dir := t.TempDir()
-	c := &Collector{bin: bin, dir: dir, config: filepath.Join(dir, "config.yaml"),
+	c := &Collector{opts: opts, bin: bin, dir: dir, config: filepath.Join(dir, "config.yaml"),
 		out: filepath.Join(dir, "profiles.bin"), log: filepath.Join(dir, "collector.log")}
 	t.Cleanup(func() {
 		c.Kill()
@@ -182,8 +206,10 @@ func (c *Collector) configYAML() string {
     protocols:
       grpc:
         endpoint: %q
+        include_metadata: true%s
       http:
         endpoint: %q
+        include_metadata: true%s
 exporters:
   profilefile:
     path: %q
@@ -197,7 +223,7 @@ service:
     profiles:
       receivers: [otlp]
       exporters: [profilefile, debug]
-`, c.GRPCAddr, c.HTTPAddr, c.out)
+`, c.GRPCAddr, c.tls(), c.HTTPAddr, c.tls(), c.out)
 }
 
 // start runs the collector and waits for its ports.
@@ -290,6 +316,30 @@ func (c *Collector) Received() ([]pprofile.Profiles, error) {
 		}
 		out = append(out, req.Profiles())
 		b = b[4+n:]
+	}
+	return out, nil
+}
+
+// Metadata is the metadata (the headers) of every batch the collector
+// accepted, in order: a map from lower-case key to values per batch.
+func (c *Collector) Metadata() ([]map[string][]string, error) {
+	b, err := os.ReadFile(c.out + ".metadata")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []map[string][]string
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var md map[string][]string
+		if err := json.Unmarshal(line, &md); err != nil {
+			return out, fmt.Errorf("%s.metadata: %w", c.out, err)
+		}
+		out = append(out, md)
 	}
 	return out, nil
 }

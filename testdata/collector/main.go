@@ -9,7 +9,9 @@
 // to FILE as one record: a 4-byte big-endian length, then the OTLP
 // ExportProfilesServiceRequest protobuf bytes. It syncs the file before
 // returning, so once the receiver has answered a sender, the batch is on
-// disk even if the collector is killed right after.
+// disk even if the collector is killed right after. Beside it, FILE.metadata
+// gets a JSON line per batch: the request's metadata (its headers, with the
+// receiver's include_metadata), so a test can see what a sender sent.
 //
 // This is a separate module (testdata is outside the main module), so the
 // collector's many dependencies stay out of rubyperf's own go.mod.
@@ -18,11 +20,13 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"log"
 	"os"
 	"sync"
 
+	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
@@ -107,15 +111,23 @@ type profileFile struct {
 	path string
 	mu   sync.Mutex
 	f    *os.File
+	md   *os.File // FILE.metadata
 }
 
 func (p *profileFile) start(context.Context, component.Host) error {
 	f, err := os.OpenFile(p.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
 	p.f = f
+	p.md, err = os.OpenFile(p.path+".metadata", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	return err
 }
 
 func (p *profileFile) shutdown(context.Context) error {
+	if p.md != nil {
+		p.md.Close()
+	}
 	if p.f == nil {
 		return nil
 	}
@@ -124,7 +136,16 @@ func (p *profileFile) shutdown(context.Context) error {
 
 // consume writes one record (length, then the request) in a single write
 // and syncs it.
-func (p *profileFile) consume(_ context.Context, pd pprofile.Profiles) error {
+func (p *profileFile) consume(ctx context.Context, pd pprofile.Profiles) error {
+	info := client.FromContext(ctx)
+	md := map[string][]string{}
+	for k := range info.Metadata.Keys() {
+		md[k] = info.Metadata.Get(k)
+	}
+	line, err := json.Marshal(md)
+	if err != nil {
+		return err
+	}
 	body, err := pprofileotlp.NewExportRequestFromProfiles(pd).MarshalProto()
 	if err != nil {
 		return err
@@ -133,6 +154,10 @@ func (p *profileFile) consume(_ context.Context, pd pprofile.Profiles) error {
 	rec = append(rec, body...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The metadata first: a batch in FILE has its line in FILE.metadata.
+	if _, err := p.md.Write(append(line, '\n')); err != nil {
+		return err
+	}
 	if _, err := p.f.Write(rec); err != nil {
 		return err
 	}
