@@ -155,7 +155,11 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 	go func() {
 		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, StackSize: opts.StackSize,
 			Debuginfo: opts.Debuginfo, Warn: opts.Log, Merge: opts.Merge, Stacks: a.take,
-			Progress: func(p recording.Progress) { a.progress.Store(&p) }})
+			Progress: func(p recording.Progress) {
+				if a.progress.Swap(&p) == nil {
+					fmt.Fprintf(a.log, "rubyperf agent: sampling started, %d Ruby processes\n", p.Targets)
+				}
+			}})
 		recorded <- result{sum, err}
 	}()
 

@@ -96,6 +96,13 @@ func startAgent(t *testing.T, opts Options) (stop func() *Stats, log *syncBuffer
 		return res.st
 	}
 	t.Cleanup(func() { cancel() })
+	// Sampling starts once the BPF program is loaded (seconds, under -race).
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(log.String(), "sampling started"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not start sampling within a minute:\n%s", log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return stop, log
 }
 
@@ -178,11 +185,15 @@ func TestAgentSendsProfiles(t *testing.T) {
 			for _, cmd := range []int{before.Process.Pid, after.Process.Pid} {
 				sh, total := shares(all, cmd, "Shares#heavy", "Shares#light")
 				t.Logf("pid %d: %d samples: %v", cmd, total, sh)
-				if total < 150 {
-					t.Errorf("pid %d: %d samples, want some 99 a second", cmd, total)
+				// Fewer than 99 a second when the machine is busy (CPU time
+				// is sampled), but not none.
+				if total < 40 {
+					t.Errorf("pid %d: %d samples in 4 s or more of CPU-bound Ruby", cmd, total)
 				}
-				// 3:1 by design; sampling at 99 Hz over a few seconds.
-				if h, l := sh["Shares#heavy"], sh["Shares#light"]; h < 0.6 || h > 0.85 || l < 0.15 || l > 0.35 {
+				// 3:1 by design; within 4 standard deviations of sampling's
+				// error once there are samples enough to tell.
+				h, l := sh["Shares#heavy"], sh["Shares#light"]
+				if h <= l || h+l < 0.9 || total >= 100 && (h < 0.6 || h > 0.9) {
 					t.Errorf("pid %d: Shares#heavy %.2f, Shares#light %.2f of the samples; want about 0.75, 0.25", cmd, h, l)
 				}
 			}
@@ -370,7 +381,8 @@ func TestAgentProcessesComeAndGo(t *testing.T) {
 	}
 	for _, pid := range pids {
 		sh, total := shares(all, pid, "Shares#heavy", "Shares#light")
-		if total < 50 || sh["Shares#heavy"] < 0.5 {
+		// Fewer than 99 a second on a busy machine, but some.
+		if total < 15 || sh["Shares#heavy"] <= sh["Shares#light"] {
 			t.Errorf("pid %d, 1.5 s of Ruby: %d samples, %v", pid, total, sh)
 		}
 	}
