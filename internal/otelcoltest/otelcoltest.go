@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,7 +54,7 @@ func Build(t testing.TB) string {
 	if built != "" {
 		return built
 	}
-	src, err := repoPath(Source)
+	src, err := testruby.RepoPath(Source)
 	if err != nil {
 		t.Fatalf("otelcoltest: the collector's source: %v", err)
 	}
@@ -106,19 +105,6 @@ func Build(t testing.TB) string {
 	}
 	built = bin
 	return bin
-}
-
-// repoPath finds a repository file from this file's place in it.
-func repoPath(rel string) (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("cannot locate the repository")
-	}
-	p := filepath.Join(filepath.Dir(file), "..", "..", filepath.FromSlash(rel))
-	if _, err := os.Stat(p); err != nil {
-		return "", err
-	}
-	return p, nil
 }
 
 // A Collector is a running collector process (or one killed or stopped,

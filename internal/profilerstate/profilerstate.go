@@ -49,7 +49,7 @@ func Build(tb testing.TB, r testruby.Ruby) string {
 // WorkloadPath is the absolute path of Script.
 func WorkloadPath(tb testing.TB) string {
 	tb.Helper()
-	p, err := rubyext.RepoPath(Script)
+	p, err := testruby.RepoPath(Script)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
@@ -31,7 +30,7 @@ puts c["CC"], c["CFLAGS"], c["rubyhdrdir"], c["rubyarchhdrdir"], c["DLEXT"]`
 // the Ruby rubyExe as the shared object NAME.DLEXT, under kind in the
 // cache, and returns its path.
 func Compile(rubyExe, src, name, kind string) (string, error) {
-	path, err := RepoPath(src)
+	path, err := testruby.RepoPath(src)
 	if err != nil {
 		return "", err
 	}
@@ -82,17 +81,4 @@ func Compile(rubyExe, src, name, kind string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(dir, lib), nil
-}
-
-// RepoPath finds a repository file from this file's place in it.
-func RepoPath(rel string) (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("cannot locate the repository")
-	}
-	p := filepath.Join(filepath.Dir(file), "..", "..", filepath.FromSlash(rel))
-	if _, err := os.Stat(p); err != nil {
-		return "", err
-	}
-	return p, nil
 }

@@ -1,7 +1,6 @@
 package rubyoracle
 
 import (
-	"github.com/rubyperf/rubyperf/internal/rubyext"
 	"os/exec"
 	"strings"
 	"testing"
@@ -14,7 +13,7 @@ import (
 // valid strings afterwards. Holding a label only as Fiddle's integer let the
 // GC free it, and Ruby crashed later in JSON.generate.
 func TestFiddleOracleSurvivesGC(t *testing.T) {
-	oracle, err := rubyext.RepoPath("testdata/ruby/oracle.rb")
+	oracle, err := testruby.RepoPath("testdata/ruby/oracle.rb")
 	if err != nil {
 		t.Fatal(err)
 	}

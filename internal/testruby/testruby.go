@@ -7,10 +7,12 @@ package testruby
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -297,4 +299,17 @@ func CopyFile(t testing.TB, from, to string) {
 	if err := os.WriteFile(to, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// RepoPath finds a repository file from this file's place in it.
+func RepoPath(rel string) (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot locate the repository")
+	}
+	p := filepath.Join(filepath.Dir(file), "..", "..", filepath.FromSlash(rel))
+	if _, err := os.Stat(p); err != nil {
+		return "", err
+	}
+	return p, nil
 }
