@@ -45,6 +45,9 @@ type live struct {
 	// exits are the threads that exited, forgotten once liveGrace has
 	// passed: their last samples may still be in other rings.
 	exits []exit
+	// swept is when the targets were last looked for in /proc: a process
+	// whose exit record the kernel dropped is found gone there.
+	swept time.Time
 	// Processes in another mount namespace (a container) map files by
 	// paths of their own: each namespace has its own objects.
 	selfNS  string
@@ -148,7 +151,20 @@ func (l *live) reap(now time.Time) {
 	clear(l.exits[n:])
 	l.exits = l.exits[:n]
 	l.s.closeRetired()
+	if now.Sub(l.swept) >= sweepEvery {
+		l.swept = now
+		for pid, t := range l.s.targets {
+			if !l.s.gone[pid] && !alive(pid) {
+				l.s.targetExited(t.PID)
+				l.exits = append(l.exits, exit{pid: uint32(pid), tid: uint32(pid), at: now})
+			}
+		}
+	}
 }
+
+// sweepEvery is how often a live recording looks for targets gone without
+// an exit record (the kernel drops records when its ring is full).
+const sweepEvery = 5 * time.Second
 
 // objectsOf is where the files pid maps are loaded from: the recorder's own
 // filesystem, or the root of a process in pid's mount namespace.

@@ -79,6 +79,10 @@ type Progress struct {
 	LostSideBand uint64 // process events the kernel dropped so far
 	Targets      int    // processes sampled now
 	Attached     int    // processes sampled so far
+	// Kept counts the processes whose Ruby frames the recording still
+	// holds (sampled now, or exited but not forgotten yet: a live
+	// recording forgets them), FrameKeys those frames.
+	Kept, FrameKeys int
 }
 
 // Summary is what a recording did.
@@ -966,7 +970,8 @@ func (s *session) discover(ctx context.Context) {
 		if s.opts.Progress != nil && time.Since(progressed) >= time.Second {
 			progressed = time.Now()
 			progress = &Progress{Samples: s.sum.Samples, Lost: s.sum.Lost, LostSideBand: s.sum.LostSideBand,
-				Targets: len(s.targets) - len(s.gone), Attached: s.sum.Targets}
+				Targets: len(s.targets) - len(s.gone), Attached: s.sum.Targets, Kept: len(s.targets) + len(s.retired),
+				FrameKeys: len(s.symtab.Frames)}
 		}
 		var try []int
 		for pid, left := range s.pending {
