@@ -175,6 +175,9 @@ loop:
 			break loop
 		}
 	}
+	if res.err != nil && a.progress.Load() == nil {
+		return nil, res.err // it never sampled: nothing to send or say
+	}
 	a.cut(time.Now()) // what the last interval has
 	// Flush: send what is queued, within FlushTimeout.
 	close(a.flushing)
