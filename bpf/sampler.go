@@ -233,7 +233,7 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("open bpf-output event on CPU %d: %w", cpu, err)
 		}
 		s.outputs = append(s.outputs, out)
-		if err := out.MapRingNumPages(opts.RingPages); err != nil {
+		if err := mapRing(out, opts.RingPages); err != nil {
 			return nil, fmt.Errorf("map ring of CPU %d: %w", cpu, err)
 		}
 		fd, err := out.FD()
@@ -248,7 +248,7 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("open urgent bpf-output event on CPU %d: %w", cpu, err)
 		}
 		s.urgent = append(s.urgent, ur)
-		if err := ur.MapRingNumPages(urgentPages); err != nil {
+		if err := mapRing(ur, urgentPages); err != nil {
 			return nil, fmt.Errorf("map urgent ring of CPU %d: %w", cpu, err)
 		}
 		if fd, err = ur.FD(); err != nil {
@@ -266,7 +266,7 @@ func Open(opts Options) (_ *Sampler, err error) {
 		// library loads come in bursts, and a lost MMAP2 of a target leaves
 		// its native frames unnamed. 64 KiB lost records while a Ruby
 		// started; 1 MiB lost none.
-		if err := tr.MapRingNumPages(sideBandPages); err != nil {
+		if err := mapRing(tr, sideBandPages); err != nil {
 			return nil, fmt.Errorf("map tracking ring of CPU %d: %w", cpu, err)
 		}
 		ck, err := perf.Open(&clock, perf.AllThreads, cpu, nil)
@@ -282,6 +282,26 @@ func Open(opts Options) (_ *Sampler, err error) {
 		}
 	}
 	return s, nil
+}
+
+// mapRing maps ev's ring of pages. The rings are locked memory: past the
+// kernel's allowance (perf_event_mlock_kb per CPU) they count against
+// RLIMIT_MEMLOCK, unless the process has CAP_IPC_LOCK; a refusal says so.
+func mapRing(ev *perf.Event, pages int) error {
+	err := ev.MapRingNumPages(pages)
+	if errors.Is(err, unix.EPERM) {
+		var lim unix.Rlimit
+		limit := "unknown"
+		if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil {
+			limit = fmt.Sprintf("%d KiB", lim.Cur>>10)
+			if lim.Cur == unix.RLIM_INFINITY {
+				limit = "unlimited"
+			}
+		}
+		return fmt.Errorf("%w: the sample rings are locked memory, over the locked-memory limit (RLIMIT_MEMLOCK: %s); "+
+			"raise it (ulimit -l unlimited; systemd: LimitMEMLOCK=infinity) or grant CAP_IPC_LOCK", err, limit)
+	}
+	return err
 }
 
 // OutputAttr is the bpf-output event's attribute: the layout of every sample

@@ -237,9 +237,16 @@ func RubyPIDs() ([]int, error) {
 // maxMapsScan bounds the bytes of /proc/PID/maps read while looking for libruby.
 const maxMapsScan = 4 << 20
 
+// rubyName says whether an executable's name is a Ruby's: ruby, ruby3.3,
+// ruby-3.3.6, not rubyperf.
+func rubyName(name string) bool {
+	rest, ok := strings.CutPrefix(name, "ruby")
+	return ok && (rest == "" || strings.IndexByte("0123456789.-_", rest[0]) >= 0)
+}
+
 func looksLikeRuby(pid int) bool {
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil &&
-		strings.HasPrefix(filepath.Base(strings.TrimSuffix(exe, " (deleted)")), "ruby") {
+		rubyName(filepath.Base(strings.TrimSuffix(exe, " (deleted)"))) {
 		return true
 	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))

@@ -42,3 +42,12 @@ func permissionOnly(err error) error {
 	}
 	return nil
 }
+
+func TestRubyName(t *testing.T) {
+	for name, want := range map[string]bool{"ruby": true, "ruby3.3": true, "ruby-3.3.6": true, "ruby_dev": true,
+		"rubyperf": false, "rubyperf.test": false, "rubocop": false, "jruby": false, "": false} {
+		if got := rubyName(name); got != want {
+			t.Errorf("rubyName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/rubyperf/rubyperf/procmaps"
@@ -180,9 +181,33 @@ func ProcError(pid int, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	case errors.Is(err, fs.ErrPermission) && hasCapability(capSysPtrace):
+		// Its memory may be read: what is refused is a file of its that
+		// this user may not read (a Ruby under a home directory of 0700).
+		return fmt.Errorf("pid %d: %w: %v: this user may not read the process's files even with CAP_SYS_PTRACE; "+
+			"grant CAP_DAC_READ_SEARCH, or run as root", pid, ErrNotPermitted, err)
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("pid %d: %w: reading another user's process needs CAP_SYS_PTRACE; "+
 			"record it as its own user, grant CAP_SYS_PTRACE, or run as root", pid, ErrNotPermitted)
 	}
 	return fmt.Errorf("pid %d: %w", pid, err)
+}
+
+// capSysPtrace is CAP_SYS_PTRACE (linux/capability.h).
+const capSysPtrace = 19
+
+// hasCapability says whether this process has capability c in effect
+// (CapEff of /proc/self/status).
+func hasCapability(c uint) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			v, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+			return err == nil && v&(1<<c) != 0
+		}
+	}
+	return false
 }
