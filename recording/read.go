@@ -3,11 +3,14 @@ package recording
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
@@ -44,6 +47,9 @@ type ReadStats struct {
 	NoPayload   int // samples without a readable Ruby payload (native only)
 	// NotNamed counts Ruby frames named only for other samples (ReplacedLabel).
 	NotNamed int
+	// Start is when sampling started (wall clock), zero when the recording
+	// does not say (one made before rubyperf kept it, or not finished).
+	Start time.Time
 }
 
 // interpFrames are libruby's interpreter plumbing between a C method and
@@ -98,6 +104,11 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 			}
 			fmt.Fprintf(opts.Warn, "rubyperf: %s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s\n",
 				path, names)
+		}
+	}
+	if b, ok := r.Feature(perfdata.Feature(FeatureStartTime)); ok && len(b) == 8 {
+		if ns := binary.LittleEndian.Uint64(b); ns > 0 && ns < math.MaxInt64 {
+			stats.Start = time.Unix(0, int64(ns))
 		}
 	}
 	var kernel *native.Kernel

@@ -185,8 +185,9 @@ type session struct {
 	// started a command comes after the command was attached; a later
 	// exec's record comes a moment before the program removes the target.
 	execSeen map[int]execSeen
-	nextGen  uint32 // the Gen of the next attach
-	command  int    // the pid of the command Record started, or 0
+	nextGen  uint32    // the Gen of the next attach
+	started  time.Time // when sampling started (FeatureStartTime)
+	command  int       // the pid of the command Record started, or 0
 	sum      Summary
 	noTarget chan struct{} // closed when every target has exited (not with -a)
 	closeNT  sync.Once
@@ -469,6 +470,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Status != nil {
 		go s.status(runCtx, start)
 	}
+	s.started = time.Now()
 	runErr := sampler.Run(runCtx, s.handle)
 	sampler.Stop()
 	if cmd != nil {
@@ -1104,6 +1106,7 @@ func (s *session) finish() error {
 		if b, err := gzipFile("/proc/kallsyms"); err == nil {
 			s.w.SetFeature(perfdata.Feature(FeatureKallsyms), b)
 		}
+		s.w.SetFeature(perfdata.Feature(FeatureStartTime), binary.LittleEndian.AppendUint64(nil, uint64(s.started.UnixNano())))
 		s.describeHost()
 	}
 	for _, t := range s.targets {

@@ -21,6 +21,10 @@ const FeatureRubySymbols = 200
 // so kernel frames can be named on another machine.
 const FeatureKallsyms = 201
 
+// FeatureStartTime holds when sampling started, wall-clock time: a u64 of
+// Unix nanoseconds (samples carry perf's clock, which counts from boot).
+const FeatureStartTime = 202
+
 // symbolTableVersion is the format of the Ruby symbol table section.
 // Version 3 lists names, which samples refer to by id (bpf.PayloadNamed);
 // version 1 (a name per frame key, for every sample) is read too. (Version 2

@@ -82,6 +82,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if pprof != nil && !stats.Start.IsZero() {
+		pprof.Options.TimeNanos = stats.Start.UnixNano()
+	}
 	if graph != nil {
 		graph.Options.Subtitle = fmt.Sprintf("%d samples; %s", graph.Samples(), viewSubtitle[in.view()])
 		if stats.Incomplete > 0 {
