@@ -41,30 +41,12 @@ func ours(pid int) bool {
 	return len(f) >= 2 && f[1] == strconv.Itoa(os.Getpid())
 }
 
-// syncBuffer is a log the agent writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startAgent runs the agent until the returned stop is called, which
 // returns its stats.
-func startAgent(t *testing.T, opts Options) (stop func() *Stats, log *syncBuffer) {
+func startAgent(t *testing.T, opts Options) (stop func() *Stats, log *testruby.Log) {
 	t.Helper()
 	testruby.Privileged(t, bpf.Supported())
-	log = &syncBuffer{}
+	log = &testruby.Log{}
 	opts.Log = log
 	if opts.Select == nil {
 		opts.Select = ours

@@ -102,6 +102,9 @@ func procHWM(t *testing.T, pid int) int64 {
 func TestAgentSoak(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
 	soak := soakDuration(t)
+	if d, ok := t.Deadline(); ok && time.Until(d) < soak+3*time.Minute {
+		t.Fatalf("a soak of %s needs go test -timeout %s or more", soak, (soak + 5*time.Minute).Round(time.Minute))
+	}
 	interval := 2 * time.Second
 	if soak >= 2*time.Minute {
 		interval = 10 * time.Second // the default, as deployed
