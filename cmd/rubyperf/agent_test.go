@@ -256,11 +256,12 @@ func TestAgentSoak(t *testing.T) {
 		}
 		return m
 	}
-	if late, early := peak(rss[half:]), peak(rss[:max(half, 1)]); late > early+24 {
+	late, early := peak(rss[half:]), peak(rss[:max(half, 1)])
+	if late > early+24 {
 		t.Errorf("agent RSS grows: peak %d MiB in the first half, %d MiB in the second", early, late)
 	}
 	sort.Float64s(cpus)
-	t.Logf("soak %s, intervals of %s: %d intervals, %d samples, %d processes (%d short-lived, %d missing); agent peak RSS %d MiB (VmHWM), "+
-		"CPU %.2f%% of one core over the run (median interval %.1f%%)",
-		soak, interval, intervals, arrived, len(pids), len(short), missing, hwm>>20, 100*float64(cpu)/float64(wall), cpus[len(cpus)/2])
+	t.Logf("soak %s, intervals of %s: %d intervals, %d samples, %d processes (%d short-lived, %d missing); agent peak RSS %d MiB (VmHWM; "+
+		"status lines: peak %d MiB in the first half, %d MiB in the second), CPU %.2f%% of one core over the run (median interval %.1f%%)",
+		soak, interval, intervals, arrived, len(pids), len(short), missing, hwm>>20, early, late, 100*float64(cpu)/float64(wall), cpus[len(cpus)/2])
 }
