@@ -149,6 +149,48 @@ if [ -n "$wall_flavor" ]; then
 fi
 
 echo
+echo "== rubyperf agent: OTLP profiles of every Ruby to a real OpenTelemetry Collector, for 8 s =="
+# The tests' collector (testdata/collector: the Collector's own OTLP receiver,
+# profiles enabled), built once into the cache; it listens on 127.0.0.1 only.
+col=$cache/otelcol/demo/otelcol-rubyperf
+if [ ! -x "$col" ] || [ testdata/collector/go.sum -nt "$col" ] || [ testdata/collector/main.go -nt "$col" ]; then
+  echo "(building the collector from its Go modules, once: about a minute and a half)"
+  mkdir -p "$(dirname "$col")"
+  (cd testdata/collector && GOWORK=off go build -buildvcs=false -o "$col" .)
+fi
+grpc_port=$(shuf -i 20000-40000 -n 1); http_port=$((grpc_port + 1))
+rm -f "$out/agent-profiles.otlp" "$out/agent-profiles.otlp.metadata"
+cat > "$out/collector.yaml" <<YAML
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: "127.0.0.1:$grpc_port"}
+      http: {endpoint: "127.0.0.1:$http_port"}
+exporters:
+  profilefile: {path: "$(cd "$out" && pwd)/agent-profiles.otlp"}
+  debug: {verbosity: basic}
+service:
+  telemetry: {metrics: {level: none}}
+  pipelines:
+    profiles: {receivers: [otlp], exporters: [profilefile, debug]}
+YAML
+"$col" --config "$out/collector.yaml" --feature-gates=service.profilesSupport > "$out/collector.log" 2>&1 &
+pids="${pids:-} $!"
+for _ in $(seq 100); do grep -q 'Everything is ready' "$out/collector.log" && break; sleep 0.1; done
+grep -q 'Everything is ready' "$out/collector.log" || { echo "the collector did not start: see $out/collector.log"; exit 1; }
+# The agent samples every Ruby; --match keeps it to the demo's own.
+cp testdata/ruby/shares.rb "$out/agent-demo.rb"
+start_ruby "$debian31" "$out/agent-demo.rb" 8
+"$bin" agent --endpoint "127.0.0.1:$grpc_port" --insecure --interval 2s --match 'agent-demo\.rb' \
+  --label demo=true 2> "$out/agent.log" &
+agent=$!
+sleep 8
+kill -TERM "$agent"; wait "$agent" || true
+sed 's/^/  /' "$out/agent.log"
+echo "-- what the collector logged as it received them:"
+grep -o '"resource profiles": [0-9]*, "sample records": [0-9]*' "$out/collector.log" | sed 's/^/  /'
+
+echo
 echo "Outputs in $out/:"
 echo "  rubyperf.data            the recording (stock perf script/report open it)"
 echo "  rubyperf.script.txt      perf-script text with Ruby frames (flame graph scripts read it)"
@@ -161,3 +203,4 @@ echo "  rubyperf-yjit.data, rubyperf-yjit.svg  the same workload under YJIT (rub
 echo "  rubyperf-wall.data, rubyperf-wall.svg  wall-clock time (record --wall): blocked, GVL and GC time too"
 echo "  rubyperf-labels.data, rubyperf-labels.pb.gz, rubyperf-labels.svg  request labels (go tool pprof -tags)"
 echo "  offsets-*.json, snapshot-*.json"
+echo "  agent.log, collector.log, agent-profiles.otlp  rubyperf agent's lines, the collector's, and what it received"
