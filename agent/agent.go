@@ -70,6 +70,13 @@ type Stats struct {
 	Processes                  int    // Ruby processes sampled
 }
 
+func plural(n int, one, more string) string {
+	if n == 1 {
+		return one
+	}
+	return more
+}
+
 // agent is one running agent.
 type agent struct {
 	opts Options
@@ -157,7 +164,7 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 			Debuginfo: opts.Debuginfo, Warn: opts.Log, Merge: opts.Merge, Stacks: a.take,
 			Progress: func(p recording.Progress) {
 				if a.progress.Swap(&p) == nil {
-					fmt.Fprintf(a.log, "rubyperf agent: sampling started, %d Ruby processes\n", p.Targets)
+					fmt.Fprintf(a.log, "rubyperf agent: sampling started, %d Ruby %s\n", p.Targets, plural(p.Targets, "process", "processes"))
 				}
 			}})
 		recorded <- result{sum, err}
@@ -272,8 +279,8 @@ func (a *agent) cut(now time.Time) {
 		lost = p.Lost
 	}
 	rss, cpu := rssBytes(), a.cpu.sample()
-	line := fmt.Sprintf("rubyperf agent: %s +%s: %d processes, %d samples, %d lost so far; sent %d, queued %d/%d, dropped %d",
-		iv.Start.UTC().Format(time.RFC3339), now.Sub(iv.Start).Round(time.Millisecond), procs, iv.Samples, lost,
+	line := fmt.Sprintf("rubyperf agent: %s +%s: %d %s, %d samples, %d lost so far; sent %d, queued %d/%d, dropped %d",
+		iv.Start.UTC().Format(time.RFC3339), now.Sub(iv.Start).Round(time.Millisecond), procs, plural(procs, "process", "processes"), iv.Samples, lost,
 		sent, waiting, a.opts.QueueSize, droppedAll)
 	if iv.OverLimit > 0 {
 		line += fmt.Sprintf(", %d samples over the stack limit", iv.OverLimit)

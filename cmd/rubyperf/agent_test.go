@@ -49,7 +49,7 @@ func TestAgentUsage(t *testing.T) {
 }
 
 // agentStatus is an agent's line per interval.
-var agentStatus = regexp.MustCompile(`^rubyperf agent: \S+ \+\S+: (\d+) processes, (\d+) samples, (\d+) lost so far; sent (\d+), queued (\d+)/\d+, dropped (\d+).*; rss (\d+) MiB, cpu ([\d.]+)%`)
+var agentStatus = regexp.MustCompile(`^rubyperf agent: \S+ \+\S+: (\d+) process(?:es)?, (\d+) samples, (\d+) lost so far; sent (\d+), queued (\d+)/\d+, dropped (\d+).*; rss (\d+) MiB, cpu ([\d.]+)%`)
 
 // agentEnd is its last line.
 var agentEnd = regexp.MustCompile(`stopped after \S+: (\d+) intervals, (\d+) sent, (\d+) dropped while the collector was unreachable, (\d+) rejected, (\d+) unsent`)
