@@ -244,18 +244,24 @@ func TestAgentLeastPrivilege(t *testing.T) {
 	}
 }
 
-// setMemlock sets this process's RLIMIT_MEMLOCK, which the processes it
-// starts inherit, until the test ends.
+// setMemlock sets this process's soft RLIMIT_MEMLOCK, which the processes
+// it starts inherit, until the test ends. Only the soft limit: lowering the
+// hard one could not be undone without CAP_SYS_RESOURCE, and every later
+// test of this binary would run with it.
 func setMemlock(t *testing.T, n uint64) error {
 	t.Helper()
 	var was unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &was); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: n, Max: n}); err != nil {
-		return fmt.Errorf("set RLIMIT_MEMLOCK to %d (from %d): %w", n, was.Max, err)
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: min(n, was.Max), Max: was.Max}); err != nil {
+		return fmt.Errorf("set RLIMIT_MEMLOCK to %d (from %d): %w", n, was.Cur, err)
 	}
-	t.Cleanup(func() { unix.Setrlimit(unix.RLIMIT_MEMLOCK, &was) })
+	t.Cleanup(func() {
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &was); err != nil {
+			t.Errorf("restore RLIMIT_MEMLOCK to %d: %v", was.Cur, err)
+		}
+	})
 	return nil
 }
 
