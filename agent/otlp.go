@@ -278,6 +278,8 @@ func describeResource(attrs pcommon.Map, ps *ProcessSamples, res Resource) {
 		attrs.PutStr(serviceNameAttr, service)
 	}
 	for k, v := range res.Labels {
-		attrs.PutStr(k, v)
+		if _, set := attrs.Get(k); !set { // the agent's own say what the process is
+			attrs.PutStr(k, v)
+		}
 	}
 }

@@ -76,7 +76,7 @@ func TestProfiles(t *testing.T) {
 	st.State = merge.StateC
 	iv.Add(st, p2)
 	iv.End = start.Add(10 * time.Second)
-	profs := roundTrip(t, iv, Resource{Host: "h1", Labels: map[string]string{"env": "test"}, Period: 10101010, Version: "v1"})
+	profs := roundTrip(t, iv, Resource{Host: "h1", Labels: map[string]string{"env": "test", "process.pid": "7"}, Period: 10101010, Version: "v1"})
 	if len(profs) != 2 {
 		t.Fatalf("%d profiles, want one per process", len(profs))
 	}
