@@ -44,9 +44,6 @@ func TestAgentLeastPrivilege(t *testing.T) {
 	// The agent samples only this test's Rubies (--match token): other
 	// tests run theirs meanwhile.
 	token := fmt.Sprintf("rubyperf-privilege-%d", time.Now().UnixNano())
-	nobody := func(caps ...uintptr) *syscall.SysProcAttr {
-		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: caps}
-	}
 	// Its reads of /dev/urandom keep it in the kernel part of the time, for
 	// kernel frames.
 	spin := func(exe string, env []string, attr *syscall.SysProcAttr) int {

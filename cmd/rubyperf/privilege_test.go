@@ -39,9 +39,6 @@ func TestRecordLeastPrivilege(t *testing.T) {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	nobody := func(caps ...uintptr) *syscall.SysProcAttr {
-		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: caps}
-	}
 	spin := func(attr *syscall.SysProcAttr) int {
 		c := exec.Command(ruby, "-e", `def spin = loop { }; STDOUT.puts "ready"; STDOUT.flush; spin`)
 		c.SysProcAttr = attr
@@ -92,4 +89,9 @@ func TestRecordLeastPrivilege(t *testing.T) {
 	if msg, err := record(roots, nobody(unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYS_PTRACE)); err != nil {
 		t.Errorf("CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE do not record another user's process: %v: %s", err, msg)
 	}
+}
+
+// nobody runs a process as uid and gid 65534 (nobody) with capabilities caps.
+func nobody(caps ...uintptr) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: caps}
 }
