@@ -152,8 +152,9 @@ echo
 echo "== rubyperf agent: OTLP profiles of every Ruby to a real OpenTelemetry Collector, for 8 s =="
 # The tests' collector (testdata/collector: the Collector's own OTLP receiver,
 # profiles enabled), built once into the cache; it listens on 127.0.0.1 only.
-col=$cache/otelcol/demo/otelcol-rubyperf
-if [ ! -x "$col" ] || [ testdata/collector/go.sum -nt "$col" ] || [ testdata/collector/main.go -nt "$col" ]; then
+# Keyed by its source, as the tests' build is: a new clone reuses it.
+col=$cache/otelcol/demo-$(cat testdata/collector/go.mod testdata/collector/go.sum testdata/collector/main.go | sha256sum | cut -c1-16)/otelcol-rubyperf
+if [ ! -x "$col" ]; then
   echo "(building the collector from its Go modules, once: about a minute and a half)"
   mkdir -p "$(dirname "$col")"
   (cd testdata/collector && GOWORK=off go build -buildvcs=false -o "$col" .)
