@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/pprofile"
-
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
@@ -56,7 +54,9 @@ const (
 // Stats count what an agent did.
 type Stats struct {
 	Intervals uint64 // intervals cut with samples in them
-	Sent      uint64 // of them, accepted by the collector
+	// Requests they were sent as (more than one an interval when its
+	// encoding is over MaxRequestBytes); Sent those the collector accepted.
+	Requests, Sent uint64
 	// Dropped were pushed out of the queue by newer ones while the
 	// collector could not be reached; DroppedSamples their samples.
 	Dropped, DroppedSamples uint64
@@ -207,8 +207,8 @@ flush:
 		st.Lost = res.sum.Lost
 		st.Processes = res.sum.Targets
 	}
-	fmt.Fprintf(a.log, "rubyperf agent: stopped after %s: %d intervals, %d sent, %d dropped while the collector was unreachable, %d rejected, %d unsent\n",
-		time.Since(start).Round(time.Second), st.Intervals, st.Sent, st.Dropped, st.Rejected, st.Unsent)
+	fmt.Fprintf(a.log, "rubyperf agent: stopped after %s: %d intervals in %d requests, %d sent, %d dropped while the collector was unreachable, %d rejected, %d unsent\n",
+		time.Since(start).Round(time.Second), st.Intervals, st.Requests, st.Sent, st.Dropped, st.Rejected, st.Unsent)
 	if res.err != nil && !errors.Is(res.err, context.Canceled) {
 		return &st, res.err
 	}
@@ -258,15 +258,17 @@ func (a *agent) cut(now time.Time) {
 	dropped := 0
 	var encodeErr error
 	if iv.Samples > 0 {
-		b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(iv.Profiles(a.res))
+		reqs, err := iv.Requests(a.res, MaxRequestBytes)
 		if err != nil {
 			encodeErr = err
-		} else {
-			dropped = a.q.push(queued{req: b, samples: iv.Samples, start: iv.Start})
-			a.statsMu.Lock()
-			a.stats.Intervals++
-			a.statsMu.Unlock()
 		}
+		for _, r := range reqs {
+			dropped += a.q.push(queued{req: r.Body, samples: r.Samples, start: iv.Start})
+		}
+		a.statsMu.Lock()
+		a.stats.Intervals++
+		a.stats.Requests += uint64(len(reqs))
+		a.statsMu.Unlock()
 	}
 	a.statsMu.Lock()
 	a.stats.Samples += iv.Samples

@@ -157,7 +157,7 @@ func TestAgentSendsProfiles(t *testing.T) {
 			st := stop()
 			t.Logf("stats %+v\nlog:\n%s", *st, log)
 			got := received(t, c)
-			if st.Intervals < 4 || uint64(len(got)) != st.Intervals || st.Sent != st.Intervals || st.Dropped+st.Rejected+uint64(st.Unsent) != 0 {
+			if st.Intervals < 4 || st.Requests != st.Intervals || uint64(len(got)) != st.Requests || st.Sent != st.Requests || st.Dropped+st.Rejected+uint64(st.Unsent) != 0 {
 				t.Fatalf("%d requests received; agent: %+v", len(got), *st)
 			}
 			var all []otelcoltest.Profile
@@ -264,8 +264,8 @@ func TestAgentCollectorDown(t *testing.T) {
 			st := stop()
 			t.Logf("stats %+v\nlog:\n%s", *st, log)
 			requests, samples := distinct(t, col)
-			if uint64(requests)+st.Dropped != st.Intervals || st.Unsent != 0 || st.Rejected != 0 {
-				t.Errorf("%d intervals: %d received, %d dropped, %d unsent, %d rejected", st.Intervals, requests, st.Dropped, st.Unsent, st.Rejected)
+			if uint64(requests)+st.Dropped != st.Requests || st.Unsent != 0 || st.Rejected != 0 {
+				t.Errorf("%d requests: %d received, %d dropped, %d unsent, %d rejected", st.Requests, requests, st.Dropped, st.Unsent, st.Rejected)
 			}
 			if uint64(samples)+st.DroppedSamples != st.Samples {
 				t.Errorf("%d samples taken: %d received, %d dropped with their intervals", st.Samples, samples, st.DroppedSamples)
@@ -354,7 +354,7 @@ func TestAgentProcessesComeAndGo(t *testing.T) {
 	st := stop()
 	t.Logf("stats %+v\nlog:\n%s", *st, log)
 	got := received(t, col)
-	if uint64(len(got)) != st.Intervals || st.Sent != st.Intervals || st.Processes != len(pids) {
+	if uint64(len(got)) != st.Requests || st.Sent != st.Requests || st.Processes != len(pids) {
 		t.Fatalf("%d requests received; agent: %+v", len(got), *st)
 	}
 	var all []otelcoltest.Profile

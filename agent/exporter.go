@@ -153,6 +153,9 @@ func (g *grpcExporter) Export(ctx context.Context, b []byte) (int64, error) {
 	}
 	resp, err := g.client.Export(ctx, req, grpc.UseCompressor("gzip"))
 	if err != nil {
+		if status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "larger than max") {
+			return 0, permanentError{err} // the same request would be refused again
+		}
 		switch status.Code(err) {
 		case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded, codes.Aborted, codes.Canceled,
 			codes.OutOfRange, codes.DataLoss:

@@ -197,13 +197,61 @@ func (t *dictionary) stack(iv *Interval, frames []int32, key []byte) (int32, []b
 // Profiles is the interval as OTLP profiles: a resource per process, each
 // with one CPU profile, over one shared dictionary.
 func (iv *Interval) Profiles(res Resource) pprofile.Profiles {
-	pd := pprofile.NewProfiles()
-	dict := newDictionary(pd.Dictionary())
+	return iv.profilesOf(res, iv.pids())
+}
+
+// pids are the interval's processes, in order.
+func (iv *Interval) pids() []int {
 	pids := make([]int, 0, len(iv.Procs))
 	for pid := range iv.Procs {
 		pids = append(pids, pid)
 	}
 	sort.Ints(pids)
+	return pids
+}
+
+// MaxRequestBytes bounds an export request's encoded size: a collector's
+// OTLP/gRPC receiver takes 4 MiB by default (max_recv_msg_size_mib).
+const MaxRequestBytes = 3 << 20
+
+// Request is one encoded OTLP export request and the samples it holds.
+type Request struct {
+	Body    []byte
+	Samples uint64
+}
+
+// Requests encodes the interval as export requests of at most maxBytes
+// each, splitting it by process (a process whose profile alone is larger
+// goes alone).
+func (iv *Interval) Requests(res Resource, maxBytes int) ([]Request, error) {
+	return iv.encode(res, iv.pids(), maxBytes, nil)
+}
+
+func (iv *Interval) encode(res Resource, pids []int, maxBytes int, out []Request) ([]Request, error) {
+	b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(iv.profilesOf(res, pids))
+	if err != nil {
+		return out, err
+	}
+	if len(b) <= maxBytes || len(pids) == 1 {
+		var n uint64
+		for _, pid := range pids {
+			for _, s := range iv.Procs[pid].Samples {
+				n += uint64(s.Count)
+			}
+		}
+		return append(out, Request{Body: b, Samples: n}), nil
+	}
+	half := len(pids) / 2
+	if out, err = iv.encode(res, pids[:half], maxBytes, out); err != nil {
+		return out, err
+	}
+	return iv.encode(res, pids[half:], maxBytes, out)
+}
+
+// profilesOf is the profiles of processes pids, over one dictionary.
+func (iv *Interval) profilesOf(res Resource, pids []int) pprofile.Profiles {
+	pd := pprofile.NewProfiles()
+	dict := newDictionary(pd.Dictionary())
 	var key []byte
 	for _, pid := range pids {
 		ps := iv.Procs[pid]

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +147,122 @@ func TestIntervalBounds(t *testing.T) {
 	if total != int64(n) || over != 10 {
 		t.Fatalf("counts sum to %d (over the limit: %d), want %d (10)", total, over, n)
 	}
+}
+
+// TestRequestsSplit: an interval whose encoding is over the bound goes as
+// several requests, split by process, each within the bound (a collector's
+// gRPC receiver refuses a message over 4 MiB by default), holding every
+// sample between them.
+func TestRequestsSplit(t *testing.T) {
+	iv := NewInterval(time.Now())
+	const procs = 40
+	for pid := 1; pid <= procs; pid++ {
+		p := &recording.Process{PID: pid, Name: fmt.Sprintf("app-%d.rb", pid)}
+		for i := range 300 {
+			iv.Add(stack(pid, merge.Frame{Kind: merge.KindRuby, Name: fmt.Sprintf("Module%d#method_%d", pid, i), File: "/app/a_long_path/file.rb", Line: int64(i)},
+				fib, times, main_), p)
+		}
+	}
+	iv.End = iv.Start.Add(time.Second)
+	all, err := iv.Requests(Resource{}, 1<<30)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("%d requests (%v) with no bound to speak of, want 1", len(all), err)
+	}
+	bound := len(all[0].Body) / 5
+	reqs, err := iv.Requests(Resource{}, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[any]int64{}
+	var samples uint64
+	for i, r := range reqs {
+		if len(r.Body) > bound {
+			t.Errorf("request %d: %d bytes, over the bound of %d", i, len(r.Body), bound)
+		}
+		pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(r.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		profs, err := otelcoltest.Flatten(pd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, p := range profs {
+			for _, s := range p.Samples {
+				seen[p.Resource["process.pid"]] += s.Values[0]
+				n += s.Values[0]
+			}
+		}
+		if uint64(n) != r.Samples {
+			t.Errorf("request %d says it holds %d samples, has %d", i, r.Samples, n)
+		}
+		samples += r.Samples
+	}
+	if len(reqs) < 5 || len(seen) != procs || samples != iv.Samples {
+		t.Fatalf("%d requests, %d processes, %d samples; want 5 or more, %d, %d", len(reqs), len(seen), samples, procs, iv.Samples)
+	}
+	for pid, n := range seen {
+		if n != 300 {
+			t.Errorf("pid %v: %d samples, want 300", pid, n)
+		}
+	}
+}
+
+// TestLargeIntervalToCollector: a real collector refuses an interval
+// encoded whole past its 4 MiB (for good: the agent does not retry it),
+// and takes every request Requests splits it into.
+func TestLargeIntervalToCollector(t *testing.T) {
+	col := otelcoltest.Start(t)
+	iv := NewInterval(time.Now())
+	for pid := 1; pid <= 60; pid++ {
+		p := &recording.Process{PID: pid, Name: fmt.Sprintf("app-%d.rb", pid)}
+		for i := range 1000 {
+			iv.Add(stack(pid, merge.Frame{Kind: merge.KindRuby, Name: fmt.Sprintf("Module%d::Handler#method_%d", pid, i),
+				File: fmt.Sprintf("/srv/app/releases/20261126/app/models/module_%d/handler.rb", pid), Line: int64(i)}, fib, times, main_), p)
+		}
+	}
+	iv.End = iv.Start.Add(10 * time.Second)
+	whole, err := iv.Requests(Resource{}, 1<<30)
+	if err != nil || len(whole) != 1 || len(whole[0].Body) <= 4<<20 {
+		t.Fatalf("the whole interval: %d requests, %d bytes (%v); want one over 4 MiB", len(whole), len(whole[0].Body), err)
+	}
+	exp, err := newExporter(Endpoint{Address: col.GRPCAddr, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	ctx := context.Background()
+	if _, err := exp.Export(ctx, whole[0].Body); err == nil || !isPermanent(err) {
+		t.Fatalf("%d bytes in one request: %v; want a refusal not worth retrying", len(whole[0].Body), err)
+	}
+	reqs, err := iv.Requests(Resource{}, MaxRequestBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		if _, err := exp.Export(ctx, r.Body); err != nil {
+			t.Fatalf("request %d of %d (%d bytes): %v", i, len(reqs), len(r.Body), err)
+		}
+	}
+	got, err := col.Received()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples int64
+	for _, pd := range got {
+		profs, err := otelcoltest.Flatten(pd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range profs {
+			for _, s := range p.Samples {
+				samples += s.Values[0]
+			}
+		}
+	}
+	if len(got) != len(reqs) || uint64(samples) != iv.Samples {
+		t.Fatalf("the collector took %d requests with %d samples; sent %d with %d", len(got), samples, len(reqs), iv.Samples)
+	}
+	t.Logf("%d bytes whole, refused; %d requests of at most %d bytes, all taken", len(whole[0].Body), len(reqs), MaxRequestBytes)
 }

@@ -73,7 +73,7 @@ func TestAgentTLSAndHeaders(t *testing.T) {
 			time.Sleep(2500 * time.Millisecond)
 			st := stop()
 			got := received(t, col)
-			if len(got) == 0 || uint64(len(got)) != st.Intervals {
+			if len(got) == 0 || uint64(len(got)) != st.Requests {
 				t.Fatalf("%d requests received over TLS; agent %+v\n%s", len(got), *st, log)
 			}
 			md, err := col.Metadata()
