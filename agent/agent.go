@@ -27,8 +27,9 @@ type Options struct {
 	// attribute the agent sets itself (process.pid, ...) is not replaced.
 	Labels      map[string]string
 	ServiceName string // every profile's service.name; default: each process's name
-	// QueueSize bounds the intervals held while the collector cannot be
-	// reached, QueueBytes their encoded size; past either, the oldest go.
+	// QueueSize bounds the requests held while the collector cannot be
+	// reached (one an interval, more for an interval over MaxRequestBytes),
+	// QueueBytes their encoded size; past either, the oldest go.
 	QueueSize  int
 	QueueBytes int
 	// FlushTimeout bounds how long a stopping agent tries to send what it
@@ -343,7 +344,7 @@ func (a *agent) send(ctx context.Context) {
 		}
 		if !a.down.Swap(true) {
 			a.downSince = time.Now()
-			fmt.Fprintf(a.log, "rubyperf agent: %s: cannot send (%v); holding up to %d intervals and trying again\n",
+			fmt.Fprintf(a.log, "rubyperf agent: %s: cannot send (%v); holding up to %d requests and trying again\n",
 				a.opts.Endpoint.Address, err, a.opts.QueueSize)
 		}
 		a.statsMu.Lock()

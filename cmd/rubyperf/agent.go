@@ -39,7 +39,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	labels := keyValues{}
 	fs.Var(labels, "label", "KEY=VALUE resource attribute of every profile (repeatable): deployment.environment=prod")
 	service := fs.String("service-name", "", "service.name of every profile (default: each process's name)")
-	queue := fs.Int("queue", agent.DefaultQueueSize, "intervals held while the collector cannot be reached; past it the oldest are dropped")
+	queue := fs.Int("queue", agent.DefaultQueueSize, "requests held while the collector cannot be reached (one an interval, more for one over 3 MiB); past it the oldest are dropped")
 	var flush seconds = seconds(agent.DefaultFlushTimeout)
 	fs.Var(&flush, "flush-timeout", "how long a stopping agent tries to send what it holds")
 	native := fs.Bool("native", false, "every native frame, the interpreter's own between Ruby frames included")
