@@ -118,7 +118,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	if st.Unsent > 0 || st.Dropped > 0 {
-		return fmt.Errorf("agent: %d intervals not sent and %d dropped: the collector at %s could not be reached",
+		return fmt.Errorf("agent: %d requests not sent and %d dropped: the collector at %s could not be reached",
 			st.Unsent, st.Dropped, *endpoint)
 	}
 	return nil
