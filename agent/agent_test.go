@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/merge"
 )
 
 // testRuby is the Ruby the agent's tests run: Debian's, stripped, as most
@@ -377,5 +378,43 @@ func TestAgentProcessesComeAndGo(t *testing.T) {
 		case pid != int64(contained) && has:
 			t.Errorf("pid %v is in no container; its resource says %v", pid, cid)
 		}
+	}
+}
+
+// TestAgentViews: the view flags reach the profiles: --ruby-only sends Ruby
+// frames and C methods alone; --native also the interpreter's own frames,
+// which the default view folds away.
+func TestAgentViews(t *testing.T) {
+	r := testruby.Get(t, testRuby)
+	testruby.Start(t, r, script("shares.rb"))
+	frames := func(view merge.View) map[string]int {
+		col := otelcoltest.Start(t)
+		stop, _ := startAgent(t, Options{Endpoint: Endpoint{Address: col.GRPCAddr, Insecure: true}, Interval: time.Second,
+			Merge: merge.Options{View: view}})
+		time.Sleep(2500 * time.Millisecond)
+		stop()
+		types := map[string]int{}
+		for _, profs := range received(t, col) {
+			for _, p := range profs {
+				for _, s := range p.Samples {
+					for _, f := range s.Frames {
+						types[f.Type]++
+						if f.Function == "vm_exec_core" || f.Function == "rb_vm_exec" {
+							types["interpreter"]++
+						}
+					}
+				}
+			}
+		}
+		return types
+	}
+	if got := frames(merge.ViewRubyOnly); got["ruby"] == 0 || got["native"]+got["kernel"] > 0 {
+		t.Errorf("--ruby-only: frames by type %v, want Ruby frames alone", got)
+	}
+	if got := frames(merge.ViewRuby); got["ruby"] == 0 || got["interpreter"] > 0 {
+		t.Errorf("the default view: frames by type %v, want no interpreter frame", got)
+	}
+	if got := frames(merge.ViewNative); got["ruby"] == 0 || got["interpreter"] == 0 {
+		t.Errorf("--native: frames by type %v, want the interpreter's frames too", got)
 	}
 }
