@@ -126,7 +126,7 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 		opts.Log = io.Discard
 	}
 	// A collector back from an outage is tried again within an interval
-	// (and within maxBackoff): the queue holds whole intervals.
+	// (and within maxBackoff): the queue holds an interval a request.
 	if opts.Endpoint.MaxRetryDelay <= 0 {
 		opts.Endpoint.MaxRetryDelay = min(opts.Interval, maxBackoff)
 	}
@@ -264,7 +264,7 @@ func (a *agent) cut(now time.Time) {
 			encodeErr = err
 		}
 		for _, r := range reqs {
-			dropped += a.q.push(queued{req: r.Body, samples: r.Samples, start: iv.Start})
+			dropped += a.q.push(queued{req: r.Body, samples: r.Samples})
 		}
 		a.statsMu.Lock()
 		a.stats.Intervals++

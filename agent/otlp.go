@@ -27,32 +27,31 @@ type Resource struct {
 // Attribute keys, from OpenTelemetry's semantic conventions where they
 // have one.
 const (
-	attrFrameType    = "profile.frame.type"
-	attrBuildID      = "process.executable.build_id.gnu"
-	attrThreadName   = "thread.name"
-	attrThreadState  = "ruby.thread.state" // merge.State
-	attrLabelPrefix  = "ruby.label."       // a request label of the sample (ruby-profiler)
-	frameTypeRuby    = "ruby"
-	frameTypeNative  = "native"
-	frameTypeKernel  = "kernel"
-	scopeName        = "rubyperf"
-	sampleTypeType   = "samples"
-	sampleTypeUnit   = "count"
-	periodTypeType   = "cpu"
-	periodTypeUnit   = "nanoseconds"
-	kernelMapping    = "[kernel.kallsyms]"
-	unknownMapping   = "[unknown]"
-	serviceNameAttr  = "service.name"
-	runtimeName      = "ruby"
-	processPIDAttr   = "process.pid"
-	containerIDAttr  = "container.id"
-	hostNameAttr     = "host.name"
-	executableName   = "process.executable.name"
-	executablePath   = "process.executable.path"
-	runtimeNameAttr  = "process.runtime.name"
-	runtimeVersion   = "process.runtime.version"
-	processNameAttr  = "process.command"
-	telemetryVersion = "telemetry.distro.version"
+	attrFrameType   = "profile.frame.type"
+	attrBuildID     = "process.executable.build_id.gnu"
+	attrThreadName  = "thread.name"
+	attrThreadState = "ruby.thread.state" // merge.State
+	attrLabelPrefix = "ruby.label."       // a request label of the sample (ruby-profiler)
+	frameTypeRuby   = "ruby"
+	frameTypeNative = "native"
+	frameTypeKernel = "kernel"
+	scopeName       = "rubyperf"
+	sampleTypeType  = "samples"
+	sampleTypeUnit  = "count"
+	periodTypeType  = "cpu"
+	periodTypeUnit  = "nanoseconds"
+	kernelMapping   = "[kernel.kallsyms]"
+	unknownMapping  = "[unknown]"
+	serviceNameAttr = "service.name"
+	runtimeName     = "ruby"
+	processPIDAttr  = "process.pid"
+	containerIDAttr = "container.id"
+	hostNameAttr    = "host.name"
+	executableName  = "process.executable.name"
+	executablePath  = "process.executable.path"
+	runtimeNameAttr = "process.runtime.name"
+	runtimeVersion  = "process.runtime.version"
+	processNameAttr = "process.command"
 )
 
 // dictionary builds the tables a request's profiles share, each entry once.
@@ -194,12 +193,6 @@ func (t *dictionary) stack(iv *Interval, frames []int32, key []byte) (int32, []b
 	return i, key
 }
 
-// Profiles is the interval as OTLP profiles: a resource per process, each
-// with one CPU profile, over one shared dictionary.
-func (iv *Interval) Profiles(res Resource) pprofile.Profiles {
-	return iv.profilesOf(res, iv.pids())
-}
-
 // pids are the interval's processes, in order.
 func (iv *Interval) pids() []int {
 	pids := make([]int, 0, len(iv.Procs))
@@ -248,7 +241,8 @@ func (iv *Interval) encode(res Resource, pids []int, maxBytes int, out []Request
 	return iv.encode(res, pids[half:], maxBytes, out)
 }
 
-// profilesOf is the profiles of processes pids, over one dictionary.
+// profilesOf is the profiles of processes pids, over one dictionary: a
+// resource per process, each with one CPU profile.
 func (iv *Interval) profilesOf(res Resource, pids []int) pprofile.Profiles {
 	pd := pprofile.NewProfiles()
 	dict := newDictionary(pd.Dictionary())

@@ -32,11 +32,11 @@ var (
 // would, every reference resolved.
 func roundTrip(t *testing.T, iv *Interval, res Resource) []otelcoltest.Profile {
 	t.Helper()
-	b, err := (&pprofile.ProtoMarshaler{}).MarshalProfiles(iv.Profiles(res))
-	if err != nil {
-		t.Fatal(err)
+	reqs, err := iv.Requests(res, 1<<30)
+	if err != nil || len(reqs) != 1 {
+		t.Fatalf("%d requests (%v), want 1", len(reqs), err)
 	}
-	pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(b)
+	pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(reqs[0].Body)
 	if err != nil {
 		t.Fatal(err)
 	}

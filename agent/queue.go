@@ -1,15 +1,11 @@
 package agent
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
 // queued is one interval's export request waiting to be sent.
 type queued struct {
 	req     []byte // an OTLP ExportProfilesServiceRequest, encoded
 	samples uint64
-	start   time.Time
 	seq     uint64 // the order pushed
 }
 

@@ -227,8 +227,8 @@ func (s *session) forget(pid int) {
 	delete(s.targets, pid)
 	delete(s.gone, pid)
 	delete(s.skips, pid)
-	s.symtab.forgetImage(Image{uint32(pid), t.Config.Gen})
-	s.retired = append(s.retired, t)
+	s.retired = append(s.retired, t) // closeRetired forgets its frames
+
 }
 
 // closeRetired closes the targets no longer sampled whose files no target

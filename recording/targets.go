@@ -283,14 +283,23 @@ const maxCmdline = 64 << 10
 // runs Ruby (ld-linux.so --library-path DIRS ruby ...), which makes the
 // loader the process's executable and comm.
 func ProcessName(pid int) string {
+	return nameFromArgs(CommandLine(pid))
+}
+
+// CommandLine is process pid's arguments (/proc/PID/cmdline, the first
+// maxCmdline bytes), nil once it has exited.
+func CommandLine(pid int) []string {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
-		return "?"
+		return nil
 	}
 	defer f.Close()
 	b := make([]byte, maxCmdline)
 	n, _ := io.ReadFull(f, b)
-	return nameFromArgs(strings.Split(strings.TrimRight(string(b[:n]), "\x00"), "\x00"))
+	if n == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b[:n]), "\x00"), "\x00")
 }
 
 func nameFromArgs(args []string) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/agent"
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/recording"
 )
 
 // headersEnv is OpenTelemetry's variable for the headers of every OTLP
@@ -88,7 +89,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		if err != nil {
 			return usageError{fmt.Sprintf("--match: %v", err)}
 		}
-		sel = func(pid int) bool { return re.MatchString(commandLine(pid)) }
+		sel = func(pid int) bool { return re.MatchString(strings.Join(recording.CommandLine(pid), " ")) }
 	}
 	view := merge.ViewRuby
 	switch {
@@ -122,21 +123,6 @@ func runAgent(args []string, _, stderr io.Writer) error {
 			st.Unsent, st.Dropped, *endpoint)
 	}
 	return nil
-}
-
-// maxCommandLine bounds a command line as read for --match.
-const maxCommandLine = 64 << 10
-
-// commandLine is process pid's command line, its arguments joined by
-// spaces ("" once it has exited).
-func commandLine(pid int) string {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, maxCommandLine))
-	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }
 
 // keyValues is a repeatable KEY=VALUE flag.
