@@ -129,8 +129,20 @@ func (r *Reader) DropCaches() {
 	clear(r.classes)
 }
 
-// gcCheckTries bounds the reads of counters a running GC keeps changing.
-const gcCheckTries = 5
+// These bound how CheckGC waits out a running GC. Counters that disagree in
+// a way a GC passes through (the count moved while read; the count one past
+// minor plus major, as between a GC's count++ and its major_gc_count++ or
+// minor_gc_count++; the last major GC not yet set) are read again, with
+// growing pauses, for up to gcCheckBudget: a target starved of CPU can sit
+// in that window for several milliseconds, so a count of quick tries is not
+// enough. Any other disagreement is a wrong layout's sign and gets
+// gcCheckTries reads.
+const (
+	gcCheckTries    = 5
+	gcCheckBudget   = 250 * time.Millisecond
+	gcCheckMaxPause = 20 * time.Millisecond
+	gcCheckMaxReads = 64
+)
 
 // CheckGC checks the Layout's GC offsets against the live process, as
 // CheckLayout does the walker's: a built-in table is a guess about a build
@@ -143,10 +155,16 @@ func (r *Reader) CheckGC() error {
 		return err
 	}
 	g := &r.Layout.GC
+	deadline := time.Now().Add(gcCheckBudget)
+	pause := time.Millisecond
 	var last error
-	for try := 0; try < gcCheckTries; try++ {
-		if try > 0 {
-			time.Sleep(time.Millisecond)
+	for read, wrong := 0, 0; read < gcCheckMaxReads; read++ {
+		if read > 0 {
+			if wrong >= gcCheckTries || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(pause)
+			pause = min(2*pause, gcCheckMaxPause)
 		}
 		var c [3]uint64
 		for i, off := range []int64{g.Count, g.MinorCount, g.MajorCount} {
@@ -157,6 +175,7 @@ func (r *Reader) CheckGC() error {
 		s, err := r.GCStamp()
 		if err != nil {
 			last = err
+			wrong++
 			continue
 		}
 		count, minor, major := c[0], c[1], c[2]
@@ -165,10 +184,16 @@ func (r *Reader) CheckGC() error {
 			last = fmt.Errorf("the GC count moved while read (%d, then %d)", count, s.Count)
 		case count == 0 && minor == 0 && major == 0 && s.Epoch == 0:
 			return ErrGCNotRun
+		case minor+major+1 == count:
+			last = fmt.Errorf("a GC stayed between counting itself (%d) and its kind (%d minor, %d major)", count, minor, major)
 		case minor+major != count:
 			last = fmt.Errorf("%d minor and %d major GCs do not add up to %d", minor, major, count)
+			wrong++
+		case major == 1 && s.Epoch == 0:
+			last = fmt.Errorf("the first major GC stayed before setting its start (%d of %d)", major, count)
 		case (major == 0) != (s.Epoch == 0) || s.Epoch > count:
 			last = fmt.Errorf("the last major GC at %d does not fit %d major GCs of %d", s.Epoch, major, count)
+			wrong++
 		default:
 			return nil
 		}
