@@ -109,7 +109,7 @@ func TestDebuginfodOpenBinary(t *testing.T) {
 		if err == nil {
 			b3.Close()
 		}
-		if took := time.Since(start); took > 200*time.Millisecond || len(rep.get()) != 1 {
+		if took := time.Since(start); took > 500*time.Millisecond || len(rep.get()) != 1 {
 			t.Errorf("second open: %s, reports %q", took, rep.get())
 		}
 	}
