@@ -32,6 +32,10 @@ type Binary struct {
 	anchors      Anchors
 	anchorsFor   *Layout
 	anchorsValid bool
+	// cache is where a build already seen is found (OpenOptions.Cache), and
+	// shared this Binary's entry in it, once its layout is found.
+	cache  *Cache
+	shared *cachedBuild
 }
 
 // OpenOptions tune how a Binary's debug information is found.
@@ -47,6 +51,10 @@ type OpenOptions struct {
 
 	// MappedAs is the binary's path inside Root when path is a /proc alias.
 	MappedAs string
+
+	// Cache, when set, serves the Layout and Anchors of a build already
+	// worked out, and keeps this one's.
+	Cache *Cache
 }
 
 // OpenBinary opens path and reads what identifies it as Ruby.
@@ -55,7 +63,7 @@ func OpenBinary(path string, opts OpenOptions) (*Binary, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Binary{Path: path, elf: e, Arch: e.arch(), BuildID: e.buildID()}
+	b := &Binary{Path: path, elf: e, Arch: e.arch(), BuildID: e.buildID(), cache: opts.Cache}
 	if opts.MappedAs != "" {
 		b.Path = opts.MappedAs
 	}
@@ -154,8 +162,18 @@ func (b *Binary) Layout() (*Layout, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.layoutDone {
-		b.layout, b.layoutErr = b.findLayout()
 		b.layoutDone = true
+		if b.cache != nil {
+			if cb := b.cache.cached(b); cb != nil {
+				b.layout, b.shared = cb.forBinary(b), cb
+				return b.layout, nil
+			}
+		}
+		b.layout, b.layoutErr = b.findLayout()
+		if b.cache != nil && b.layoutErr == nil {
+			b.shared = &cachedBuild{elfPath: b.elf.path, debugPath: b.DebugFile, layout: b.layout}
+			b.cache.keep(b, b.shared)
+		}
 	}
 	return b.layout, b.layoutErr
 }
@@ -275,7 +293,23 @@ func (b *Binary) Anchors(l *Layout) Anchors {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.anchorsValid || b.anchorsFor != l {
-		b.anchors, b.anchorsFor, b.anchorsValid = b.findAnchors(l), l, true
+		// The cached anchors were found with the cached layout, which is
+		// b's only when l is the layout b handed out.
+		shared := b.shared != nil && b.layoutDone && l == b.layout
+		var a Anchors
+		var ok bool
+		if shared {
+			a, ok = b.cache.cachedAnchors(b.shared)
+			// How names the layout they were found with, by its Source.
+			a = a.renamed(b.shared.layout.Source, l.Source)
+		}
+		if !ok {
+			a = b.findAnchors(l)
+			if shared {
+				b.cache.keepAnchors(b.shared, a)
+			}
+		}
+		b.anchors, b.anchorsFor, b.anchorsValid = a, l, true
 	}
 	return b.anchors
 }

@@ -9,6 +9,11 @@
 // with how it was found: symbol tables, a debug file, or disassembly of the
 // exported functions that use it.
 //
+// A Cache shared by the Binaries a recorder opens serves the Layout and
+// Anchors of a build already worked out (found by the identity of its
+// files, not by name or build-id), so that each new process of a fleet of
+// one Ruby costs its live checks, not another DWARF read or disassembly.
+//
 // Separate debug files are found through package debuginfo (build-id,
 // .gnu_debuglink, --debug-file, debuginfod); rubybuild says which file it
 // wants them for and reads their DWARF and symbols.
