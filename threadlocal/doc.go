@@ -13,6 +13,10 @@
 // never from hand-typed internals. Var.Address is the reference of what the
 // reader does with them.
 //
+// Files remembers what Find read of each mapped file (its segments, its
+// dynamic symbols), by the file's identity, so that a recorder looking in
+// many processes that map the same libraries reads each of them once.
+//
 // Everything read from the target (its memory, its /proc files, the files it
 // maps) is untrusted: every loop and read is bounded, and nothing panics.
 //

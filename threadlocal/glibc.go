@@ -295,7 +295,10 @@ func (l *layout) generation(mem Memory, rtldGlobal, modid, lm uint64) (uint64, e
 // loaded object exports the symbol; other errors may be transient too (the
 // dynamic linker's lists change while a dlopen runs). The Var holds while the
 // object stays loaded: after a dlclose, Find again.
-func Find(pid int, mem Memory, symbol string) (*Var, error) {
+func Find(pid int, mem Memory, symbol string) (*Var, error) { return find(pid, mem, symbol, nil) }
+
+// find is Find, remembering what it reads of files in c (when not nil).
+func find(pid int, mem Memory, symbol string, c *Files) (*Var, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("pid %d: not a process id", pid)
 	}
@@ -306,15 +309,15 @@ func Find(pid int, mem Memory, symbol string) (*Var, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := loadObjects(pid, maps, wanted(symbol))
+	objs, err := loadObjects(pid, maps, symbol, c)
 	if err != nil {
 		return nil, err
 	}
-	return find(pid, mem, symbol, objs)
+	return findIn(pid, mem, symbol, objs)
 }
 
-// find is Find on the objects pid maps.
-func find(pid int, mem Memory, symbol string, objs []*object) (*Var, error) {
+// findIn is Find on the objects pid maps.
+func findIn(pid int, mem Memory, symbol string, objs []*object) (*Var, error) {
 	var exporters []*object
 	var notTLS *object
 	for _, o := range objs {

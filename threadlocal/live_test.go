@@ -363,7 +363,7 @@ func TestLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := loadObjects(h.pid, maps, wanted("-"))
+	objs, err := loadObjects(h.pid, maps, "-", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,8 +62,10 @@ func wanted(symbol string) func(string) bool {
 
 // loadObjects opens every ELF file pid maps (once per file) and returns it
 // once per place it is mapped at (its mapping of file offset 0), in address
-// order. Files that are not ELF, or not readable, are skipped.
-func loadObjects(pid int, maps []procmaps.Mapping, want func(string) bool) ([]*object, error) {
+// order, with the dynamic symbols looking for symbol needs (wanted). Files
+// that are not ELF, or not readable, are skipped. c, when not nil, serves
+// files read before and keeps those read now.
+func loadObjects(pid int, maps []procmaps.Mapping, symbol string, c *Files) ([]*object, error) {
 	pageSize := uint64(os.Getpagesize())
 	infos := map[string]*elfInfo{}
 	var out []*object
@@ -77,7 +79,7 @@ func loadObjects(pid int, maps []procmaps.Mapping, want func(string) bool) ([]*o
 			if len(infos) >= maxObjects {
 				return nil, fmt.Errorf("pid %d: more than %d mapped files", pid, maxObjects)
 			}
-			info, _ = readELF(pid, m, want) // nil: not ELF, unreadable
+			info, _ = readELF(pid, m, symbol, c) // nil: not ELF, unreadable
 			infos[key] = info
 		}
 		if info == nil || info.firstOff&^(pageSize-1) != 0 {
@@ -91,14 +93,14 @@ func loadObjects(pid int, maps []procmaps.Mapping, want func(string) bool) ([]*o
 // readELF reads m's file: through /proc/PID/map_files, which is the very file
 // mapped even if deleted or replaced since, else through /proc/PID/root, the
 // target's view of the file system (containers).
-func readELF(pid int, m procmaps.Mapping, want func(string) bool) (*elfInfo, error) {
+func readELF(pid int, m procmaps.Mapping, symbol string, c *Files) (*elfInfo, error) {
 	paths := []string{
 		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End),
 		filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.Path),
 	}
 	var firstErr error
 	for _, p := range paths {
-		info, err := readELFFile(p, m.Inode, want)
+		info, err := readELFFile(p, m.Inode, symbol, c)
 		if err == nil {
 			return info, nil
 		}
@@ -109,7 +111,7 @@ func readELF(pid int, m procmaps.Mapping, want func(string) bool) (*elfInfo, err
 	return nil, firstErr
 }
 
-func readELFFile(path string, inode uint64, want func(string) bool) (info *elfInfo, err error) {
+func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfInfo, err error) {
 	// O_NONBLOCK: a FIFO planted at a mapped path must not block.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -126,6 +128,19 @@ func readELFFile(path string, inode uint64, want func(string) bool) (info *elfIn
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != inode {
 		return nil, fmt.Errorf("%s: inode %d, not the mapped %d (replaced?)", path, sys.Ino, inode)
 	}
+	key, keyed := keyOf(st, symbol)
+	if info, ok := c.get(key); keyed && ok {
+		if info == nil {
+			return nil, fmt.Errorf("%s: %w", path, errNotELF)
+		}
+		return info, nil
+	}
+	defer func() {
+		if keyed {
+			c.keep(key, info)
+		}
+	}()
+	want := wanted(symbol)
 	// debug/elf panics on some malformed files.
 	defer func() {
 		if r := recover(); r != nil {
