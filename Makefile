@@ -73,9 +73,9 @@ bench: rubies build
 	$(GO) run ./bench -o bench/RESULTS.md $(BENCHFLAGS) \
 	  -dwarf-ruby "$$(sed -n 's/^exe=//p' $(RUBYPERF_CACHE)/ruby/source-3.1-shared/manifest)"
 
-# Go micro-benchmarks of layout reading and snapshots.
+# Go micro-benchmarks of layout reading, snapshots and attaching.
 bench-micro: rubies
-	$(GO) test -run='^$$' -bench=. -benchmem ./rubybuild ./rubystack
+	$(GO) test -run='^$$' -bench=. -benchmem ./rubybuild ./rubystack ./recording
 
 clean:
 	rm -rf bin demo-out

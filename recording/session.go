@@ -25,6 +25,7 @@ import (
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/threadlocal"
 )
 
 // Options describe one recording.
@@ -171,6 +172,11 @@ type session struct {
 	live    *live  // Options.Stacks
 	sampler *bpf.Sampler
 	symtab  *SymbolTable
+	// builds and files are what attaching one target leaves for the next:
+	// its Ruby's layout and anchors, and what was read of the files it maps
+	// looking for request labels (a fleet of one Ruby reads them once).
+	builds *rubybuild.Cache
+	files  *threadlocal.Files
 
 	mu      sync.Mutex // guards targets, symtab, counters, and the maps below
 	targets map[int]*Target
@@ -271,10 +277,10 @@ type attachResult struct {
 }
 
 // attachAll attaches pids in order, stopping at the first that fails.
-func attachAll(pids []int, opts Options) attachResult {
+func (s *session) attachAll(pids []int) attachResult {
 	var res attachResult
 	for _, pid := range pids {
-		t, err := Attach(pid, rubybuild.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
+		t, err := s.attach(pid, s.opts.DebugFile)
 		if err != nil {
 			res.err = err
 			break
@@ -282,6 +288,18 @@ func attachAll(pids []int, opts Options) attachResult {
 		res.targets = append(res.targets, t)
 	}
 	return res
+}
+
+// openOptions are how the session opens a Ruby's files: with debugFile
+// (--debug-file, or ""), its debuginfod finder, and its cache of builds.
+func (s *session) openOptions(debugFile string) rubybuild.OpenOptions {
+	return rubybuild.OpenOptions{DebugFile: debugFile, Debuginfo: s.opts.Debuginfo, Cache: s.builds}
+}
+
+// attach attaches pid as the session does: sharing what earlier attaches
+// worked out.
+func (s *session) attach(pid int, debugFile string) (*Target, error) {
+	return attach(pid, s.openOptions(debugFile), s.files)
 }
 
 // Record runs a recording until ctx ends, the duration passes, the targets
@@ -301,7 +319,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.All {
 		opts.FollowForks = true
 	}
-	s := &session{opts: opts, symtab: NewSymbolTable(), targets: map[int]*Target{}, gone: map[int]bool{},
+	s := &session{opts: opts, symtab: NewSymbolTable(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
+		targets: map[int]*Target{}, gone: map[int]bool{},
 		pending: map[int]int{}, execd: map[int]string{}, execSeen: map[int]execSeen{}, noTarget: make(chan struct{})}
 	s.sum.Output = opts.Output
 	start := time.Now()
@@ -312,7 +331,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	var attached chan attachResult
 	if len(opts.Command) == 0 && !opts.All {
 		attached = make(chan attachResult, 1)
-		go func() { attached <- attachAll(opts.PIDs, opts) }()
+		go func() { attached <- s.attachAll(opts.PIDs) }()
 		defer func() {
 			if attached != nil { // not taken: an error came first
 				for _, t := range (<-attached).targets {
@@ -376,7 +395,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		// main thread with ptrace, and as its parent a concurrent wait
 		// would take that stop for itself.
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		t, err := AttachWhenReady(actx, cmd.Process.Pid, rubybuild.OpenOptions{DebugFile: opts.DebugFile, Debuginfo: opts.Debuginfo})
+		t, err := attachWhenReady(actx, cmd.Process.Pid, s.openOptions(opts.DebugFile), s.files)
 		cancel()
 		go func() {
 			// Wait only once it has exited: attaching it again after an
@@ -402,7 +421,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			if opts.Select != nil && !opts.Select(pid) {
 				continue
 			}
-			t, err := Attach(pid, rubybuild.OpenOptions{Debuginfo: s.opts.Debuginfo})
+			t, err := s.attach(pid, "")
 			if err != nil {
 				s.skipped(pid, err)
 				continue
@@ -1003,7 +1022,7 @@ func (s *session) discover(ctx context.Context) {
 			if known || !looksLikeRuby(pid) || !again && s.opts.Select != nil && !s.opts.Select(pid) {
 				continue
 			}
-			t, err := Attach(pid, rubybuild.OpenOptions{DebugFile: s.debugFileFor(pid), Debuginfo: s.opts.Debuginfo})
+			t, err := s.attach(pid, s.debugFileFor(pid))
 			if err != nil {
 				s.mu.Lock()
 				_, retry := s.pending[pid]

@@ -49,6 +49,9 @@ type Target struct {
 	labelsLooked time.Time
 	// info is what a live recording tells of it (Options.Stacks).
 	info *Process
+	// files is where the files read looking for request labels are
+	// remembered, for the other targets that map them (nil: nowhere).
+	files *threadlocal.Files
 }
 
 // LabelsSymbol is the thread-local variable through which the ruby-profiler
@@ -59,7 +62,7 @@ const LabelsSymbol = "ruby_profiler_state"
 // findLabels looks for an extension that keeps request labels in t's
 // process, and makes its samples carry them when there is one.
 func (t *Target) findLabels() bool {
-	v, err := threadlocal.Find(t.PID, t.mem, LabelsSymbol)
+	v, err := t.files.Find(t.PID, t.mem, LabelsSymbol)
 	if err != nil {
 		return false
 	}
@@ -75,7 +78,12 @@ func (t *Target) findLabels() bool {
 // Attach prepares pid for sampling: its Ruby binary and Layout, and the
 // thread-pointer offset of ruby_current_ec, read once from the main thread
 // (it is the same in every thread of a process).
-func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) {
+func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) { return attach(pid, opts, nil) }
+
+// attach is Attach, remembering in files (when not nil) what it reads of
+// the files pid maps looking for request labels; opts.Cache does the same
+// for its Ruby's build.
+func attach(pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Target, error) {
 	p, err := rubystack.OpenProcess(pid, opts)
 	if err != nil {
 		return nil, err
@@ -87,7 +95,7 @@ func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) {
 		}
 		return fmt.Errorf("pid %d: %w", pid, err)
 	}
-	t := &Target{PID: pid, Process: p, mem: &rubystack.ProcessMemory{PID: pid}}
+	t := &Target{PID: pid, Process: p, mem: &rubystack.ProcessMemory{PID: pid}, files: files}
 	ok := false
 	defer func() {
 		if !ok {
@@ -158,7 +166,7 @@ func (t *Target) forked(pid int) (*Target, error) {
 	p := *t.Process
 	p.PID = pid
 	c := &Target{PID: pid, Process: &p, Config: t.Config, mem: &rubystack.ProcessMemory{PID: pid}, sharesProcess: true,
-		NoGCStamps: t.NoGCStamps, gcUnchecked: t.gcUnchecked}
+		NoGCStamps: t.NoGCStamps, gcUnchecked: t.gcUnchecked, files: t.files}
 	var err error
 	if c.Reader, err = rubystack.NewReaderFor(&p, c.mem, rubybuild.UseRecord); err != nil {
 		c.Close()
@@ -173,11 +181,15 @@ func (t *Target) forked(pid int) (*Target, error) {
 // AttachWhenReady attaches to a process that was just started, waiting
 // until it has mapped its Ruby (a shared libruby is loaded after exec).
 func AttachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions) (*Target, error) {
+	return attachWhenReady(ctx, pid, opts, nil)
+}
+
+func attachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Target, error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	var last error
 	for {
-		t, err := Attach(pid, opts)
+		t, err := attach(pid, opts, files)
 		if err == nil {
 			return t, nil
 		}
