@@ -21,7 +21,7 @@ func BenchmarkAttach(b *testing.B) {
 		cmd, _ := testruby.StartOutput(b, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; sleep`)
 		pid := cmd.Process.Pid
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		t, err := AttachWhenReady(ctx, pid, rubybuild.OpenOptions{})
+		t, err := AttachWhenReady(ctx, pid, rubybuild.OpenOptions{}, nil)
 		cancel()
 		testruby.Privileged(b, permissionOnly(err))
 		if err != nil {
@@ -36,7 +36,7 @@ func BenchmarkAttach(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				builds, files := &rubybuild.Cache{}, &threadlocal.Files{}
 				if seen { // another process of the build, attached before
-					t, err := attach(pid, rubybuild.OpenOptions{Cache: builds}, files)
+					t, err := Attach(pid, rubybuild.OpenOptions{Cache: builds}, files)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -46,7 +46,7 @@ func BenchmarkAttach(b *testing.B) {
 					if !seen {
 						builds, files = &rubybuild.Cache{}, &threadlocal.Files{}
 					}
-					t, err := attach(pid, rubybuild.OpenOptions{Cache: builds}, files)
+					t, err := Attach(pid, rubybuild.OpenOptions{Cache: builds}, files)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -2,10 +2,7 @@ package recording
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,16 +24,11 @@ func TestLiveForgetsExitedProcesses(t *testing.T) {
 		methods  = map[int]map[string]int{}
 		progress []Progress
 	)
-	self := fmt.Sprintf("%d", os.Getpid())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := Record(ctx, Options{All: true, Select: func(pid int) bool {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-			return len(f) > 1 && f[1] == self // this test's children only
-		}, Stacks: func(st merge.Stack, p *Process) {
+		_, err := Record(ctx, Options{All: true, Select: testruby.Child, Stacks: func(st merge.Stack, p *Process) {
 			mu.Lock()
 			defer mu.Unlock()
 			if methods[p.PID] == nil {

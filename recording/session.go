@@ -299,7 +299,7 @@ func (s *session) openOptions(debugFile string) rubybuild.OpenOptions {
 // attach attaches pid as the session does: sharing what earlier attaches
 // worked out.
 func (s *session) attach(pid int, debugFile string) (*Target, error) {
-	return attach(pid, s.openOptions(debugFile), s.files)
+	return Attach(pid, s.openOptions(debugFile), s.files)
 }
 
 // Record runs a recording until ctx ends, the duration passes, the targets
@@ -395,7 +395,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		// main thread with ptrace, and as its parent a concurrent wait
 		// would take that stop for itself.
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		t, err := attachWhenReady(actx, cmd.Process.Pid, s.openOptions(opts.DebugFile), s.files)
+		t, err := AttachWhenReady(actx, cmd.Process.Pid, s.openOptions(opts.DebugFile), s.files)
 		cancel()
 		go func() {
 			// Wait only once it has exited: attaching it again after an

@@ -77,13 +77,10 @@ func (t *Target) findLabels() bool {
 
 // Attach prepares pid for sampling: its Ruby binary and Layout, and the
 // thread-pointer offset of ruby_current_ec, read once from the main thread
-// (it is the same in every thread of a process).
-func Attach(pid int, opts rubybuild.OpenOptions) (*Target, error) { return attach(pid, opts, nil) }
-
-// attach is Attach, remembering in files (when not nil) what it reads of
-// the files pid maps looking for request labels; opts.Cache does the same
-// for its Ruby's build.
-func attach(pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Target, error) {
+// (it is the same in every thread of a process). What it reads of the files
+// pid maps, looking for request labels, is remembered in files (nil:
+// nowhere), as opts.Cache does for its Ruby's build.
+func Attach(pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Target, error) {
 	p, err := rubystack.OpenProcess(pid, opts)
 	if err != nil {
 		return nil, err
@@ -180,16 +177,12 @@ func (t *Target) forked(pid int) (*Target, error) {
 
 // AttachWhenReady attaches to a process that was just started, waiting
 // until it has mapped its Ruby (a shared libruby is loaded after exec).
-func AttachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions) (*Target, error) {
-	return attachWhenReady(ctx, pid, opts, nil)
-}
-
-func attachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Target, error) {
+func AttachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Target, error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	var last error
 	for {
-		t, err := attach(pid, opts, files)
+		t, err := Attach(pid, opts, files)
 		if err == nil {
 			return t, nil
 		}

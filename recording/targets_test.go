@@ -22,7 +22,7 @@ func TestAttachWhenReadyRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		tg, err := AttachWhenReady(ctx, cmd.Process.Pid, rubybuild.OpenOptions{})
+		tg, err := AttachWhenReady(ctx, cmd.Process.Pid, rubybuild.OpenOptions{}, nil)
 		cancel()
 		if err == nil {
 			tg.Close()

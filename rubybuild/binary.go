@@ -163,16 +163,17 @@ func (b *Binary) Layout() (*Layout, error) {
 	defer b.mu.Unlock()
 	if !b.layoutDone {
 		b.layoutDone = true
-		if b.cache != nil {
-			if cb := b.cache.cached(b); cb != nil {
+		k, keyed := b.key()
+		if keyed {
+			if cb := b.cache.get(k); cb != nil {
 				b.layout, b.shared = cb.forBinary(b), cb
 				return b.layout, nil
 			}
 		}
 		b.layout, b.layoutErr = b.findLayout()
-		if b.cache != nil && b.layoutErr == nil {
+		if keyed && b.layoutErr == nil {
 			b.shared = &cachedBuild{elfPath: b.elf.path, debugPath: b.DebugFile, layout: b.layout}
-			b.cache.keep(b, b.shared)
+			b.cache.put(k, b.shared)
 		}
 	}
 	return b.layout, b.layoutErr
@@ -295,19 +296,21 @@ func (b *Binary) Anchors(l *Layout) Anchors {
 	if !b.anchorsValid || b.anchorsFor != l {
 		// The cached anchors were found with the cached layout, which is
 		// b's only when l is the layout b handed out.
-		shared := b.shared != nil && b.layoutDone && l == b.layout
-		var a Anchors
-		var ok bool
+		shared := b.shared != nil && l == b.layout
+		var cached *Anchors
 		if shared {
-			a, ok = b.cache.cachedAnchors(b.shared)
-			// How names the layout they were found with, by its Source.
-			a = a.renamed(b.shared.layout.Source, l.Source)
+			cached = b.cache.anchors(b.shared)
 		}
-		if !ok {
+		var a Anchors
+		switch {
+		case cached != nil:
+			// How names the layout they were found with, by its Source.
+			a = cached.renamed(b.shared.layout.Source, l.Source)
+		case shared:
 			a = b.findAnchors(l)
-			if shared {
-				b.cache.keepAnchors(b.shared, a)
-			}
+			b.cache.putAnchors(b.shared, a)
+		default:
+			a = b.findAnchors(l)
 		}
 		b.anchors, b.anchorsFor, b.anchorsValid = a, l, true
 	}

@@ -38,8 +38,7 @@ type buildKey struct{ binary, debug fileID }
 type cachedBuild struct {
 	elfPath, debugPath string
 	layout             *Layout
-	anchors            Anchors // under the Cache's lock
-	anchorsValid       bool
+	anchors            *Anchors // nil until found; under the Cache's lock
 }
 
 func identify(f *os.File) fileID {
@@ -55,8 +54,12 @@ func identify(f *os.File) fileID {
 		mtimeNs: sys.Mtim.Nano(), ctimeNs: sys.Ctim.Nano(), ok: true}
 }
 
-// key is b's files' identity; ok is false when a file could not be stat'ed.
+// key is b's files' identity in its Cache; ok is false when it has none,
+// or a file could not be stat'ed.
 func (b *Binary) key() (buildKey, bool) {
+	if b.cache == nil {
+		return buildKey{}, false
+	}
 	k := buildKey{binary: identify(b.elf.osf)}
 	if b.debug != nil {
 		k.debug = identify(b.debug.osf)
@@ -67,23 +70,15 @@ func (b *Binary) key() (buildKey, bool) {
 	return k, k.binary.ok
 }
 
-// cached is what c knows of b's build, or nil.
-func (c *Cache) cached(b *Binary) *cachedBuild {
-	k, ok := b.key()
-	if !ok {
-		return nil
-	}
+// get is what c knows of the build at k, or nil.
+func (c *Cache) get(k buildKey) *cachedBuild {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.builds[k]
 }
 
-// keep records what b found of its build.
-func (c *Cache) keep(b *Binary, cb *cachedBuild) {
-	k, ok := b.key()
-	if !ok {
-		return
-	}
+// put records what was found of the build at k.
+func (c *Cache) put(k buildKey, cb *cachedBuild) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.builds == nil || len(c.builds) >= maxCached {
@@ -108,18 +103,18 @@ func (cb *cachedBuild) forBinary(b *Binary) *Layout {
 	return &l
 }
 
-// cachedAnchors are the anchors found with cb's layout, if any yet.
-func (c *Cache) cachedAnchors(cb *cachedBuild) (Anchors, bool) {
+// anchors are the anchors found with cb's layout, or nil.
+func (c *Cache) anchors(cb *cachedBuild) *Anchors {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return cb.anchors, cb.anchorsValid
+	return cb.anchors
 }
 
-// keepAnchors records the anchors found with cb's layout.
-func (c *Cache) keepAnchors(cb *cachedBuild, a Anchors) {
+// putAnchors records the anchors found with cb's layout.
+func (c *Cache) putAnchors(cb *cachedBuild, a Anchors) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cb.anchors, cb.anchorsValid = a, true
+	cb.anchors = &a
 }
 
 // renamed is a with the layout source from in each anchor's How and Why

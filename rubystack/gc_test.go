@@ -92,18 +92,10 @@ func (m *startingGC) ReadAt(p []byte, addr uint64) error {
 func TestCheckGCWaitsOutAStartingGC(t *testing.T) {
 	r := testruby.Get(t, "source-3.3-static")
 	cmd, _ := testruby.StartOutput(t, r, "-e", `GC.start; GC.start(full_mark: false); STDOUT.puts "ready"; STDOUT.flush; sleep`)
-	p, err := OpenProcess(cmd.Process.Pid, rubybuild.OpenOptions{})
-	testruby.Privileged(t, permissionOnly(err))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	mem := &ProcessMemory{PID: cmd.Process.Pid}
+	pid := cmd.Process.Pid
+	rd := liveReader(t, pid)
+	mem := &ProcessMemory{PID: pid}
 	defer mem.Close()
-	rd, err := NewReader(p, mem)
-	if err != nil {
-		t.Fatal(err)
-	}
 	os, err := rd.Objspace()
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +110,7 @@ func TestCheckGCWaitsOutAStartingGC(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := &startingGC{Memory: mem, addr: os + uint64(rd.Layout.GC.Count), until: time.Now().Add(c.window)}
-			in := newReader(p.PID, m, rd.Layout, 0, rd.vmPtr, 0)
+			in := newReader(pid, m, rd.Layout, 0, rd.vmPtr, 0)
 			start := time.Now()
 			err := in.CheckGC()
 			took := time.Since(start)

@@ -30,14 +30,8 @@ import (
 // are locked memory: a low RLIMIT_MEMLOCK stops it, unless it has
 // CAP_IPC_LOCK.
 func TestAgentLeastPrivilege(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testruby.Privileged(t, errorString("needs root to run processes as another user"))
-	}
+	ruby := leastPrivilegeRuby(t)
 	testruby.Privileged(t, bpf.Supported())
-	ruby, err := exec.LookPath("ruby3.1")
-	if err != nil {
-		testruby.Privileged(t, fmt.Errorf("Debian's ruby3.1 (scripts/deps.sh installs it): %w", err))
-	}
 	bin := rubyperfBinary(t)
 	col := otelcoltest.Start(t)
 
@@ -226,7 +220,7 @@ func TestAgentLeastPrivilege(t *testing.T) {
 	if err := setMemlock(t, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	seen, log, err = runAgentAs(t, bin, col, token, nobody(without(unix.CAP_IPC_LOCK)...), func(map[int]*agentSeen, string) bool { return false })
+	seen, log, err := runAgentAs(t, bin, col, token, nobody(without(unix.CAP_IPC_LOCK)...), func(map[int]*agentSeen, string) bool { return false })
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || len(seen) > 0 || !strings.Contains(log, "RLIMIT_MEMLOCK") ||
 		!strings.Contains(log, "CAP_IPC_LOCK") {
 		t.Errorf("RLIMIT_MEMLOCK 1 MiB, without CAP_IPC_LOCK: %v, %d processes profiled, log:\n%s\nwant exit 1 and a line naming the limit and CAP_IPC_LOCK", err, len(seen), log)

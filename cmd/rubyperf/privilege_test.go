@@ -22,13 +22,7 @@ import (
 // kernel.perf_event_paranoid says; another user's process also needs
 // CAP_SYS_PTRACE, and without it the refusal says so in one line.
 func TestRecordLeastPrivilege(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testruby.Privileged(t, errorString("needs root to run processes as another user"))
-	}
-	ruby, err := exec.LookPath("ruby3.1")
-	if err != nil {
-		testruby.Privileged(t, fmt.Errorf("Debian's ruby3.1 (scripts/deps.sh installs it): %w", err))
-	}
+	ruby := leastPrivilegeRuby(t)
 	bin := rubyperfBinary(t)
 	// A directory the other user can reach (t.TempDir's parent is 0700).
 	dir, err := os.MkdirTemp("", "rubyperf-privilege-")
@@ -89,6 +83,21 @@ func TestRecordLeastPrivilege(t *testing.T) {
 	if msg, err := record(roots, nobody(unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYS_PTRACE)); err != nil {
 		t.Errorf("CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE do not record another user's process: %v: %s", err, msg)
 	}
+}
+
+// leastPrivilegeRuby is the Ruby the least-privilege tests run as root and
+// as another user: Debian's ruby3.1, which a user without root can read. The
+// tests need root, to run processes as another user.
+func leastPrivilegeRuby(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testruby.Privileged(t, errorString("needs root to run processes as another user"))
+	}
+	ruby, err := exec.LookPath("ruby3.1")
+	if err != nil {
+		testruby.Privileged(t, fmt.Errorf("Debian's ruby3.1 (scripts/deps.sh installs it): %w", err))
+	}
+	return ruby
 }
 
 // nobody runs a process as uid and gid 65534 (nobody) with capabilities caps.
