@@ -6,7 +6,8 @@
 // queue of intervals, oldest dropped first, while the collector cannot be
 // reached; sampling never waits for the network.
 //
-// It owns the OTLP encoding of profiles and the sending. It must not know
+// It owns the OTLP encoding of profiles and the sending; frames are named
+// as every other format names them (export.FrameName). It must not know
 // how Ruby or native stacks are read (recording, rubystack and native do)
 // or how perf.data is laid out.
 package agent

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,7 +50,8 @@ type Interval struct {
 
 	frameIDs map[Frame]int32
 	distinct int
-	key      []byte // scratch
+	key      []byte  // scratch
+	ids      []int32 // scratch
 }
 
 // ProcessSamples is one process's samples of an interval.
@@ -92,8 +94,7 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 		iv.overLimit(ps)
 		return
 	}
-	k := iv.key[:0]
-	ids := make([]int32, 0, len(st.Frames)) // kept only for a new sample
+	k, ids := iv.key[:0], iv.ids[:0]
 	for _, f := range st.Frames {
 		id := iv.frameID(f)
 		ids = append(ids, id)
@@ -108,12 +109,12 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 		k = append(k, 0)
 		k = append(k, l.Value...)
 	}
-	iv.key = k
+	iv.key, iv.ids = k, ids
 	if s, ok := ps.Samples[string(k)]; ok {
 		s.Count++
 		return
 	}
-	s := &Sample{Frames: ids, Thread: strings.Clone(st.Comm), State: st.State, Count: 1}
+	s := &Sample{Frames: slices.Clone(ids), Thread: strings.Clone(st.Comm), State: st.State, Count: 1}
 	for _, l := range st.Labels {
 		s.Labels = append(s.Labels, merge.Label{Key: strings.Clone(l.Key), Value: strings.Clone(l.Value)})
 	}

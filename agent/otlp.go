@@ -4,10 +4,12 @@ import (
 	"crypto/rand"
 	"path"
 	"sort"
+	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 )
 
@@ -58,7 +60,7 @@ const (
 type dictionary struct {
 	d         pprofile.ProfilesDictionary
 	strings   map[string]int32
-	functions map[[2]int32]int32
+	functions map[functionKey]int32
 	mappings  map[mappingKey]int32
 	locations map[int32]int32 // by frame id of the interval
 	stacks    map[string]int32
@@ -71,7 +73,7 @@ type mappingKey struct {
 }
 
 func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
-	t := &dictionary{d: d, strings: map[string]int32{}, functions: map[[2]int32]int32{}, mappings: map[mappingKey]int32{},
+	t := &dictionary{d: d, strings: map[string]int32{}, functions: map[functionKey]int32{}, mappings: map[mappingKey]int32{},
 		locations: map[int32]int32{}, stacks: map[string]int32{}, attrs: map[[2]string]int32{}}
 	// Index 0 of every table is its zero value, which references to
 	// "nothing" point to.
@@ -85,12 +87,14 @@ func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
 	return t
 }
 
+// str is the index of s in the string table. Protobuf strings are UTF-8:
+// bytes that are not (a Ruby name may hold any) become U+FFFD.
 func (t *dictionary) str(s string) int32 {
 	if i, ok := t.strings[s]; ok {
 		return i
 	}
 	i := int32(t.d.StringTable().Len())
-	t.d.StringTable().Append(s)
+	t.d.StringTable().Append(strings.ToValidUTF8(s, "\uFFFD"))
 	t.strings[s] = i
 	return i
 }
@@ -108,16 +112,31 @@ func (t *dictionary) attr(key, value string) int32 {
 	return i
 }
 
-func (t *dictionary) function(name, file string) int32 {
-	k := [2]int32{t.str(name), t.str(file)}
+// functionKey is a function's name and file (string indexes), and whether
+// it is a symbol.
+type functionKey struct {
+	name, file int32
+	symbol     bool
+}
+
+// function is the function of frame f, named as every format names it
+// (export.FrameName). Only symbols (native and kernel frames) get a system
+// name, as in pprof, whose tools "demangle" a function whose system name is
+// its name: "<main>" would read as "<unknown>", "Foo#<=>" as "Foo#".
+func (t *dictionary) function(f *Frame, file string) int32 {
+	symbol := f.Kind == merge.KindNative || f.Kind == merge.KindKernel
+	name := export.FrameName(&merge.Frame{Kind: f.Kind, Name: f.Name, File: f.File})
+	k := functionKey{t.str(name), t.str(file), symbol}
 	if i, ok := t.functions[k]; ok {
 		return i
 	}
 	i := int32(t.d.FunctionTable().Len())
-	f := t.d.FunctionTable().AppendEmpty()
-	f.SetNameStrindex(k[0])
-	f.SetSystemNameStrindex(k[0])
-	f.SetFilenameStrindex(k[1])
+	fn := t.d.FunctionTable().AppendEmpty()
+	fn.SetNameStrindex(k.name)
+	if symbol {
+		fn.SetSystemNameStrindex(k.name)
+	}
+	fn.SetFilenameStrindex(k.file)
 	t.functions[k] = i
 	return i
 }
@@ -163,14 +182,14 @@ func (t *dictionary) location(iv *Interval, id int32) int32 {
 		}
 		loc.SetMappingIndex(t.mapping(f))
 		loc.SetAddress(f.Addr)
-		line.SetFunctionIndex(t.function(f.Name, ""))
+		line.SetFunctionIndex(t.function(f, ""))
 		loc.AttributeIndices().Append(t.attr(attrFrameType, typ))
 	case merge.KindRuby, merge.KindCFunc:
-		line.SetFunctionIndex(t.function(f.Name, f.File))
+		line.SetFunctionIndex(t.function(f, f.File))
 		line.SetLine(f.Line)
 		loc.AttributeIndices().Append(t.attr(attrFrameType, frameTypeRuby))
 	default: // a pseudo-frame: a thread state, a limit
-		line.SetFunctionIndex(t.function(f.Name, ""))
+		line.SetFunctionIndex(t.function(f, ""))
 	}
 	t.locations[id] = i
 	return i

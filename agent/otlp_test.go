@@ -266,3 +266,46 @@ func TestLargeIntervalToCollector(t *testing.T) {
 	}
 	t.Logf("%d bytes whole, refused; %d requests of at most %d bytes, all taken", len(whole[0].Body), len(reqs), MaxRequestBytes)
 }
+
+// TestFrameNames: frames are named as every other format names them: a
+// native frame with no symbol after its file, bytes that are not UTF-8 as
+// U+FFFD (protobuf strings are UTF-8); and only symbols have a system name,
+// which pprof-based tools would "demangle" ("<main>" into "<unknown>").
+func TestFrameNames(t *testing.T) {
+	bad := merge.Frame{Kind: merge.KindRuby, Name: "Odd#caf\xe9", File: "/app/odd\xff.rb", Line: 2}
+	anon := merge.Frame{Kind: merge.KindNative, File: "/usr/lib/libfoo.so.1", Addr: 0x7f0000002000,
+		MapStart: 0x7f0000000000, MapLimit: 0x7f0000100000}
+	iv := NewInterval(time.Unix(100, 0))
+	iv.Add(stack(1, memcp, anon, bad, main_), &recording.Process{PID: 1, Name: "app"})
+	iv.End = time.Unix(110, 0)
+	reqs, err := iv.Requests(Resource{}, 1<<30)
+	if err != nil || len(reqs) != 1 {
+		t.Fatalf("%d requests (%v), want 1", len(reqs), err)
+	}
+	pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(reqs[0].Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profs, err := otelcoltest.Flatten(pd)
+	if err != nil || len(profs) != 1 || len(profs[0].Samples) != 1 {
+		t.Fatalf("%d profiles (%v)", len(profs), err)
+	}
+	got := profs[0].Samples[0].Frames
+	if want := "memcpy;[libfoo.so.1];Odd#caf\uFFFD;<main>"; names(got) != want {
+		t.Errorf("names %q, want %q", names(got), want)
+	}
+	if got[2].File != "/app/odd\uFFFD.rb" {
+		t.Errorf("file %q", got[2].File)
+	}
+	d := pd.Dictionary()
+	system := map[string]string{}
+	for _, fn := range d.FunctionTable().All() {
+		system[d.StringTable().At(int(fn.NameStrindex()))] = d.StringTable().At(int(fn.SystemNameStrindex()))
+	}
+	for name, want := range map[string]string{"memcpy": "memcpy", "[libfoo.so.1]": "[libfoo.so.1]",
+		"Odd#caf\uFFFD": "", "<main>": ""} {
+		if system[name] != want {
+			t.Errorf("%q: system name %q, want %q", name, system[name], want)
+		}
+	}
+}

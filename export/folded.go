@@ -63,7 +63,7 @@ func (f *Folded) Add(s *merge.Stack) {
 		if b.Len() > 0 {
 			b.WriteByte(';')
 		}
-		b.WriteString(foldedFrame(frameName(fr)))
+		b.WriteString(foldedFrame(FrameName(fr)))
 		if f.opts.Annotate {
 			b.WriteString(annotation(fr.Kind))
 		}

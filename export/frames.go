@@ -74,11 +74,11 @@ func cleanText(s string) string {
 	}, s)
 }
 
-// frameName is the text that stands for f in every format. A native or
+// FrameName is the text that stands for f in every format. A native or
 // kernel frame with no symbol is named after its object file, as
 // stackcollapse-perf.pl does ("[libc.so.6]"), so unknown frames of
 // different libraries stay apart.
-func frameName(f *merge.Frame) string {
+func FrameName(f *merge.Frame) string {
 	name := f.Name
 	if (name == "" || name == unknown) && f.File != "" && (f.Kind == merge.KindNative || f.Kind == merge.KindKernel) {
 		if strings.HasPrefix(f.File, "[") {

@@ -22,8 +22,8 @@ func TestFrameName(t *testing.T) {
 		{merge.Frame{Kind: merge.KindKernel, Name: "[unknown]", File: "[kernel.kallsyms]"}, "[kernel.kallsyms]"},
 		{merge.Frame{Kind: merge.KindRuby, Name: "a\nb\r\x00c\xff"}, "a b  c\uFFFD"},
 	} {
-		if got := frameName(&tc.f); got != tc.want {
-			t.Errorf("frameName(%+v) = %q, want %q", tc.f, got, tc.want)
+		if got := FrameName(&tc.f); got != tc.want {
+			t.Errorf("FrameName(%+v) = %q, want %q", tc.f, got, tc.want)
 		}
 	}
 }

@@ -242,7 +242,7 @@ func (b *pprofBuilder) newLocation(f *merge.Frame) *profile.Location {
 		fileName = cleanText(f.File)
 		k.line = f.Line
 	}
-	k.fn = b.function(frameName(f), fileName, f.Kind == merge.KindNative || f.Kind == merge.KindKernel)
+	k.fn = b.function(FrameName(f), fileName, f.Kind == merge.KindNative || f.Kind == merge.KindKernel)
 	if l := b.locs[k]; l != nil {
 		return l
 	}

@@ -66,7 +66,7 @@ func TestPprofRoundTrip(t *testing.T) {
 	for _, s := range stacks {
 		var names []string
 		for i := range s.Frames {
-			names = append(names, frameName(&s.Frames[i]))
+			names = append(names, FrameName(&s.Frames[i]))
 		}
 		k := key{threadName(&s), int64(s.PID), int64(s.TID), strings.Join(names, "|")}
 		v := want[k]

@@ -151,7 +151,7 @@ func TestSpeedscopeContent(t *testing.T) {
 	for _, s := range stacks {
 		var names []string
 		for i := len(s.Frames) - 1; i >= 0; i-- {
-			names = append(names, frameName(&s.Frames[i]))
+			names = append(names, FrameName(&s.Frames[i]))
 		}
 		k := fmt.Sprintf("%s (tid %d)", s.Comm, s.TID)
 		want[k] = append(want[k], strings.Join(names, ";")+fmt.Sprintf(" %d", s.Period))

@@ -201,8 +201,8 @@ func TestSVGContent(t *testing.T) {
 	}
 	for _, s := range stacks {
 		for i := range s.Frames {
-			if _, ok := byName[frameName(&s.Frames[i])]; !ok {
-				t.Errorf("no box for %q", frameName(&s.Frames[i]))
+			if _, ok := byName[FrameName(&s.Frames[i])]; !ok {
+				t.Errorf("no box for %q", FrameName(&s.Frames[i]))
 			}
 		}
 	}

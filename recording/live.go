@@ -235,15 +235,20 @@ func (s *session) forget(pid int) {
 // still sampled shares (a forked child reads through its parent's binary).
 func (s *session) closeRetired() {
 	n := 0
+	var gone map[Image]bool
 	for _, t := range s.retired {
 		if s.sharedBinary(t) {
 			s.retired[n] = t
 			n++
 			continue
 		}
-		s.symtab.forgetImage(Image{uint32(t.PID), t.Config.Gen})
+		if gone == nil {
+			gone = map[Image]bool{}
+		}
+		gone[Image{uint32(t.PID), t.Config.Gen}] = true
 		t.Close()
 	}
+	s.symtab.forgetImages(gone)
 	clear(s.retired[n:])
 	s.retired = s.retired[:n]
 }

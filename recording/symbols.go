@@ -551,14 +551,20 @@ func frameLess(a, b frameJSON) bool {
 	return !a.CFrame && b.CFrame
 }
 
-// forgetImage drops the frame keys of a process image that is gone.
-func (t *SymbolTable) forgetImage(im Image) {
+// forgetImages drops the frame keys of process images that are gone, in
+// one pass over the keys however many images go.
+func (t *SymbolTable) forgetImages(gone map[Image]bool) {
+	if len(gone) == 0 {
+		return
+	}
 	for k := range t.Frames {
-		if k.PID == im.PID && k.Gen == im.Gen {
+		if gone[Image{k.PID, k.Gen}] {
 			delete(t.Frames, k)
 		}
 	}
-	delete(t.VMExec, im)
+	for im := range gone {
+		delete(t.VMExec, im)
+	}
 }
 
 // restart empties the table of names and frame keys (not the images' VM

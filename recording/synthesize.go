@@ -83,7 +83,7 @@ func (s *session) synthesize(pid int) error {
 		if err := s.w.Synthesize(0, rec); err != nil {
 			return fmt.Errorf("%s: %w", s.opts.Output, err)
 		}
-		if exec && strings.HasPrefix(name, "/") {
+		if exec && strings.HasPrefix(name, "/") && s.live == nil { // for the file's header
 			s.noteBuildID(pid, m)
 		}
 	}

@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	"export":   {"merge"},
 	// agent samples every Ruby through a live recording and sends OTLP
 	// profiles; nothing imports it but the CLI.
-	"agent":             {"recording", "merge", "debuginfo"},
+	"agent":             {"recording", "merge", "export", "debuginfo"},
 	"cmd/rubyperf":      {"*"},
 	"internal/testruby": {},
 	// internal/debuginfodtest serves debug files with a real debuginfod.
