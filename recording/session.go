@@ -132,9 +132,12 @@ type Summary struct {
 	// exited, were killed, exec'd other programs, or were dropped).
 	TargetsGone bool
 	Duration    time.Duration
-	CommandErr  error // how the started command ended, if one was
+	// CommandState is how the started command ended, once reaped (nil
+	// without a command, or when it could not be waited for).
+	CommandState *os.ProcessState
 	// CommandEnd says how the recording left the started command: "" when
-	// it exited by itself, else what ended it (CommandStopped and others).
+	// it ended by itself (CommandState says how), else what the recording
+	// did to end it (CommandStopped, CommandKilled).
 	CommandEnd string
 }
 
@@ -194,6 +197,9 @@ type session struct {
 	nextGen  uint32    // the Gen of the next attach
 	started  time.Time // when sampling started (FeatureStartTime)
 	command  int       // the pid of the command Record started, or 0
+	// commandExiting: the kernel reported the command's exit (its EXIT
+	// record), which comes before the command can be reaped.
+	commandExiting bool
 	sum      Summary
 	noTarget chan struct{} // closed when every target has exited (not with -a)
 	closeNT  sync.Once
@@ -472,9 +478,6 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	go func() {
 		select {
 		case err := <-cmdDone:
-			s.mu.Lock()
-			s.sum.CommandErr = err
-			s.mu.Unlock()
 			cmdDone <- err // for the wait below
 			stop()
 		case <-s.noTarget:
@@ -494,6 +497,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	sampler.Stop()
 	if cmd != nil {
 		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)
+		s.sum.CommandState = cmd.ProcessState
 	}
 	s.sum.Duration = time.Since(start)
 	if c, err := sampler.Counts(); err == nil {
@@ -728,6 +732,9 @@ func (s *session) handle(rec bpf.Record) error {
 				s.execSeen[pid] = execSeen{comm: commOf(rec), gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
 			}
 		case rec.Header.Type == recordExit && pid == tid:
+			if pid == s.command {
+				s.commandExiting = true
+			}
 			s.targetExited(pid)
 		}
 	default:
@@ -1081,17 +1088,30 @@ func (s *session) status(ctx context.Context, start time.Time) {
 // terminal (same process group): it has commandGrace to finish. When the
 // recording ended otherwise (its duration), the command ends with it, as
 // timeout(1) would end it: a user who wants a program to outlive its
-// recording records it with -p.
+// recording records it with -p. A command that is already exiting (the
+// kernel's exit record ended the recording, and comes before the command
+// can be reaped) is waited for, never signalled.
 func (s *session) endCommand(ctx context.Context, cmd *exec.Cmd, done <-chan error) string {
 	select {
 	case <-done:
 		return "" // it exited by itself (and ended the recording)
 	default:
 	}
+	s.mu.Lock()
+	exiting := s.commandExiting
+	s.mu.Unlock()
+	if exiting || exited(cmd.Process.Pid) {
+		select {
+		case <-done:
+			return ""
+		case <-time.After(commandGrace):
+			// An exit that takes this long is stuck in the kernel
+			// (a core dump to a slow pipe): SIGKILL is all that is left.
+		}
+	}
 	how := ""
-	if ctx.Err() == nil {
-		how = CommandStopped
-		cmd.Process.Signal(syscall.SIGTERM)
+	if ctx.Err() == nil && cmd.Process.Signal(syscall.SIGTERM) == nil {
+		how = CommandStopped // (an error: it was reaped meanwhile, by itself)
 	}
 	select {
 	case <-done:
@@ -1101,6 +1121,45 @@ func (s *session) endCommand(ctx context.Context, cmd *exec.Cmd, done <-chan err
 		<-done
 		return CommandKilled
 	}
+}
+
+// exited tells whether child pid has ended and waits to be reaped,
+// without reaping it.
+func exited(pid int) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err == nil && info.Signo == int32(unix.SIGCHLD)
+}
+
+// CommandStatus describes how a started command ended, as a shell would:
+// "exited with status N", or "killed by SIGNAME" (and "(core dumped)").
+func CommandStatus(ps *os.ProcessState) string {
+	if ps == nil {
+		return "not waited for"
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		s := "killed by " + unix.SignalName(ws.Signal())
+		if ws.CoreDump() {
+			s += " (core dumped)"
+		}
+		return s
+	default:
+		return fmt.Sprintf("exited with status %d", ps.ExitCode())
+	}
+}
+
+// CommandExitCode is the status a shell gives a command that ended as ps
+// says: its exit code, or 128 plus the signal that killed it.
+func CommandExitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return 1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
 }
 
 // finish writes the feature sections and closes the file.

@@ -60,9 +60,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		err := c.run(args[1:], stdout, stderr)
 		var ue usageError
+		var es exitStatus
 		switch {
 		case err == nil:
 			return 0
+		case errors.As(err, &es):
+			return int(es)
 		case errors.Is(err, flag.ErrHelp):
 			fmt.Fprintf(stderr, "usage: rubyperf %s %s\n  %s\n", c.name, c.args, c.summary)
 			var h helpRequest

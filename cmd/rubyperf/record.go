@@ -75,8 +75,12 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	if sum != nil {
 		fmt.Fprintf(stderr, "rubyperf: %d samples, %d lost, %d truncated stacks, %d unknown frames, %d targets, %s; wrote %s\n",
 			sum.Samples, sum.Lost, sum.Truncated, sum.UnknownFrames, sum.Targets, sum.Duration.Round(time.Millisecond), sum.Output)
-		if sum.CommandEnd != "" && len(opts.Command) > 0 && len(sum.PIDs) > 0 {
-			fmt.Fprintf(stderr, "rubyperf: %s (pid %d): %s\n", opts.Command[0], sum.PIDs[0], sum.CommandEnd)
+		if len(opts.Command) > 0 && len(sum.PIDs) > 0 {
+			how := recording.CommandStatus(sum.CommandState)
+			if sum.CommandEnd != "" {
+				how = sum.CommandEnd + ", " + how
+			}
+			fmt.Fprintf(stderr, "rubyperf: %s (pid %d): %s\n", opts.Command[0], sum.PIDs[0], how)
 		}
 		for i, e := range sum.Events {
 			if more := len(sum.Events) - i + sum.MoreEvents; i == maxEventLines && more > 1 {
@@ -108,8 +112,20 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "rubyperf: warning: the kernel dropped %d process events (mmap, comm, exit) while the machine was busy; native frames in code loaded meanwhile may show as [unknown]\n", sum.LostSideBand)
 		}
 	}
+	if err == nil && sum != nil && sum.CommandState != nil && sum.CommandEnd == "" {
+		// As time(1) does: the command's own status, when it ended by
+		// itself (or by a Ctrl-C it shared) and the recording succeeded.
+		if code := recording.CommandExitCode(sum.CommandState); code != 0 {
+			return exitStatus(code)
+		}
+	}
 	return err
 }
+
+// exitStatus is a status to exit with, already explained on stderr.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // maxEventLines bounds the lines a summary gives to forks and execs.
 const maxEventLines = 10

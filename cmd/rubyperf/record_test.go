@@ -532,6 +532,48 @@ func TestRecordDurationEndsCommand(t *testing.T) {
 	}
 }
 
+// TestRecordCommandStatus: a command that ends by itself is reported as it
+// ended (its exit status, or the signal that killed it), never as stopped
+// by the recording, and record exits with its status, as time(1) does. The
+// recording ends on the kernel's exit record, which comes before the command
+// can be reaped: sending SIGTERM then claimed a signal the command never
+// needed, and lost its status. Several runs, since that race is a matter
+// of a few microseconds.
+func TestRecordCommandStatus(t *testing.T) {
+	testruby.Privileged(t, bpf.Supported())
+	r := testruby.Get(t, "debian-3.1")
+	spin := `t = Process.clock_gettime(Process::CLOCK_MONOTONIC); x = 0; x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t < 0.3; `
+	for _, c := range []struct {
+		name, end, want string
+		code            int
+	}{
+		{"exit 0", `exit 0`, "exited with status 0", 0},
+		{"exit 3", `exit 3`, "exited with status 3", 3},
+		{"raise", `raise "no"`, "exited with status 1", 1},
+		{"SIGKILL", `Process.kill(:KILL, $$)`, "killed by SIGKILL", 128 + 9},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for i := range 4 {
+				out := filepath.Join(t.TempDir(), "rubyperf.data")
+				var stdout, stderr bytes.Buffer
+				code := run([]string{"record", "-F", "499", "-o", out, "--", r.Exe, "-e", spin + c.end}, &stdout, &stderr)
+				if code != c.code {
+					t.Errorf("run %d: exit %d, want %d:\n%s", i, code, c.code, stderr.String())
+				}
+				if !regexp.MustCompile(`\(pid \d+\): ` + regexp.QuoteMeta(c.want) + `\n`).MatchString(stderr.String()) {
+					t.Errorf("run %d: stderr does not say %q:\n%s", i, c.want, stderr.String())
+				}
+				if strings.Contains(stderr.String(), "SIGTERM") {
+					t.Errorf("run %d: claims a SIGTERM the command never needed:\n%s", i, stderr.String())
+				}
+				if n := len(perfScript(t, out)); n < 20 {
+					t.Errorf("run %d: %d samples in the file", i, n)
+				}
+			}
+		})
+	}
+}
+
 // TestRecordWhileTraced: a thread has one tracer at a time, and attaching
 // stops the target's threads with ptrace for an instant. While another
 // tracer holds one briefly (a second recorder attaching at the same moment)
