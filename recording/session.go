@@ -200,11 +200,11 @@ type session struct {
 	// commandExiting: the kernel reported the command's exit (its EXIT
 	// record), which comes before the command can be reaped.
 	commandExiting bool
-	sum      Summary
-	noTarget chan struct{} // closed when every target has exited (not with -a)
-	closeNT  sync.Once
-	buildIDs map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
-	skips    map[int]bool      // -a: processes already said to be skipped
+	sum            Summary
+	noTarget       chan struct{} // closed when every target has exited (not with -a)
+	closeNT        sync.Once
+	buildIDs       map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
+	skips          map[int]bool      // -a: processes already said to be skipped
 
 	// Reused from one record to the next: the hot path allocates nothing
 	// per sample but what it keeps.
