@@ -129,6 +129,9 @@ type Payload struct {
 	GC      GCStamp
 	Thread  ThreadFacts
 	Frames  []Frame
+	// EnvsLeft counts the frames whose environment chain the program left
+	// to user space (Frame.Env).
+	EnvsLeft int
 	// Labels are the sampled fiber's request labels (ruby-profiler's state).
 	Labels []Label
 }
@@ -171,6 +174,10 @@ type Frame struct {
 	CFrame bool // a C frame (VM_FRAME_FLAG_CFRAME)
 	Finish bool // the first frame of a VM entry (VM_FRAME_FLAG_FINISH)
 	Error  bool // its environment could not be read
+	// Env: the program stopped short of the end of the frame's environment
+	// chain (longer than it follows), at this environment. Error is set
+	// until WalkEnvs walks on from there and finds CME.
+	Env uint64
 }
 
 var (
@@ -238,6 +245,10 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 		p.Frames[i] = Frame{
 			Iseq: binary.LittleEndian.Uint64(f[0:]), PC: binary.LittleEndian.Uint64(f[8:]),
 			CME: cf &^ frameBits, CFrame: cf&frameCFrame != 0, Finish: cf&frameFinish != 0, Error: cf&frameError != 0,
+		}
+		if fr := &p.Frames[i]; fr.Error && fr.CME != 0 {
+			fr.Env, fr.CME = fr.CME, 0 // an error with an address: where the walk stopped
+			p.EnvsLeft++
 		}
 	}
 	return nil
@@ -312,6 +323,37 @@ func NameFrames(raw []byte, ids []uint64) error {
 	}
 	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|PayloadNamed)
 	return nil
+}
+
+// WalkEnvs finishes, through r, the walks the program left at long
+// environment chains (Frame.Env): each such frame gets the method entry at
+// the end of its chain and loses Error, or keeps Error when the chain does
+// not read as one. The chain must still be what it was when sampled, which
+// the caller knows (the GC has not run since: an environment that escaped
+// to the heap lives as long as a frame runs in it). known serves and keeps
+// what earlier walks found (nil: none). It returns how many it walked.
+func (p *Payload) WalkEnvs(r *rubystack.Reader, known map[uint64]uint64) int {
+	n := 0
+	for i := range p.Frames {
+		f := &p.Frames[i]
+		if f.Env == 0 {
+			continue
+		}
+		cme, ok := known[f.Env]
+		if !ok {
+			var err error
+			if cme, err = r.EnvMethodEntry(f.Env); err != nil {
+				continue
+			}
+			if known != nil {
+				known[f.Env] = cme
+			}
+		}
+		f.CME, f.Env, f.Error = cme, 0, false
+		n++
+	}
+	p.EnvsLeft -= n
+	return n
 }
 
 var errNotRubyFrame = errors.New("not a frame rb_profile_frames reports")

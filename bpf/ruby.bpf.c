@@ -23,7 +23,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 // user stack copy, 20 registers and a 127-entry callchain.
 #define MAX_FRAMES 2048
 // MAX_EP_CHECKS bounds the walk from a block's environment to its method's
-// (otel measured 6 on a production Rails app).
+// (otel measured 6 on a production Rails app). A longer chain is handed to
+// user space: the frame goes out with FRAME_ERROR and, in place of its
+// method entry, the environment where the walk stopped (FRAME_ERROR with a
+// method entry of 0: the environment could not be read).
 #define MAX_EP_CHECKS 10
 // CFP_READ bounds a control frame: the largest (64 bytes, 3.1).
 #define CFP_READ 64
@@ -364,6 +367,7 @@ struct walk_ctx {
 	__u32 chunk;   // frames in buf->cfps, from the last multiple of CFP_CHUNK
 	__u32 stopped; // the last iteration wrote no frame
 	__u32 top_jit; // the top frame's jit_return is set
+	__u32 env_left; // a frame's environment chain was left to user space
 };
 
 // method_entry: v, the me_cref of an environment that is not local, if it
@@ -460,7 +464,8 @@ static long walk_frame(__u32 i, void *data)
 	// through the chunk; deeper ones, rare, alone: each read_env here is
 	// verified frame by frame, and costs the verifier tens of ms.
 	__u64 first = 0;
-	for (int k = 0; k < MAX_EP_CHECKS; k++) {
+	int k;
+	for (k = 0; k < MAX_EP_CHECKS; k++) {
 		if (k <= 1 ? read_env(w, ep, env)
 			   : (ep < 16 || bpf_probe_read_user(env, sizeof(env), (void *)(ep - 16)))) {
 			bits = FRAME_ERROR;
@@ -478,6 +483,13 @@ static long walk_frame(__u32 i, void *data)
 		if (cme)
 			break;
 		ep = env[1] & ~3ULL; // VM_ENV_PREV_EP
+	}
+	if (k == MAX_EP_CHECKS && !(bits & FRAME_ERROR)) {
+		// A longer chain (a binding many evals grew): user space walks on
+		// from ep, the next environment, and the sample wakes it at once.
+		cme = ep & ~FRAME_BITS;
+		bits = FRAME_ERROR;
+		w->env_left = 1;
 	}
 	if (first & c->frame_cframe)
 		bits |= FRAME_CFRAME;
@@ -746,7 +758,9 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 				if (n > MAX_FRAMES)
 					n = MAX_FRAMES;
 				buf->h.nframes = n;
-				fresh = any_fresh(buf, tgid, c->gen, n);
+				// User space walks on from where a long chain was left
+				// while the chain is what it was when sampled.
+				fresh = w.env_left || any_fresh(buf, tgid, c->gen, n);
 				if (n >= MAX_FRAMES && cfp + (__u64)MAX_FRAMES * c->cfp_size < end) {
 					buf->h.flags |= PAYLOAD_TRUNCATED;
 					count(COUNT_TRUNCATED);

@@ -69,9 +69,13 @@ func sample(t *testing.T, d time.Duration, opts Options, targets ...target) (map
 	return out, c
 }
 
-// sampleSvars is sample, and also counts the frames whose method entry the
-// program sent as an svar holding it (a method that set $~).
-func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target) (map[int][][]rubystack.Frame, Counts, int) {
+// frameCounts counts frames that took a road less travelled: a method
+// entry the program sent as an svar holding it (a method that set $~), an
+// environment chain it left to user space (longer than it follows).
+type frameCounts struct{ svars, envs int }
+
+// sampleSvars is sample, and also counts frames by frameCounts.
+func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target) (map[int][][]rubystack.Frame, Counts, frameCounts) {
 	t.Helper()
 	testruby.Privileged(t, Supported())
 	s, err := Open(opts)
@@ -89,7 +93,7 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	out := map[int][][]rubystack.Frame{}
-	svars := 0
+	var fc frameCounts
 	err = s.Run(ctx, func(rec Record) error {
 		if rec.Header.Type != perf.RecordTypeSample {
 			return nil
@@ -110,9 +114,11 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 		if int(p.TID) != tid {
 			return fmt.Errorf("payload tid %d, record tid %d", p.TID, tid)
 		}
+		// The parked stack's environments stay as they were sampled.
+		fc.envs += p.WalkEnvs(tg.reader, nil)
 		for _, f := range p.Frames {
 			if cme, err := tg.reader.LocalMethodEntry(f.CME); err == nil && cme != 0 && cme != f.CME {
-				svars++
+				fc.svars++
 			}
 		}
 		var frames []rubystack.Frame
@@ -129,7 +135,7 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out, c, svars
+	return out, c, fc
 }
 
 // TestBPFStacksEqualSnapshot: for each scenario, spinning where the snapshot
@@ -153,7 +159,7 @@ func TestBPFStacksEqualSnapshot(t *testing.T) {
 		if ru.JIT.Name != "" {
 			name = ru.Name()
 		}
-		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber"} {
+		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber", "bindings"} {
 			t.Run(name+"/"+sc, func(t *testing.T) {
 				if ru.JIT.Name != "" {
 					t.Setenv(ru.Env())
@@ -162,11 +168,15 @@ func TestBPFStacksEqualSnapshot(t *testing.T) {
 				args := append(append(ru.Args[:len(ru.Args):len(ru.Args)], rubyoracle.Args(t, r.Exe)...), script)
 				cmd := testruby.Start(t, r, args...)
 				tg := prepare(t, cmd.Process.Pid)
-				samples, counts, svars := sampleSvars(t, 1500*time.Millisecond, DefaultOptions, tg)
+				samples, counts, fc := sampleSvars(t, 1500*time.Millisecond, DefaultOptions, tg)
 				// dynamic.rb's missing_caller sets $~: its frame's method
 				// entry reaches the program inside an svar.
-				if sc == "dynamic" && svars == 0 {
+				if sc == "dynamic" && fc.svars == 0 {
 					t.Error("no frame came with its method entry in an svar")
+				}
+				// bindings.rb's chains are longer than the program follows.
+				if sc == "bindings" && fc.envs == 0 {
+					t.Error("no frame came with its environment chain left to user space")
 				}
 				thaw, err := rubystack.Freeze(tg.pid)
 				testruby.Privileged(t, err)

@@ -376,13 +376,16 @@ func (rd *reader) rubyFrame(p *bpf.Payload, f bpf.Frame) merge.Ruby {
 	var info FrameInfo
 	var named, ok bool
 	if p.Flags&bpf.PayloadNamed != 0 {
-		// The recorder decided the frame's name when it read the sample.
+		// The recorder decided the frame's name when it read the sample,
+		// walking on where the program left a long environment chain
+		// (f.Error with f.Env): the id alone says.
 		info, named, ok = rd.symtab.FrameName(f.Iseq)
 	} else {
 		info, named, ok = rd.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
+		named = named && !f.Error
 	}
 	switch {
-	case f.Error || !named:
+	case !named:
 		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: rubystack.UnknownLabel}
 	case !ok:
 		// Named only for other GC intervals: the code there may have been

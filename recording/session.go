@@ -660,6 +660,7 @@ func (s *session) handle(rec bpf.Record) error {
 				if t.gcUnchecked {
 					s.checkGC(t)
 				}
+				walkEnvs(t, p)
 				unseen := s.newFrames(p)
 				ids, added, bad := s.symtab.Resolve(t.Reader, unseen, s.ids[:0])
 				if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {

@@ -331,7 +331,7 @@ func spanFor(sample bpf.GCStamp, now rubystack.GCStamp, old bool) bpf.Span {
 	// The sample ran the code in this same interval: it stays until the
 	// interval ends (a GC frees only what its marking did not reach, and
 	// moves objects only while compacting).
-	sameInterval := sample.Stamped && !sample.Compacting && sample.Epoch == now.Epoch && sample.Interval() == interval
+	sameInterval := sameInterval(sample, now)
 	// Old code stays until the next major GC starts, once this epoch's
 	// major GC has swept (until then old garbage may still be freed).
 	settled := now.Count != now.Epoch || now.Idle

@@ -49,6 +49,8 @@ type Target struct {
 	labelsLooked time.Time
 	// info is what a live recording tells of it (Options.Stacks).
 	info *Process
+	// envs is what the environment chains walked for its samples led to.
+	envs envChains
 	// files is where the files read looking for request labels are
 	// remembered, for the other targets that map them (nil: nowhere).
 	files *threadlocal.Files

@@ -222,13 +222,24 @@ func (r *Reader) methodEntry(cme uint64) (*methodEntry, error) {
 	return e, nil
 }
 
-// maxEPChain bounds the walk up a block's environments to its method's
-// (otel measured 6 on a production Rails app and uses 10).
-const maxEPChain = 16
+// maxEPChain bounds the walk up a block's environments to its method's.
+// Ruby's own walk has no bound, and chains far longer than the 6 otel
+// measured on a Rails app are ordinary: every eval that makes a new local
+// variable in a binding (ERB templates rendered in one) adds an environment
+// to it. The bound only stops a cycle that torn memory can make.
+const maxEPChain = 1 << 16
 
 // frameMethodEntry is rb_vm_frame_method_entry: the method entry of a frame,
 // found in ep[-2] of the frame's env or of an env it was created in.
 func (r *Reader) frameMethodEntry(ep uint64) (uint64, error) {
+	return r.EnvMethodEntry(ep)
+}
+
+// EnvMethodEntry is the method entry found from the environment at ep up
+// its chain (rb_vm_frame_method_entry's walk), or 0 where the chain ends in
+// a local environment without one: what the BPF walker hands over when it
+// stops short of the end of a long chain.
+func (r *Reader) EnvMethodEntry(ep uint64) (uint64, error) {
 	local := uint64(r.Layout.Constants["VM_ENV_FLAG_LOCAL"])
 	for i := 0; i < maxEPChain; i++ {
 		var env [24]byte // ep[-2] me_cref, ep[-1] specval, ep[0] flags

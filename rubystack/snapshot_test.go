@@ -29,7 +29,7 @@ var scenarios = []struct {
 	name    string
 	threads int
 }{
-	{"methods", 1}, {"dynamic", 1}, {"deep", 1}, {"threads", 4}, {"fiber", 1},
+	{"methods", 1}, {"dynamic", 1}, {"deep", 1}, {"threads", 4}, {"fiber", 1}, {"bindings", 1},
 }
 
 // startScenario runs testdata/ruby/NAME.rb until it parks, returning the
