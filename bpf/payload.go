@@ -325,32 +325,21 @@ func NameFrames(raw []byte, ids []uint64) error {
 	return nil
 }
 
-// WalkEnvs finishes, through r, the walks the program left at long
-// environment chains (Frame.Env): each such frame gets the method entry at
-// the end of its chain and loses Error, or keeps Error when the chain does
-// not read as one. The chain must still be what it was when sampled, which
-// the caller knows (the GC has not run since: an environment that escaped
-// to the heap lives as long as a frame runs in it). known serves and keeps
-// what earlier walks found (nil: none). It returns how many it walked.
-func (p *Payload) WalkEnvs(r *rubystack.Reader, known map[uint64]uint64) int {
+// WalkEnvs finishes the walks the program left at long environment chains
+// (Frame.Env) with walk, which says where the chain from an environment
+// leads (ok false: it cannot say): each such frame gets that method entry
+// and loses Error, or keeps Error. It returns how many it walked.
+func (p *Payload) WalkEnvs(walk func(env uint64) (cme uint64, ok bool)) int {
 	n := 0
 	for i := range p.Frames {
 		f := &p.Frames[i]
 		if f.Env == 0 {
 			continue
 		}
-		cme, ok := known[f.Env]
-		if !ok {
-			var err error
-			if cme, err = r.EnvMethodEntry(f.Env); err != nil {
-				continue
-			}
-			if known != nil {
-				known[f.Env] = cme
-			}
+		if cme, ok := walk(f.Env); ok {
+			f.CME, f.Env, f.Error = cme, 0, false
+			n++
 		}
-		f.CME, f.Env, f.Error = cme, 0, false
-		n++
 	}
 	p.EnvsLeft -= n
 	return n

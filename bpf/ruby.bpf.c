@@ -40,8 +40,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define ENV_CHUNK 1024
 // EC_SPAN bounds the one read of the execution context's fields.
 #define EC_SPAN 64
-// FRESH_FRAMES is how many frames from the top are looked up in known_frames.
-#define FRESH_FRAMES 8
 // GC_SPAN bounds the one read of the GC's counters and flags.
 #define GC_SPAN 2048
 // TH_SPAN bounds the one read of a thread's fields (its Ractor and its
@@ -564,31 +562,52 @@ static __always_inline void thread_state(struct proc_config *c, struct sample_bu
 	}
 }
 
-// any_fresh: one of the top FRESH_FRAMES Ruby frames is not named for this
-// sample's GC interval yet. It runs after the walk, not in it: the verifier
-// follows the walk's callback frame by frame, and every branch there costs
-// its time many times over.
+// fresh_ctx is the state of one pass over a sample's frames for any_fresh.
+struct fresh_ctx {
+	struct sample_buf *buf;
+	__u32 pid, gen;
+	__u64 epoch, interval;
+	long n;
+	__u32 fresh;
+};
+
+// fresh_frame: frame i is a Ruby frame not named for this sample's GC
+// interval yet (a bpf_loop callback: the verifier follows one frame).
+static long fresh_frame(__u32 i, void *data)
+{
+	struct fresh_ctx *fc = data;
+	if (i >= fc->n || i >= MAX_FRAMES)
+		return 1;
+	struct frame *f = &fc->buf->frames[i & (MAX_FRAMES - 1)];
+	if (!f->iseq || (f->cme_flags & FRAME_CFRAME))
+		return 0;
+	struct frame_key key = {.pid = fc->pid, .gen = fc->gen, .iseq = f->iseq, .pc = f->pc};
+	if (known(&key, fc->epoch, fc->interval))
+		return 0;
+	fc->fresh = 1;
+	return 1;
+}
+
+// any_fresh: one of the sample's Ruby frames is not named for this
+// sample's GC interval yet. Every frame counts, not only the top ones: a
+// name is proven for a sample only while what the sample ran is still
+// there, and a frame deep in the stack whose name must be proven again (a
+// major GC ends every name's epoch) is lost as surely as a top one if its
+// sample waits in a batched ring while the GC runs on. It runs after the
+// walk, not in it: the verifier follows the walk's callback frame by frame,
+// and every branch there costs its time many times over.
 static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 gen, long n)
 {
-	__u64 epoch = 0, interval = 0;
+	struct fresh_ctx fc = {.buf = buf, .pid = pid, .gen = gen, .n = n};
 	if (buf->h.flags & PAYLOAD_GC_STAMPED) {
 		// While objects move no name can be read safely: nothing to hurry.
 		if (buf->h.flags & PAYLOAD_GC_COMPACTING)
 			return 0;
-		epoch = buf->h.gc_epoch;
-		interval = 2 * buf->h.gc_count + !(buf->h.flags & PAYLOAD_GC_MARKING);
+		fc.epoch = buf->h.gc_epoch;
+		fc.interval = 2 * buf->h.gc_count + !(buf->h.flags & PAYLOAD_GC_MARKING);
 	}
-	for (int i = 0; i < FRESH_FRAMES; i++) {
-		if (i >= n)
-			break;
-		struct frame *f = &buf->frames[i];
-		if (!f->iseq || (f->cme_flags & FRAME_CFRAME))
-			continue;
-		struct frame_key key = {.pid = pid, .gen = gen, .iseq = f->iseq, .pc = f->pc};
-		if (!known(&key, epoch, interval))
-			return 1;
-	}
-	return 0;
+	bpf_loop(MAX_FRAMES, fresh_frame, &fc, 0);
+	return fc.fresh;
 }
 
 // label_ctx is the state of one pass over a label table's slots.

@@ -115,7 +115,10 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 			return fmt.Errorf("payload tid %d, record tid %d", p.TID, tid)
 		}
 		// The parked stack's environments stay as they were sampled.
-		fc.envs += p.WalkEnvs(tg.reader, nil)
+		fc.envs += p.WalkEnvs(func(env uint64) (uint64, bool) {
+			cme, _, err := tg.reader.EnvMethodEntry(env)
+			return cme, err == nil
+		})
 		for _, f := range p.Frames {
 			if cme, err := tg.reader.LocalMethodEntry(f.CME); err == nil && cme != 0 && cme != f.CME {
 				fc.svars++

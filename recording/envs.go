@@ -8,63 +8,83 @@ import (
 )
 
 // maxKnownEnvs bounds what a target remembers of the environment chains it
-// walked in one GC interval; past it, it starts afresh.
+// walked; past it, it starts afresh.
 const maxKnownEnvs = 4096
 
 // envChains is what a target remembers of the environment chains walked for
-// its samples: where each led, for the GC interval it was read in (an
-// environment that escaped to the heap, the one a long chain is left at, is
-// freed only by the GC).
+// its samples: where each led, and the samples that holds for (the chain
+// read in one GC interval holds for that interval; one of old objects, read
+// when the GC had settled, for the rest of its epoch).
 type envChains struct {
-	at    bpf.GCStamp // the interval they were read in (Stamped false: no stamps)
-	known map[uint64]uint64
+	known  map[uint64]envChain
+	before []bpf.Frame // a payload's frames before a walk (scratch)
+}
+
+type envChain struct {
+	cme  uint64
+	span bpf.Span
 }
 
 // walkEnvs finishes the environment chains the program left in p at
-// their (bpf.Frame.Env), from t's live memory, when what is read now is what
-// the sample saw: the GC has not run since the sample (the frame's
-// environments are then those it ran in), nor while reading. Frames it
-// cannot walk for that reason stay unknown, and count as such; they are
-// rare, since such a sample wakes the recorder at once.
+// their (bpf.Frame.Env), from t's live memory, where what is read now is
+// what the sample saw, as a frame's name is proven (see nameFrames): the
+// GC has not run since the sample, or every environment and method entry
+// on the chain is an old object that sameObjects says was there then. A
+// frame whose chain cannot be proven so stays unknown, and counts as such.
 func walkEnvs(t *Target, p *bpf.Payload) {
 	if p.EnvsLeft == 0 {
 		return
 	}
-	before, err := t.Reader.GCStamp()
-	stamped := err == nil
-	switch {
-	case errors.Is(err, rubystack.ErrNoGCStamps):
+	now, err := t.Reader.GCStamp()
+	if errors.Is(err, rubystack.ErrNoGCStamps) {
 		// Nothing tells when an environment is freed: walk it as names
 		// are read then, for good.
-	case err != nil || before.Compacting || !p.GC.Stamped || !sameInterval(p.GC, before):
+		p.WalkEnvs(func(env uint64) (uint64, bool) {
+			cme, _, err := t.Reader.EnvMethodEntry(env)
+			return cme, err == nil
+		})
 		return
 	}
-	now := bpf.GCStamp{Stamped: stamped, Count: before.Count, Epoch: before.Epoch, Marking: before.Marking}
-	if t.envs.known == nil || t.envs.at != now || len(t.envs.known) >= maxKnownEnvs {
-		t.envs = envChains{at: now, known: map[uint64]uint64{}}
-	}
-	left := append([]bpf.Frame(nil), p.Frames...)
-	p.WalkEnvs(t.Reader, t.envs.known)
-	if !stamped {
+	if err != nil || now.Compacting || !p.GC.Stamped {
 		return
 	}
-	if after, err := t.Reader.GCStamp(); err != nil || after != before {
-		// The GC ran while reading: nothing read can be trusted.
-		copy(p.Frames, left)
-		p.EnvsLeft = 0
-		for _, f := range p.Frames {
-			if f.Env != 0 {
-				p.EnvsLeft++
-			}
+	if t.envs.known == nil || len(t.envs.known) >= maxKnownEnvs {
+		t.envs = envChains{known: map[uint64]envChain{}}
+	}
+	type read struct {
+		env uint64
+		envChain
+	}
+	var fresh []read
+	t.envs.before = append(t.envs.before[:0], p.Frames...)
+	left := p.EnvsLeft
+	p.WalkEnvs(func(env uint64) (uint64, bool) {
+		if c, ok := t.envs.known[env]; ok && c.span.Covers(p.GC) {
+			return c.cme, true
 		}
-		t.envs = envChains{}
+		cme, old, err := t.Reader.EnvMethodEntry(env)
+		if err != nil {
+			return 0, false
+		}
+		span := spanFor(p.GC, now, old)
+		if !span.Covers(p.GC) && !(old && sameObjects(p.GC, now)) {
+			return 0, false
+		}
+		fresh = append(fresh, read{env, envChain{cme, span}})
+		return cme, true
+	})
+	if len(fresh) == 0 {
+		return
 	}
-}
-
-// sameInterval says whether a sample stamped st was taken in the GC
-// interval the process is in now: nothing the sample's frames ran in has
-// been freed or moved since.
-func sameInterval(st bpf.GCStamp, now rubystack.GCStamp) bool {
-	interval := bpf.GCStamp{Stamped: true, Count: now.Count, Marking: now.Marking}.Interval()
-	return st.Stamped && !st.Compacting && st.Epoch == now.Epoch && st.Interval() == interval
+	if after, err := t.Reader.GCStamp(); err != nil || after != now {
+		// The GC ran while reading: nothing read can be trusted.
+		copy(p.Frames, t.envs.before)
+		p.EnvsLeft = left
+		return
+	}
+	for _, r := range fresh {
+		if r.span != (bpf.Span{}) {
+			t.envs.known[r.env] = r.envChain
+		}
+	}
 }

@@ -47,6 +47,10 @@ type ReadStats struct {
 	NoPayload   int // samples without a readable Ruby payload (native only)
 	// NotNamed counts Ruby frames named only for other samples (ReplacedLabel).
 	NotNamed int
+	// Unknown counts Ruby frames that could not be read ([unknown]).
+	Unknown int
+	// SamplesNotNamed counts the samples with a Ruby frame of either kind.
+	SamplesNotNamed int
 	// Start is when sampling started (wall clock), zero when the recording
 	// does not say (one made before rubyperf kept it, or not finished).
 	Start time.Time
@@ -269,8 +273,22 @@ func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
 	}
 	rd.rubies = rd.rubies[:0]
 	if perr == nil {
+		unnamed := false
 		for _, f := range p.Frames {
-			rd.rubies = append(rd.rubies, rd.rubyFrame(p, f))
+			r := rd.rubyFrame(p, f)
+			switch {
+			case r.Hidden:
+			case r.Name == rubystack.UnknownLabel:
+				rd.stats.Unknown++
+				unnamed = true
+			case r.Name == ReplacedLabel:
+				rd.stats.NotNamed++
+				unnamed = true
+			}
+			rd.rubies = append(rd.rubies, r)
+		}
+		if unnamed {
+			rd.stats.SamplesNotNamed++
 		}
 	} else {
 		rd.stats.NoPayload++
@@ -391,7 +409,6 @@ func (rd *reader) rubyFrame(p *bpf.Payload, f bpf.Frame) merge.Ruby {
 		// Named only for other GC intervals: the code there may have been
 		// freed and replaced since.
 		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: ReplacedLabel}
-		rd.stats.NotNamed++
 	case info.Drop:
 		r.Hidden = true
 	default:

@@ -110,7 +110,11 @@ type Summary struct {
 	// not named yet (the rest are read in batches).
 	Urgent        uint64
 	Truncated     uint64 // stacks deeper than bpf.MaxFrames
-	UnknownFrames uint64 // frames that could not be symbolized
+	// UnknownFrames counts the Ruby frames of samples that could not be
+	// read (they read as rubystack.UnknownLabel), as the recording's
+	// readers show them; SamplesNotNamed the samples with a frame of this
+	// kind or of FramesNotNamed's.
+	UnknownFrames, SamplesNotNamed uint64
 	// NamesRestarted counts the times a live recording's table of names
 	// was full and started afresh.
 	NamesRestarted int
@@ -678,6 +682,8 @@ func (s *session) handle(rec bpf.Record) error {
 				}
 				s.nameSample(p, smp.Raw, ids)
 				s.nameLabels(t, p, smp.Raw)
+			} else {
+				s.countUnnamed(p)
 			}
 			if p.Thread.OffCPU {
 				offCPU = true
@@ -819,10 +825,20 @@ func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 	ids = append(ids, s.sharedIDs...)
 	s.ids = ids
+	unnamed := false
 	for _, id := range ids {
-		if id == NameReplaced {
+		info, named, ok := s.symtab.FrameName(id)
+		switch {
+		case !named || ok && info.Unknown:
+			s.sum.UnknownFrames++
+			unnamed = true
+		case !ok:
 			s.sum.FramesNotNamed++
+			unnamed = true
 		}
+	}
+	if unnamed {
+		s.sum.SamplesNotNamed++
 	}
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if last, ok := s.lastFrames[k]; ok {
@@ -830,6 +846,27 @@ func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 		s.lastFrames[k] = last
 	}
 	bpf.NameFrames(raw, ids) // a payload it cannot read stays as it was: unnamed
+}
+
+// countUnnamed counts in the summary the frames of a sample the recorder
+// does not name (its image exec'd since), as a reader will read them: by
+// their keys, in the table as it stands (s.mu held).
+func (s *session) countUnnamed(p *bpf.Payload) {
+	unnamed := false
+	for _, f := range p.Frames {
+		info, named, ok := s.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
+		switch {
+		case f.Error || !named || ok && info.Unknown:
+			s.sum.UnknownFrames++
+			unnamed = true
+		case !ok:
+			s.sum.FramesNotNamed++
+			unnamed = true
+		}
+	}
+	if unnamed {
+		s.sum.SamplesNotNamed++
+	}
 }
 
 // recordPID is the pid and tid a COMM, MMAP, MMAP2, FORK or EXIT record is about.
@@ -1167,11 +1204,6 @@ func CommandExitCode(ps *os.ProcessState) int {
 func (s *session) finish() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, f := range s.symtab.Names {
-		if f.Unknown {
-			s.sum.UnknownFrames++
-		}
-	}
 	var errs []error
 	if err := s.flushOffCPU(); err != nil {
 		errs = append(errs, err)

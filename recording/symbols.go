@@ -91,6 +91,9 @@ type FrameInfo struct {
 type Named struct {
 	FrameInfo
 	Span bpf.Span
+	// Back, while naming: a span for the sample's own interval, proven
+	// another way than Span (sameObjects), when Span does not cover it.
+	Back bpf.Span
 	ID   uint64 // the id samples refer to it by (NameID)
 }
 
@@ -265,14 +268,22 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 	}
 	for i, f := range fresh {
 		n := names[i]
-		if n.Span == (bpf.Span{}) {
+		if n.Span == (bpf.Span{}) && n.Back == (bpf.Span{}) {
 			continue // holds for no sample
 		}
 		if n.Unknown {
 			unknown++
 		}
-		t.add(Key(p.PID, p.Gen, f), n)
-		added = append(added, bpf.NamedFrame{Frame: f, Span: n.Span})
+		k := Key(p.PID, p.Gen, f)
+		if n.Back != (bpf.Span{}) {
+			t.add(k, Named{FrameInfo: n.FrameInfo, Span: n.Back})
+		}
+		if n.Span != (bpf.Span{}) {
+			t.add(k, Named{FrameInfo: n.FrameInfo, Span: n.Span})
+			added = append(added, bpf.NamedFrame{Frame: f, Span: n.Span})
+		} else {
+			added = append(added, bpf.NamedFrame{Frame: f, Span: n.Back})
+		}
 	}
 	if len(added) > 0 {
 		ids = t.names(p, ids)
@@ -316,8 +327,40 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 	}
 	for i := range frames {
 		names[i].Span = spanFor(p.GC, before, old[i])
+		if !names[i].Span.Covers(p.GC) && old[i] && sameObjects(p.GC, before) {
+			names[i].Back = bpf.Span{Epoch: p.GC.Epoch, From: p.GC.Interval(), To: p.GC.Interval()}
+		}
 	}
 	return names, true
+}
+
+// sameObjects says whether an object in the old generation now was the
+// same object, at the same address, when a sample stamped sample was
+// taken, though the GC ran since: a name read of it now then holds for
+// that sample's interval.
+//
+// At most one GC started since the sample. An object is promoted once it
+// has survived RVALUE_OLD_AGE (3) GCs' marking, and one allocated after
+// the sample could have been marked by two at most (the one under way
+// then, and the one since): so the old object was there before the
+// sample, and, alive now, was alive then. Nothing moved it in between: a
+// GC that compacts is stamped compacting from its start until its
+// compaction ends, so the sample's GC did not, and the GC since either is
+// a minor one (they never compact) or is still marking (compaction comes
+// after). A major GC every few milliseconds (string churn on Ruby 3.1)
+// made every name unprovable for the samples read after it started.
+func sameObjects(sample bpf.GCStamp, now rubystack.GCStamp) bool {
+	if !sample.Stamped || sample.Compacting || now.Compacting || now.Count < sample.Count {
+		return false
+	}
+	switch now.Count - sample.Count {
+	case 0:
+		return now.Epoch == sample.Epoch
+	case 1:
+		minor := now.Count != now.Epoch
+		return minor && now.Epoch == sample.Epoch || !minor && now.Marking
+	}
+	return false
 }
 
 // spanFor is the span a name read under GC stamp now holds for, the code
@@ -574,4 +617,12 @@ func (t *SymbolTable) restart() {
 	clear(t.Frames)
 	clear(t.nameIDs)
 	t.Names = nil
+}
+
+// sameInterval says whether a sample stamped st was taken in the GC
+// interval the process is in now: nothing the sample's frames ran in has
+// been freed or moved since.
+func sameInterval(st bpf.GCStamp, now rubystack.GCStamp) bool {
+	interval := bpf.GCStamp{Stamped: true, Count: now.Count, Marking: now.Marking}.Interval()
+	return st.Stamped && !st.Compacting && st.Epoch == now.Epoch && st.Interval() == interval
 }

@@ -232,33 +232,65 @@ const maxEPChain = 1 << 16
 // frameMethodEntry is rb_vm_frame_method_entry: the method entry of a frame,
 // found in ep[-2] of the frame's env or of an env it was created in.
 func (r *Reader) frameMethodEntry(ep uint64) (uint64, error) {
-	return r.EnvMethodEntry(ep)
+	cme, _, err := r.envMethodEntry(ep, false)
+	return cme, err
 }
 
 // EnvMethodEntry is the method entry found from the environment at ep up
 // its chain (rb_vm_frame_method_entry's walk), or 0 where the chain ends in
 // a local environment without one: what the BPF walker hands over when it
-// stops short of the end of a long chain.
-func (r *Reader) EnvMethodEntry(ep uint64) (uint64, error) {
+// stops short of the end of a long chain. old says whether every
+// environment on the way escaped to the heap as an object of the old
+// generation, and every method entry or svar read there is old too: what
+// was read then stays until the next major GC (see Old).
+func (r *Reader) EnvMethodEntry(ep uint64) (cme uint64, old bool, err error) {
+	return r.envMethodEntry(ep, true)
+}
+
+func (r *Reader) envMethodEntry(ep uint64, generation bool) (cme uint64, old bool, err error) {
 	local := uint64(r.Layout.Constants["VM_ENV_FLAG_LOCAL"])
+	escaped := uint64(r.Layout.Constants["VM_ENV_FLAG_ESCAPED"])
+	old = generation && escaped != 0
 	for i := 0; i < maxEPChain; i++ {
-		var env [24]byte // ep[-2] me_cref, ep[-1] specval, ep[0] flags
+		// ep[-2] me_cref, ep[-1] specval, ep[0] flags, and of an
+		// environment that escaped to the heap ep[1], its object
+		// (VM_ENV_DATA_INDEX_ENV).
+		var env [32]byte
 		if err := r.mem.ReadAt(env[:], ep-16); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		meCref, specval, flags := le64(env[0:]), le64(env[8:]), le64(env[16:])
+		if old {
+			old = flags&escaped != 0 && r.oldObject(le64(env[24:]), "imemo_env") && r.oldObject(meCref, "")
+		}
 		if flags&local != 0 {
-			return r.checkMethodEntry(meCref, true)
+			cme, err := r.checkMethodEntry(meCref, true)
+			return cme, old && err == nil && r.oldObject(cme, ""), err
 		}
 		if m, err := r.checkMethodEntry(meCref, false); err != nil || m != 0 {
-			return m, err
+			return m, old && err == nil, err
 		}
 		ep = specval &^ 3 // VM_ENV_PREV_EP: GC_GUARDED_PTR_REF
 		if ep == 0 {
-			return 0, fmt.Errorf("%w: env chain ends without a local env", errTorn)
+			return 0, false, fmt.Errorf("%w: env chain ends without a local env", errTorn)
 		}
 	}
-	return 0, fmt.Errorf("%w: env chain longer than %d", errTorn, maxEPChain)
+	return 0, false, fmt.Errorf("%w: env chain longer than %d", errTorn, maxEPChain)
+}
+
+// oldObject says whether v is a special constant, or an object of the old
+// generation, of imemo type imemo when imemo is not "".
+func (r *Reader) oldObject(v uint64, imemo string) bool {
+	if v == 0 || r.o.special(v) {
+		return imemo == ""
+	}
+	if imemo != "" {
+		if t, err := r.o.imemoType(v); err != nil || t != r.Layout.Constants[imemo] {
+			return false
+		}
+	}
+	old, err := r.Old(v)
+	return err == nil && old
 }
 
 // checkMethodEntry is vm_insnhelper.c's check_method_entry.

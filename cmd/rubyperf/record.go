@@ -16,6 +16,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/rubystack"
 )
 
 func runRecord(args []string, _, stderr io.Writer) error {
@@ -98,9 +99,8 @@ func runRecord(args []string, _, stderr io.Writer) error {
 				fmt.Fprintf(stderr, "rubyperf: warning: %d of them weigh only the time off until the recorder had to write them (too many threads off at once, or the kernel's ring of their ends was full)\n", lost)
 			}
 		}
-		if sum.FramesNotNamed > 0 {
-			fmt.Fprintf(stderr, "rubyperf: %d frames could not be named for their samples (their code may have been freed and "+
-				"replaced before it was named); they read as %s\n", sum.FramesNotNamed, recording.ReplacedLabel)
+		if sum.SamplesNotNamed > 0 {
+			fmt.Fprintf(stderr, "rubyperf: %s\n", notNamedLine(sum.SamplesNotNamed, sum.Samples, sum.UnknownFrames, sum.FramesNotNamed))
 		}
 		if n := len(sum.NoGCStamps); n > 1 {
 			fmt.Fprintf(stderr, "rubyperf: %d targets had no GC stamps (the first is above)\n", n)
@@ -126,6 +126,21 @@ func runRecord(args []string, _, stderr io.Writer) error {
 type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// notNamedLine says how many samples have a Ruby frame without a name, and
+// of which kind: the same line for a recording's summary and its report.
+func notNamedLine[N int | uint64](samples, of, unknown, replaced N) string {
+	var kinds []string
+	if unknown > 0 {
+		kinds = append(kinds, fmt.Sprintf("%d frames %s (not readable as they were sampled)", unknown, rubystack.UnknownLabel))
+	}
+	if replaced > 0 {
+		kinds = append(kinds, fmt.Sprintf("%d %s (the name read at their addresses could not be proven to hold when sampled)",
+			replaced, recording.ReplacedLabel))
+	}
+	return fmt.Sprintf("%d of %d samples (%.2f%%) have a Ruby frame without a name: %s", samples, of,
+		100*float64(samples)/float64(max(of, 1)), strings.Join(kinds, ", "))
+}
 
 // maxEventLines bounds the lines a summary gives to forks and execs.
 const maxEventLines = 10

@@ -62,6 +62,9 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, ", %d with Ruby frames on top of native ones (not interleaved)", stats.Fallbacks)
 	}
 	fmt.Fprintln(stdout)
+	if stats.SamplesNotNamed > 0 {
+		fmt.Fprintf(stdout, "# %s\n", notNamedLine(stats.SamplesNotNamed, stats.Samples, stats.Unknown, stats.NotNamed))
+	}
 	if !*threads {
 		whole.write(stdout, "all threads", *top, width)
 		return nil
