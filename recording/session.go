@@ -108,8 +108,8 @@ type Summary struct {
 	OffCPU, OffCPUCut, OffCPUEndsUnmatched, OffCPUEndsLost, OffCPUUnknown uint64
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
-	Urgent        uint64
-	Truncated     uint64 // stacks deeper than bpf.MaxFrames
+	Urgent    uint64
+	Truncated uint64 // stacks deeper than bpf.MaxFrames
 	// UnknownFrames counts the Ruby frames of samples that could not be
 	// read (they read as rubystack.UnknownLabel), as the recording's
 	// readers show them; SamplesNotNamed the samples with a frame of this
