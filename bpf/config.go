@@ -31,6 +31,8 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 		Qnil:        uint64(c["RUBY_Qnil"]),
 		ImmMask:     uint64(c["RUBY_IMMEDIATE_MASK"]),
 		ImemoMent:   uint64(c["imemo_ment"]),
+		FlPromoted:  uint64(c["RUBY_FL_PROMOTED"]),
+		EnvEscaped:  uint64(c["VM_ENV_FLAG_ESCAPED"]),
 	}
 	if l.Capabilities.SkipDummyBottomFrame {
 		cfg.SkipDummyFrame = 1

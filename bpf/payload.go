@@ -18,8 +18,9 @@ const (
 	// before version 3 the header had no Gen (it reads as 0); before
 	// version 4 no GC stamp (Payload.GC reads as not stamped); before
 	// version 5 no thread state (Payload.Thread reads as unknown); before
-	// version 6 no labels, and a header 8 bytes shorter.
-	PayloadVersion = 6
+	// version 6 no labels, and a header 8 bytes shorter; before version 7
+	// a frame's pc had no PC_*_OLD bits.
+	PayloadVersion = 7
 
 	// MaxLabels is the most request labels one sample carries (MAX_LABELS).
 	MaxLabels = 8
@@ -69,6 +70,9 @@ const (
 	// label's Key and Value hold ids of names in the recording's symbol
 	// table (NameLabels).
 	PayloadLabelsNamed = 1 << 21
+	// PayloadOldStale: a GC started while the program read the frames'
+	// generations (Frame.IseqOld, Frame.MEOld), which say nothing then.
+	PayloadOldStale = 1 << 22
 )
 
 // GCPhase is the phase of a GC under way (GC_PHASE_* in ruby.bpf.c).
@@ -115,6 +119,12 @@ const (
 	frameFinish = 1 << 1
 	frameError  = 1 << 2
 	frameBits   = 7
+
+	// Low bits of frame.pc (PC_* in ruby.bpf.c), from version 7.
+	pcIseqOld = 1 << 0
+	pcMEOld   = 1 << 1
+	pcEnvOld  = 1 << 2
+	pcBits    = 7
 )
 
 // Payload is one decoded sample payload.
@@ -178,6 +188,13 @@ type Frame struct {
 	// chain (longer than it follows), at this environment. Error is set
 	// until WalkEnvs walks on from there and finds CME.
 	Env uint64
+	// IseqOld and MEOld: the frame was not named for its sample's GC
+	// interval when sampled, and its iseq, and the object in CME (or none),
+	// were in the old generation then (never with PayloadOldStale).
+	IseqOld, MEOld bool
+	// EnvOld: Env escaped to the heap, as an object of the old generation
+	// when sampled (never with PayloadOldStale).
+	EnvOld bool
 }
 
 var (
@@ -245,6 +262,13 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 		p.Frames[i] = Frame{
 			Iseq: binary.LittleEndian.Uint64(f[0:]), PC: binary.LittleEndian.Uint64(f[8:]),
 			CME: cf &^ frameBits, CFrame: cf&frameCFrame != 0, Finish: cf&frameFinish != 0, Error: cf&frameError != 0,
+		}
+		if fr := &p.Frames[i]; h.Version >= 7 && !fr.CFrame {
+			bits := fr.PC & pcBits
+			fr.PC &^= pcBits
+			fr.IseqOld = bits&pcIseqOld != 0 && h.Flags&PayloadOldStale == 0
+			fr.MEOld = bits&pcMEOld != 0 && h.Flags&PayloadOldStale == 0
+			fr.EnvOld = bits&pcEnvOld != 0 && h.Flags&PayloadOldStale == 0
 		}
 		if fr := &p.Frames[i]; fr.Error && fr.CME != 0 {
 			fr.Env, fr.CME = fr.CME, 0 // an error with an address: where the walk stopped
@@ -326,18 +350,21 @@ func NameFrames(raw []byte, ids []uint64) error {
 }
 
 // WalkEnvs finishes the walks the program left at long environment chains
-// (Frame.Env) with walk, which says where the chain from an environment
+// (Frame.Env) with walk, which says where the chain from a frame's Env
 // leads (ok false: it cannot say): each such frame gets that method entry
-// and loses Error, or keeps Error. It returns how many it walked.
-func (p *Payload) WalkEnvs(walk func(env uint64) (cme uint64, ok bool)) int {
+// (and MEOld, if EnvOld) and loses Error, or keeps Error. It returns how many it walked.
+func (p *Payload) WalkEnvs(walk func(f Frame) (cme uint64, ok bool)) int {
 	n := 0
 	for i := range p.Frames {
 		f := &p.Frames[i]
 		if f.Env == 0 {
 			continue
 		}
-		if cme, ok := walk(f.Env); ok {
+		if cme, ok := walk(*f); ok {
 			f.CME, f.Env, f.Error = cme, 0, false
+			// The environment, old, keeps the rest of its chain, the
+			// method entry included, as it was when sampled.
+			f.MEOld = f.EnvOld
 			n++
 		}
 	}

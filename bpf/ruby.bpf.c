@@ -55,7 +55,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define LABEL_EXT 48
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 6 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels
+#define PAYLOAD_VERSION 7 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -78,6 +78,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PAYLOAD_GVL_LAST (1 << 18)    // GVL_HELD from running_ec: the last to take the GVL, maybe released since
 #define PAYLOAD_LABELS_CUT (1 << 19)  // the fiber had more than MAX_LABELS labels
 #define PAYLOAD_LABELS_BAD (1 << 20)  // its label table did not read as one
+#define PAYLOAD_OLD_STALE (1 << 22)   // (21 is set by user space) a GC started while PC_*_OLD were read: they say nothing
 
 #define GC_PHASE_UNKNOWN 0
 #define GC_PHASE_MARKING 1
@@ -89,6 +90,16 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define FRAME_FINISH (1 << 1)  // VM_FRAME_FLAG_FINISH: the first frame of a VM entry
 #define FRAME_ERROR (1 << 2)   // the frame's env could not be read
 #define FRAME_BITS 7ULL
+
+// Low bits of frame.pc (a pc points to an 8-byte instruction word), set on
+// the frames not named for the sample's GC interval yet: what the frame's
+// name is read from was in the old generation when sampled, so that user
+// space can tell it is still the same object a GC later (recording's
+// sameObjects) without reading the process in time.
+#define PC_ISEQ_OLD (1 << 0) // the iseq
+#define PC_ME_OLD (1 << 1)   // the method entry (or svar) in cme_flags, or none
+#define PC_ENV_OLD (1 << 2)  // the environment a long chain was left at (FRAME_ERROR) escaped to the heap, as an old object
+#define PC_BITS 7ULL
 
 // proc_config: one per target process, filled from rubystack.Layout.
 struct proc_config {
@@ -102,6 +113,10 @@ struct proc_config {
 	__u64 frame_cframe, frame_finish, env_local; // VM_FRAME_FLAG_CFRAME, _FINISH, VM_ENV_FLAG_LOCAL
 	__u64 t_mask, t_imemo, fl_ushift, qnil, imm_mask;
 	__u64 imemo_ment;
+	// RUBY_FL_PROMOTED: an object's flags hold it all when the object is in
+	// the old generation (0: frames go without PC_*_OLD bits).
+	__u64 fl_promoted;
+	__u64 env_escaped; // VM_ENV_FLAG_ESCAPED
 	__u32 cfp_jit_return; // offset of cfp->jit_return + 1; 0: the layout has none
 	// gen tells apart the process images a pid had while recording (user
 	// space counts its attaches); samples and frame keys carry it.
@@ -564,6 +579,7 @@ static __always_inline void thread_state(struct proc_config *c, struct sample_bu
 
 // fresh_ctx is the state of one pass over a sample's frames for any_fresh.
 struct fresh_ctx {
+	struct proc_config *c;
 	struct sample_buf *buf;
 	__u32 pid, gen;
 	__u64 epoch, interval;
@@ -571,21 +587,56 @@ struct fresh_ctx {
 	__u32 fresh;
 };
 
+// old_object: v is a special constant or 0 (nothing to free), or an object
+// whose flags say it is in the old generation.
+static __always_inline int old_object(struct proc_config *c, __u64 v)
+{
+	__u64 flags;
+	if (v == 0 || v == c->qnil || (v & c->imm_mask))
+		return 1;
+	if (bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
+		return 0;
+	return (flags & c->fl_promoted) == c->fl_promoted;
+}
+
 // fresh_frame: frame i is a Ruby frame not named for this sample's GC
-// interval yet (a bpf_loop callback: the verifier follows one frame).
+// interval yet; such a frame gets its PC_*_OLD bits (a bpf_loop callback:
+// the verifier follows one frame).
 static long fresh_frame(__u32 i, void *data)
 {
 	struct fresh_ctx *fc = data;
+	struct proc_config *c = fc->c;
 	if (i >= fc->n || i >= MAX_FRAMES)
 		return 1;
 	struct frame *f = &fc->buf->frames[i & (MAX_FRAMES - 1)];
 	if (!f->iseq || (f->cme_flags & FRAME_CFRAME))
 		return 0;
+	if (f->cme_flags & FRAME_ERROR) {
+		// A chain left to user space: its next environment's object
+		// (ep[1] of one that escaped) old says the rest of the chain,
+		// which it keeps alive, is what user space will read.
+		__u64 ep = f->cme_flags & ~FRAME_BITS, env[2];
+		fc->fresh = 1;
+		if (!ep || !c->fl_promoted || !c->env_escaped || !(fc->buf->h.flags & PAYLOAD_GC_STAMPED))
+			return 0;
+		if (!bpf_probe_read_user(env, sizeof(env), (void *)ep) && (env[0] & c->env_escaped) &&
+		    env[1] && old_object(c, env[1]))
+			f->pc |= PC_ENV_OLD;
+		if (old_object(c, f->iseq))
+			f->pc |= PC_ISEQ_OLD;
+		return 0;
+	}
 	struct frame_key key = {.pid = fc->pid, .gen = fc->gen, .iseq = f->iseq, .pc = f->pc};
 	if (known(&key, fc->epoch, fc->interval))
 		return 0;
 	fc->fresh = 1;
-	return 1;
+	if (c->fl_promoted && (fc->buf->h.flags & PAYLOAD_GC_STAMPED)) {
+		if (old_object(c, f->iseq))
+			f->pc |= PC_ISEQ_OLD;
+		if (old_object(c, f->cme_flags & ~FRAME_BITS))
+			f->pc |= PC_ME_OLD;
+	}
+	return 0;
 }
 
 // any_fresh: one of the sample's Ruby frames is not named for this
@@ -596,9 +647,9 @@ static long fresh_frame(__u32 i, void *data)
 // sample waits in a batched ring while the GC runs on. It runs after the
 // walk, not in it: the verifier follows the walk's callback frame by frame,
 // and every branch there costs its time many times over.
-static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 gen, long n)
+static __always_inline __u32 any_fresh(struct proc_config *c, struct sample_buf *buf, __u32 pid, __u32 gen, long n)
 {
-	struct fresh_ctx fc = {.buf = buf, .pid = pid, .gen = gen, .n = n};
+	struct fresh_ctx fc = {.c = c, .buf = buf, .pid = pid, .gen = gen, .n = n};
 	if (buf->h.flags & PAYLOAD_GC_STAMPED) {
 		// While objects move no name can be read safely: nothing to hurry.
 		if (buf->h.flags & PAYLOAD_GC_COMPACTING)
@@ -607,6 +658,12 @@ static __always_inline __u32 any_fresh(struct sample_buf *buf, __u32 pid, __u32 
 		fc.interval = 2 * buf->h.gc_count + !(buf->h.flags & PAYLOAD_GC_MARKING);
 	}
 	bpf_loop(MAX_FRAMES, fresh_frame, &fc, 0);
+	// The bits hold for the sample's stamp only if no GC started since.
+	__u64 count = 0;
+	if (fc.fresh && c->fl_promoted && (buf->h.flags & PAYLOAD_GC_STAMPED) &&
+	    (bpf_probe_read_user(&count, sizeof(count), (void *)(c->gc_start + (c->gc_count & (GC_SPAN - 8)))) ||
+	     count != buf->h.gc_count))
+		buf->h.flags |= PAYLOAD_OLD_STALE;
 	return fc.fresh;
 }
 
@@ -779,7 +836,7 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 				buf->h.nframes = n;
 				// User space walks on from where a long chain was left
 				// while the chain is what it was when sampled.
-				fresh = w.env_left || any_fresh(buf, tgid, c->gen, n);
+				fresh = any_fresh(c, buf, tgid, c->gen, n) || w.env_left;
 				if (n >= MAX_FRAMES && cfp + (__u64)MAX_FRAMES * c->cfp_size < end) {
 					buf->h.flags |= PAYLOAD_TRUNCATED;
 					count(COUNT_TRUNCATED);

@@ -93,6 +93,8 @@ type rubyProcConfig struct {
 	Qnil              uint64
 	ImmMask           uint64
 	ImemoMent         uint64
+	FlPromoted        uint64
+	EnvEscaped        uint64
 	CfpJitReturn      uint32
 	Gen               uint32
 	FollowForks       uint32

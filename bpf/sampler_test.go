@@ -115,8 +115,8 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 			return fmt.Errorf("payload tid %d, record tid %d", p.TID, tid)
 		}
 		// The parked stack's environments stay as they were sampled.
-		fc.envs += p.WalkEnvs(func(env uint64) (uint64, bool) {
-			cme, _, err := tg.reader.EnvMethodEntry(env)
+		fc.envs += p.WalkEnvs(func(f Frame) (uint64, bool) {
+			cme, _, err := tg.reader.EnvMethodEntry(f.Env)
 			return cme, err == nil
 		})
 		for _, f := range p.Frames {

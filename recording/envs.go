@@ -12,25 +12,38 @@ import (
 const maxKnownEnvs = 4096
 
 // envChains is what a target remembers of the environment chains walked for
-// its samples: where each led, and the samples that holds for (the chain
-// read in one GC interval holds for that interval; one of old objects, read
-// when the GC had settled, for the rest of its epoch).
+// its samples, by the environment the program left each at.
 type envChains struct {
-	known  map[uint64]envChain
-	before []bpf.Frame // a payload's frames before a walk (scratch)
+	known map[uint64]envChain
 }
 
+// envChain is where a chain led, and for which samples: those span covers
+// (the chain read in one GC interval holds for that interval; one of old
+// objects, read when the GC had settled, for the rest of its epoch), and
+// those the run of old checks of its first environment takes (see
+// oldCheck: the first environment keeps the rest of the chain alive).
 type envChain struct {
 	cme  uint64
 	span bpf.Span
+	run  oldCheck // run.lo.st not Stamped: none
+}
+
+// envWalk is what walkEnvs found for one environment of a sample.
+type envWalk struct {
+	cme    uint64
+	old    bool // read now, of old objects only
+	read   bool // read now (else from what was known)
+	proven bool
+	span   bpf.Span
 }
 
 // walkEnvs finishes the environment chains the program left in p at
 // their (bpf.Frame.Env), from t's live memory, where what is read now is
 // what the sample saw, as a frame's name is proven (see nameFrames): the
 // GC has not run since the sample, or every environment and method entry
-// on the chain is an old object that sameObjects says was there then. A
-// frame whose chain cannot be proven so stays unknown, and counts as such.
+// on the chain is an old object that the program or a read found the same
+// since (linked). A frame whose chain cannot be proven so stays unknown,
+// and counts as such.
 func walkEnvs(t *Target, p *bpf.Payload) {
 	if p.EnvsLeft == 0 {
 		return
@@ -39,8 +52,8 @@ func walkEnvs(t *Target, p *bpf.Payload) {
 	if errors.Is(err, rubystack.ErrNoGCStamps) {
 		// Nothing tells when an environment is freed: walk it as names
 		// are read then, for good.
-		p.WalkEnvs(func(env uint64) (uint64, bool) {
-			cme, _, err := t.Reader.EnvMethodEntry(env)
+		p.WalkEnvs(func(f bpf.Frame) (uint64, bool) {
+			cme, _, err := t.Reader.EnvMethodEntry(f.Env)
 			return cme, err == nil
 		})
 		return
@@ -49,42 +62,71 @@ func walkEnvs(t *Target, p *bpf.Payload) {
 		return
 	}
 	if t.envs.known == nil || len(t.envs.known) >= maxKnownEnvs {
-		t.envs = envChains{known: map[uint64]envChain{}}
+		t.envs.known = map[uint64]envChain{}
 	}
-	type read struct {
-		env uint64
-		envChain
+	walks := map[uint64]envWalk{}
+	reads := 0
+	end := t.Reader.Batch()
+	for _, f := range p.Frames {
+		if f.Env == 0 {
+			continue
+		}
+		if _, ok := walks[f.Env]; ok {
+			continue
+		}
+		c, ok := t.envs.known[f.Env]
+		switch {
+		case ok && c.span.Covers(p.GC):
+			walks[f.Env] = envWalk{cme: c.cme, proven: true}
+			continue
+		case ok && f.EnvOld && c.run.lo.st.Stamped && c.run.extend(sampleCheck(p.GC)):
+			t.envs.known[f.Env] = c // the same objects since: no read
+			walks[f.Env] = envWalk{cme: c.cme, proven: true}
+			continue
+		}
+		cme, old, err := t.Reader.EnvMethodEntry(f.Env)
+		if err == nil {
+			walks[f.Env] = envWalk{cme: cme, old: old, read: true, span: spanFor(p.GC, now, old)}
+			reads++
+		}
 	}
-	var fresh []read
-	t.envs.before = append(t.envs.before[:0], p.Frames...)
-	left := p.EnvsLeft
-	p.WalkEnvs(func(env uint64) (uint64, bool) {
-		if c, ok := t.envs.known[env]; ok && c.span.Covers(p.GC) {
-			return c.cme, true
+	end()
+	if reads > 0 {
+		after, err := t.Reader.GCStamp()
+		// A minor GC while reading frees and moves nothing old: what was
+		// read of old objects stands, as read by then (see nameFrames).
+		valid := err == nil && after.Epoch == now.Epoch && !after.Compacting
+		moved := after != now
+		read := check{st: stampOf(after), safe: readCheck(now).safe}
+		for _, f := range p.Frames {
+			w, ok := walks[f.Env]
+			if !ok || !w.read || w.proven {
+				continue
+			}
+			if !valid {
+				delete(walks, f.Env)
+				continue
+			}
+			w.proven = !moved && w.span.Covers(p.GC) ||
+				w.old && (linked(check{st: p.GC}, read) || f.EnvOld && linked(sampleCheck(p.GC), read))
+			c := envChain{cme: w.cme}
+			if !moved {
+				c.span = w.span
+			}
+			if w.old {
+				c.run = oldCheck{lo: read, hi: read}
+				if k, ok := t.envs.known[f.Env]; ok && k.cme == w.cme && k.run.lo.st.Stamped && k.run.extend(read) {
+					c.run = k.run
+				}
+			}
+			if c.span != (bpf.Span{}) || c.run.lo.st.Stamped {
+				t.envs.known[f.Env] = c
+			}
+			walks[f.Env] = w
 		}
-		cme, old, err := t.Reader.EnvMethodEntry(env)
-		if err != nil {
-			return 0, false
-		}
-		span := spanFor(p.GC, now, old)
-		if !span.Covers(p.GC) && !(old && sameObjects(p.GC, now)) {
-			return 0, false
-		}
-		fresh = append(fresh, read{env, envChain{cme, span}})
-		return cme, true
+	}
+	p.WalkEnvs(func(f bpf.Frame) (uint64, bool) {
+		w, ok := walks[f.Env]
+		return w.cme, ok && w.proven
 	})
-	if len(fresh) == 0 {
-		return
-	}
-	if after, err := t.Reader.GCStamp(); err != nil || after != now {
-		// The GC ran while reading: nothing read can be trusted.
-		copy(p.Frames, t.envs.before)
-		p.EnvsLeft = left
-		return
-	}
-	for _, r := range fresh {
-		if r.span != (bpf.Span{}) {
-			t.envs.known[r.env] = r.envChain
-		}
-	}
 }

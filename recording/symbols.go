@@ -94,6 +94,10 @@ type Named struct {
 	// Back, while naming: a span for the sample's own interval, proven
 	// another way than Span (sameObjects), when Span does not cover it.
 	Back bpf.Span
+	// Old, while naming: the name was read of objects all in the old
+	// generation, by the check OldAt.
+	Old   bool
+	OldAt check
 	ID   uint64 // the id samples refer to it by (NameID)
 }
 
@@ -110,6 +114,9 @@ type SymbolTable struct {
 	// decodedFrames: Frames came from a file (a recording before version 3,
 	// whose samples name frames by key), so Encode keeps them.
 	decodedFrames bool
+	// oldChecks follows, while recording, the keys whose objects were old
+	// when named, so that later samples find them still the same.
+	oldChecks map[FrameKey]oldCheck
 }
 
 // NameID is the id samples refer to name info by (bpf.NameFrames).
@@ -212,7 +219,8 @@ type VMExec struct {
 
 // NewSymbolTable returns an empty table.
 func NewSymbolTable() *SymbolTable {
-	return &SymbolTable{Frames: map[FrameKey][]Named{}, VMExec: map[Image]VMExec{}, nameIDs: map[FrameInfo]uint64{}}
+	return &SymbolTable{Frames: map[FrameKey][]Named{}, VMExec: map[Image]VMExec{}, nameIDs: map[FrameInfo]uint64{},
+		oldChecks: map[FrameKey]oldCheck{}}
 }
 
 // Key is the key of a frame of a payload of process image (pid, gen).
@@ -247,7 +255,14 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 		if ids[i] >= NameFirst || ids[i] == NameUnknown && f.Error {
 			continue
 		}
-		if k := Key(p.PID, p.Gen, f); !seen[k] {
+		k := Key(p.PID, p.Gen, f)
+		if info, span := t.checkedOld(k, f, p.GC); span != (bpf.Span{}) {
+			// The same objects as named, though the GC ran since: no read.
+			t.add(k, Named{FrameInfo: info, Span: span})
+			added = append(added, bpf.NamedFrame{Frame: f, Span: span})
+			continue
+		}
+		if !seen[k] {
 			if seen == nil {
 				seen = map[FrameKey]bool{}
 			}
@@ -256,12 +271,24 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 		}
 	}
 	if len(fresh) == 0 {
-		return ids, nil, 0
+		if len(added) > 0 {
+			ids = t.names(p, ids)
+		}
+		return ids, added, 0
 	}
 	var names []Named
 	for try := 0; ; try++ {
-		var settled bool
-		names, settled = nameFrames(r, p, fresh)
+		got, settled := nameFrames(r, p, fresh)
+		if names == nil {
+			names = got
+		} else {
+			// A try the GC moved under keeps what it proved.
+			for i := range got {
+				if got[i].Span != (bpf.Span{}) || got[i].Back != (bpf.Span{}) || got[i].Old {
+					names[i] = got[i]
+				}
+			}
+		}
 		if settled || try == maxNamingTries-1 {
 			break
 		}
@@ -275,6 +302,9 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 			unknown++
 		}
 		k := Key(p.PID, p.Gen, f)
+		if n.Old {
+			t.checkedRead(k, n.FrameInfo, n.OldAt)
+		}
 		if n.Back != (bpf.Span{}) {
 			t.add(k, Named{FrameInfo: n.FrameInfo, Span: n.Back})
 		}
@@ -314,6 +344,7 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 	}
 	// The caches were filled under another stamp, maybe with code since freed.
 	r.DropCaches()
+	defer r.Batch()()
 	old := make([]bool, len(frames))
 	for i, f := range frames {
 		// Generation first: an old object stays until the next major GC, so
@@ -322,45 +353,30 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 		names[i].FrameInfo = frameInfo(r, f)
 	}
 	after, err := r.GCStamp()
-	if err != nil || after != before {
+	if err != nil || after.Epoch != before.Epoch || after.Compacting {
 		return make([]Named, len(frames)), false
 	}
+	// A minor GC may have run while reading (at hundreds a second, it
+	// often does): nothing old was freed or moved then, so what was read
+	// of old objects stands, as read no earlier than before and no later
+	// than after; the rest is read again.
+	moved := after != before
+	read := check{st: stampOf(after), safe: readCheck(before).safe}
 	for i := range frames {
-		names[i].Span = spanFor(p.GC, before, old[i])
-		if !names[i].Span.Covers(p.GC) && old[i] && sameObjects(p.GC, before) {
+		if !moved {
+			names[i].Span = spanFor(p.GC, before, old[i])
+		}
+		if !old[i] || names[i].Unknown || names[i].Drop {
+			continue
+		}
+		names[i].Old, names[i].OldAt = true, read
+		proven := linked(check{st: p.GC}, read) ||
+			frames[i].IseqOld && frames[i].MEOld && linked(sampleCheck(p.GC), read)
+		if !names[i].Span.Covers(p.GC) && proven {
 			names[i].Back = bpf.Span{Epoch: p.GC.Epoch, From: p.GC.Interval(), To: p.GC.Interval()}
 		}
 	}
-	return names, true
-}
-
-// sameObjects says whether an object in the old generation now was the
-// same object, at the same address, when a sample stamped sample was
-// taken, though the GC ran since: a name read of it now then holds for
-// that sample's interval.
-//
-// At most one GC started since the sample. An object is promoted once it
-// has survived RVALUE_OLD_AGE (3) GCs' marking, and one allocated after
-// the sample could have been marked by two at most (the one under way
-// then, and the one since): so the old object was there before the
-// sample, and, alive now, was alive then. Nothing moved it in between: a
-// GC that compacts is stamped compacting from its start until its
-// compaction ends, so the sample's GC did not, and the GC since either is
-// a minor one (they never compact) or is still marking (compaction comes
-// after). A major GC every few milliseconds (string churn on Ruby 3.1)
-// made every name unprovable for the samples read after it started.
-func sameObjects(sample bpf.GCStamp, now rubystack.GCStamp) bool {
-	if !sample.Stamped || sample.Compacting || now.Compacting || now.Count < sample.Count {
-		return false
-	}
-	switch now.Count - sample.Count {
-	case 0:
-		return now.Epoch == sample.Epoch
-	case 1:
-		minor := now.Count != now.Epoch
-		return minor && now.Epoch == sample.Epoch || !minor && now.Marking
-	}
-	return false
+	return names, !moved
 }
 
 // spanFor is the span a name read under GC stamp now holds for, the code

@@ -133,6 +133,18 @@ const (
 	maxCachePages = 4096 // 16 MiB per snapshot at most
 )
 
+// Batch serves the reads until end is called from whole pages of memory,
+// each read once: for a caller that reads many objects at one instant (the
+// names of a sample's frames), whose GC stamps before and after say nothing
+// moved meanwhile. A batch already under way (a snapshot) goes on.
+func (r *Reader) Batch() (end func()) {
+	if r.mem.pages != nil || r.mem.exact {
+		return func() {}
+	}
+	r.mem.start()
+	return r.mem.stop
+}
+
 func (c *pageCache) start() {
 	if !c.exact {
 		c.pages = map[uint64][]byte{}

@@ -1,0 +1,139 @@
+package recording
+
+import (
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// maxOldChecks bounds the keys whose old objects the table follows; past
+// it, it starts afresh (a name is then read again, as at first).
+const maxOldChecks = 1 << 18
+
+// check is a moment at which the objects at a frame key's addresses were
+// found in the old generation: by the program, for a sample (bpf.Frame's
+// IseqOld and MEOld), or by a read that named them.
+type check struct {
+	st bpf.GCStamp
+	// safe: nothing old there is freed before the next major GC: a sample
+	// ran the code (so a GC that had marked kept it), and not while the
+	// epoch's major GC was still marking; a read, once that GC had swept.
+	safe bool
+}
+
+// sampleCheck is the check the program made for a sample stamped st.
+func sampleCheck(st bpf.GCStamp) check {
+	return check{st: st, safe: !(st.Count == st.Epoch && st.Marking)}
+}
+
+// readCheck is the check of a read made under stamp now.
+func readCheck(now rubystack.GCStamp) check {
+	return check{st: stampOf(now), safe: now.Count != now.Epoch || now.Idle}
+}
+
+// linked says whether a check a, then a later one b, both finding old
+// objects at the same address, found the same objects. Nothing moved them
+// in between: a GC that compacts is stamped compacting from its start
+// until its compaction ends (so a non-compacting check in an epoch comes
+// after its only compaction), compaction comes after a major GC's marking,
+// and a minor GC never compacts. And nothing freed them:
+//   - at most one GC started in between (and a major one was still
+//     marking): an object is promoted once it survived three GCs' marking,
+//     and one allocated after a could have had two, so b's was there at a;
+//   - or both are of one epoch, and a is safe: old objects are freed only
+//     by a major GC, and a's were not garbage its sweep had yet to free.
+func linked(a, b check) bool {
+	if !a.st.Stamped || !b.st.Stamped || a.st.Compacting || b.st.Compacting || b.st.Count < a.st.Count {
+		return false
+	}
+	switch b.st.Count - a.st.Count {
+	case 0:
+		return a.st.Epoch == b.st.Epoch
+	case 1:
+		if b.st.Epoch == b.st.Count { // a major GC
+			return b.st.Marking
+		}
+		return a.st.Epoch == b.st.Epoch
+	}
+	return a.safe && a.st.Epoch == b.st.Epoch
+}
+
+// sameObjects says whether an old object found at an address now was the
+// one a sample stamped sample ran there, without the program's word on
+// its generation then (linked's first way).
+func sameObjects(sample bpf.GCStamp, now rubystack.GCStamp) bool {
+	return linked(check{st: sample}, readCheck(now))
+}
+
+// stampOf is a stamp read by user space as the program stamps samples.
+func stampOf(s rubystack.GCStamp) bpf.GCStamp {
+	return bpf.GCStamp{Stamped: true, Count: s.Count, Epoch: s.Epoch, Marking: s.Marking, Compacting: s.Compacting}
+}
+
+// before orders checks by the GC's progress.
+func before(a, b check) bool {
+	return a.st.Count < b.st.Count || a.st.Count == b.st.Count && a.st.Marking && !b.st.Marking
+}
+
+// oldCheck is a run of checks that found the same old objects at a frame
+// key's addresses, each linked to the run: the objects a read named info.
+// Each sample of the run has that name, though it was read GCs later.
+type oldCheck struct {
+	info   FrameInfo
+	lo, hi check // the earliest and latest checks
+}
+
+// extend adds c to the run if it found the run's objects.
+func (r *oldCheck) extend(c check) bool {
+	switch {
+	case before(r.hi, c):
+		if !linked(r.hi, c) {
+			return false
+		}
+		r.hi = c
+	case before(c, r.lo):
+		if !linked(c, r.lo) {
+			return false
+		}
+		r.lo = c
+	default:
+		return linked(r.lo, c) || linked(c, r.hi)
+	}
+	return true
+}
+
+// checkedOld names frame f of a sample stamped st through the run of old
+// checks of its key, when the program found its objects old then and the
+// run takes it; it returns the span the name holds for, the zero Span if
+// none. A run that does not take it is kept: samples come out of order,
+// and a read will start another when needed.
+func (t *SymbolTable) checkedOld(k FrameKey, f bpf.Frame, st bpf.GCStamp) (FrameInfo, bpf.Span) {
+	if !f.IseqOld || !f.MEOld || !st.Stamped {
+		return FrameInfo{}, bpf.Span{}
+	}
+	r, ok := t.oldChecks[k]
+	if !ok || !r.extend(sampleCheck(st)) {
+		return FrameInfo{}, bpf.Span{}
+	}
+	t.oldChecks[k] = r
+	iv := st.Interval()
+	span := bpf.Span{Epoch: st.Epoch, From: iv, To: iv}
+	if st.Count != st.Epoch {
+		// A GC after the epoch's major one: that one has swept, and old
+		// objects stay until the next major GC.
+		span.To = ^uint64(0)
+	}
+	return r.info, span
+}
+
+// checkedRead starts or continues the run of key k with a read, check c,
+// that found its objects old and named them info.
+func (t *SymbolTable) checkedRead(k FrameKey, info FrameInfo, c check) {
+	if r, ok := t.oldChecks[k]; ok && r.info == info && r.extend(c) {
+		t.oldChecks[k] = r
+		return
+	}
+	if t.oldChecks == nil || len(t.oldChecks) >= maxOldChecks {
+		t.oldChecks = map[FrameKey]oldCheck{}
+	}
+	t.oldChecks[k] = oldCheck{info: info, lo: c, hi: c}
+}
