@@ -98,7 +98,7 @@ type Named struct {
 	// generation, by the check OldAt.
 	Old   bool
 	OldAt check
-	ID   uint64 // the id samples refer to it by (NameID)
+	ID    uint64 // the id samples refer to it by (NameID)
 }
 
 // SymbolTable maps frame keys to their meaning, per process, and says
