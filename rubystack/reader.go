@@ -268,7 +268,11 @@ func (r *Reader) envMethodEntry(ep uint64, generation bool) (cme uint64, old boo
 		// environment that escaped to the heap ep[1], its object
 		// (VM_ENV_DATA_INDEX_ENV).
 		var env [32]byte
-		if err := r.mem.ReadAt(env[:], ep-16); err != nil {
+		n := 24 // a walk reads what rb_vm_frame_method_entry does, no more
+		if old {
+			n = 32
+		}
+		if err := r.mem.ReadAt(env[:n], ep-16); err != nil {
 			return 0, false, err
 		}
 		meCref, specval, flags := le64(env[0:]), le64(env[8:]), le64(env[16:])

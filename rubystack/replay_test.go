@@ -82,6 +82,9 @@ func fixtureLayout(t *testing.T, dir, version, arch string) *rubybuild.Layout {
 func TestReplayFixtures(t *testing.T) {
 	for _, version := range replayVersions {
 		for _, sc := range scenarios {
+			if !sc.replayed {
+				continue
+			}
 			t.Run(version+"/"+sc.name, func(t *testing.T) {
 				dir := filepath.Join(replayDir, version)
 				f, err := os.Open(filepath.Join(dir, sc.name+".mem"))

@@ -28,8 +28,13 @@ type oracleAnswer struct {
 var scenarios = []struct {
 	name    string
 	threads int
+	// replayed: the local flavors' replay fixtures have it. bindings.rb
+	// came after the last session with a copy of Ruby's repository, which
+	// is needed to build them (TestRecordReplayFixtures -update).
+	replayed bool
 }{
-	{"methods", 1}, {"dynamic", 1}, {"deep", 1}, {"threads", 4}, {"fiber", 1}, {"bindings", 1},
+	{"methods", 1, true}, {"dynamic", 1, true}, {"deep", 1, true}, {"threads", 4, true}, {"fiber", 1, true},
+	{"bindings", 1, false},
 }
 
 // startScenario runs testdata/ruby/NAME.rb until it parks, returning the
