@@ -190,7 +190,8 @@ type Frame struct {
 	Env uint64
 	// IseqOld and MEOld: the frame was not named for its sample's GC
 	// interval when sampled, and its iseq, and the object in CME (or none),
-	// were in the old generation then (never with PayloadOldStale).
+	// were in the old generation then (never with PayloadOldStale). A C
+	// frame has only MEOld, whatever was named before.
 	IseqOld, MEOld bool
 	// EnvOld: Env escaped to the heap, as an object of the old generation
 	// when sampled (never with PayloadOldStale).
@@ -263,12 +264,14 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 			Iseq: binary.LittleEndian.Uint64(f[0:]), PC: binary.LittleEndian.Uint64(f[8:]),
 			CME: cf &^ frameBits, CFrame: cf&frameCFrame != 0, Finish: cf&frameFinish != 0, Error: cf&frameError != 0,
 		}
-		if fr := &p.Frames[i]; h.Version >= 7 && !fr.CFrame {
+		if fr := &p.Frames[i]; h.Version >= 7 && (!fr.CFrame || fr.PC&^pcBits == 0) {
+			// A Ruby frame's pc is 8-aligned; a C frame's is 0.
 			bits := fr.PC & pcBits
 			fr.PC &^= pcBits
-			fr.IseqOld = bits&pcIseqOld != 0 && h.Flags&PayloadOldStale == 0
-			fr.MEOld = bits&pcMEOld != 0 && h.Flags&PayloadOldStale == 0
-			fr.EnvOld = bits&pcEnvOld != 0 && h.Flags&PayloadOldStale == 0
+			fresh := h.Flags&PayloadOldStale == 0
+			fr.IseqOld = bits&pcIseqOld != 0 && fresh
+			fr.MEOld = bits&pcMEOld != 0 && fresh
+			fr.EnvOld = bits&pcEnvOld != 0 && fresh
 		}
 		if fr := &p.Frames[i]; fr.Error && fr.CME != 0 {
 			fr.Env, fr.CME = fr.CME, 0 // an error with an address: where the walk stopped

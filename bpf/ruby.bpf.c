@@ -97,7 +97,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 // space can tell it is still the same object a GC later (recording's
 // sameObjects) without reading the process in time.
 #define PC_ISEQ_OLD (1 << 0) // the iseq
-#define PC_ME_OLD (1 << 1)   // the method entry (or svar) in cme_flags, or none
+#define PC_ME_OLD (1 << 1)   // the method entry (or svar) in cme_flags, or none (of a C frame too)
 #define PC_ENV_OLD (1 << 2)  // the environment a long chain was left at (FRAME_ERROR) escaped to the heap, as an old object
 #define PC_BITS 7ULL
 
@@ -609,7 +609,16 @@ static long fresh_frame(__u32 i, void *data)
 	if (i >= fc->n || i >= MAX_FRAMES)
 		return 1;
 	struct frame *f = &fc->buf->frames[i & (MAX_FRAMES - 1)];
-	if (!f->iseq || (f->cme_flags & FRAME_CFRAME))
+	if (f->cme_flags & FRAME_CFRAME) {
+		// A C frame is named by its method entry alone, and never makes a
+		// sample urgent (its name is read with the Ruby frames' when one
+		// is new). Its pc is 0: the bit has room.
+		if (!(f->cme_flags & FRAME_ERROR) && !(f->pc & PC_BITS) && c->fl_promoted &&
+		    (fc->buf->h.flags & PAYLOAD_GC_STAMPED) && old_object(c, f->cme_flags & ~FRAME_BITS))
+			f->pc |= PC_ME_OLD;
+		return 0;
+	}
+	if (!f->iseq)
 		return 0;
 	if (f->cme_flags & FRAME_ERROR) {
 		// A chain left to user space: its next environment's object

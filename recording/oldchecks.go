@@ -36,25 +36,29 @@ func readCheck(now rubystack.GCStamp) check {
 // until its compaction ends (so a non-compacting check in an epoch comes
 // after its only compaction), compaction comes after a major GC's marking,
 // and a minor GC never compacts. And nothing freed them:
-//   - at most one GC started in between (and a major one was still
-//     marking): an object is promoted once it survived three GCs' marking,
-//     and one allocated after a could have had two, so b's was there at a;
+//   - no major GC finished marking in between, and few GCs started: for
+//     b's object to be another, a's must have been freed by a GC's sweep
+//     (one that started after a, or the one marking at a) and b's
+//     allocated after, then promoted, which takes three GCs' marking more;
 //   - or both are of one epoch, and a is safe: old objects are freed only
 //     by a major GC, and a's were not garbage its sweep had yet to free.
 func linked(a, b check) bool {
 	if !a.st.Stamped || !b.st.Stamped || a.st.Compacting || b.st.Compacting || b.st.Count < a.st.Count {
 		return false
 	}
-	switch b.st.Count - a.st.Count {
-	case 0:
-		return a.st.Epoch == b.st.Epoch
-	case 1:
-		if b.st.Epoch == b.st.Count { // a major GC
-			return b.st.Marking
+	sameEpoch := a.st.Epoch == b.st.Epoch
+	// A major GC started since a, still marking at b, and the last to start.
+	marking := b.st.Epoch > a.st.Count && b.st.Epoch == b.st.Count && b.st.Marking
+	if d := b.st.Count - a.st.Count; sameEpoch || marking {
+		freedAt := a.st.Count + 1 // the first GC whose sweep could free a's objects
+		if a.st.Marking {
+			freedAt = a.st.Count
 		}
-		return a.st.Epoch == b.st.Epoch
+		if b.st.Count < freedAt+3 || d == 0 {
+			return true
+		}
 	}
-	return a.safe && a.st.Epoch == b.st.Epoch
+	return a.safe && sameEpoch
 }
 
 // sameObjects says whether an old object found at an address now was the
@@ -107,7 +111,7 @@ func (r *oldCheck) extend(c check) bool {
 // none. A run that does not take it is kept: samples come out of order,
 // and a read will start another when needed.
 func (t *SymbolTable) checkedOld(k FrameKey, f bpf.Frame, st bpf.GCStamp) (FrameInfo, bpf.Span) {
-	if !f.IseqOld || !f.MEOld || !st.Stamped {
+	if !f.IseqOld && !f.CFrame || !f.MEOld || !st.Stamped {
 		return FrameInfo{}, bpf.Span{}
 	}
 	r, ok := t.oldChecks[k]

@@ -293,10 +293,20 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 			break
 		}
 	}
+	var unproven map[FrameKey]bool
 	for i, f := range fresh {
 		n := names[i]
 		if n.Span == (bpf.Span{}) && n.Back == (bpf.Span{}) {
-			continue // holds for no sample
+			// Holds for no sample. Read whole, it is a name that could
+			// not be proven for the sample (the code there may have been
+			// freed and replaced since), not a frame that could not be read.
+			if n.Label != "" && !n.Unknown && !n.Drop {
+				if unproven == nil {
+					unproven = map[FrameKey]bool{}
+				}
+				unproven[Key(p.PID, p.Gen, f)] = true
+			}
+			continue
 		}
 		if n.Unknown {
 			unknown++
@@ -317,6 +327,11 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 	}
 	if len(added) > 0 {
 		ids = t.names(p, ids)
+	}
+	for i, f := range p.Frames {
+		if ids[i] == NameUnknown && !f.Error && unproven[Key(p.PID, p.Gen, f)] {
+			ids[i] = NameReplaced
+		}
 	}
 	return ids, added, unknown
 }
@@ -371,7 +386,7 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 		}
 		names[i].Old, names[i].OldAt = true, read
 		proven := linked(check{st: p.GC}, read) ||
-			frames[i].IseqOld && frames[i].MEOld && linked(sampleCheck(p.GC), read)
+			(frames[i].IseqOld || frames[i].CFrame) && frames[i].MEOld && linked(sampleCheck(p.GC), read)
 		if !names[i].Span.Covers(p.GC) && proven {
 			names[i].Back = bpf.Span{Epoch: p.GC.Epoch, From: p.GC.Interval(), To: p.GC.Interval()}
 		}

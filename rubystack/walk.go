@@ -228,6 +228,14 @@ func (r *Reader) symbolize(rf RawFrame) (Frame, error) {
 		(me == nil || me.defType != L.Constants["VM_METHOD_TYPE_ISEQ"] || me.iseqPtr != rf.Iseq) {
 		return Frame{}, fmt.Errorf("%w: top frame runs method iseq %#x without its method entry", errTorn, rf.Iseq)
 	}
+	// The same tear in a block's frame: one lexically in a method always
+	// finds that method's entry up its environments, so a top block frame
+	// without one would read as the bare "block in NAME" Ruby never says.
+	if rf.Top && me == nil && own.typ == L.Constants["ISEQ_TYPE_BLOCK"] && own.local != rf.Iseq {
+		if local, err := r.iseq(own.local); err == nil && local.typ == L.Constants["ISEQ_TYPE_METHOD"] {
+			return Frame{}, fmt.Errorf("%w: top frame runs a block of method iseq %#x without its method entry", errTorn, own.local)
+		}
+	}
 	labelled := own
 	if me != nil && me.defType == L.Constants["VM_METHOD_TYPE_ISEQ"] {
 		if labelled, err = r.iseq(me.iseqPtr); err != nil {

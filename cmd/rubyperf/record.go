@@ -100,7 +100,9 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			}
 		}
 		if sum.SamplesNotNamed > 0 {
-			fmt.Fprintf(stderr, "rubyperf: %s\n", notNamedLine(sum.SamplesNotNamed, sum.Samples, sum.UnknownFrames, sum.FramesNotNamed))
+			head, kinds := notNamed(sum.SamplesNotNamed, sum.Samples, sum.UnknownFrames, sum.FramesNotNamed)
+			fmt.Fprintf(stderr, "rubyperf: %s %s (%s: not readable as sampled; %s: the name read could not be proven "+
+				"to hold when sampled, the code may have been freed and replaced)\n", head, kinds, rubystack.UnknownLabel, recording.ReplacedLabel)
 		}
 		if n := len(sum.NoGCStamps); n > 1 {
 			fmt.Fprintf(stderr, "rubyperf: %d targets had no GC stamps (the first is above)\n", n)
@@ -127,19 +129,19 @@ type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
-// notNamedLine says how many samples have a Ruby frame without a name, and
-// of which kind: the same line for a recording's summary and its report.
-func notNamedLine[N int | uint64](samples, of, unknown, replaced N) string {
-	var kinds []string
+// notNamed says how many samples have a Ruby frame without a name (head)
+// and how many frames of each kind (kinds): the same words for a
+// recording's summary and its report.
+func notNamed[N int | uint64](samples, of, unknown, replaced N) (head, kinds string) {
+	var k []string
 	if unknown > 0 {
-		kinds = append(kinds, fmt.Sprintf("%d frames %s (not readable as they were sampled)", unknown, rubystack.UnknownLabel))
+		k = append(k, fmt.Sprintf("%d %s", unknown, rubystack.UnknownLabel))
 	}
 	if replaced > 0 {
-		kinds = append(kinds, fmt.Sprintf("%d %s (the name read at their addresses could not be proven to hold when sampled)",
-			replaced, recording.ReplacedLabel))
+		k = append(k, fmt.Sprintf("%d %s", replaced, recording.ReplacedLabel))
 	}
-	return fmt.Sprintf("%d of %d samples (%.2f%%) have a Ruby frame without a name: %s", samples, of,
-		100*float64(samples)/float64(max(of, 1)), strings.Join(kinds, ", "))
+	return fmt.Sprintf("%d of %d samples (%.2f%%) have Ruby frames without a name:", samples, of,
+		100*float64(samples)/float64(max(of, 1))), strings.Join(k, ", ")
 }
 
 // maxEventLines bounds the lines a summary gives to forks and execs.

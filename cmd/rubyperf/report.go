@@ -63,7 +63,8 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout)
 	if stats.SamplesNotNamed > 0 {
-		fmt.Fprintf(stdout, "# %s\n", notNamedLine(stats.SamplesNotNamed, stats.Samples, stats.Unknown, stats.NotNamed))
+		head, kinds := notNamed(stats.SamplesNotNamed, stats.Samples, stats.Unknown, stats.NotNamed)
+		fmt.Fprintf(stdout, "# %s\n#   %s\n", head, kinds)
 	}
 	if !*threads {
 		whole.write(stdout, "all threads", *top, width)

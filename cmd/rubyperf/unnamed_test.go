@@ -18,7 +18,7 @@ import (
 // kind, and the samples with any.
 type notNamedCounts struct{ samples, unknown, replaced int }
 
-var notNamedRe = regexp.MustCompile(`(\d+) of (\d+) samples \([0-9.]+%\) have a Ruby frame without a name: (?:(\d+) frames \[unknown\][^,\n]*)?(?:, )?(?:(\d+) \[code freed before it was named\])?`)
+var notNamedRe = regexp.MustCompile(`(\d+) of (\d+) samples \([0-9.]+%\) have Ruby frames without a name:(?:\n#)?\s+(?:(\d+) \[unknown\])?(?:, )?(?:(\d+) \[code freed before it was named\])?`)
 
 // parseNotNamed reads the counts from record's summary or report's header:
 // zero when the line is not there, which says there is nothing to count.
