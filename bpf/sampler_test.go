@@ -152,21 +152,11 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 // loop that stays in JIT code).
 func TestBPFStacksEqualSnapshot(t *testing.T) {
 	t.Setenv("RUBYPERF_SPIN", "1")
-	var runs []testruby.JITRun // a zero JIT: interpreted
-	for _, r := range testruby.All(t) {
-		runs = append(runs, testruby.JITRun{Ruby: r})
-	}
-	runs = append(runs, testruby.WithJIT(t)...)
-	for _, ru := range runs {
-		r, name := ru.Ruby, ru.Ruby.Name
-		if ru.JIT.Name != "" {
-			name = ru.Name()
-		}
+	for _, ru := range testruby.Runs(t) {
+		r := ru.Ruby
 		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber", "bindings"} {
-			t.Run(name+"/"+sc, func(t *testing.T) {
-				if ru.JIT.Name != "" {
-					t.Setenv(ru.Env())
-				}
+			t.Run(ru.Name()+"/"+sc, func(t *testing.T) {
+				ru.Setenv(t)
 				script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", sc+".rb"))
 				args := append(append(ru.Args[:len(ru.Args):len(ru.Args)], rubyoracle.Args(t, r.Exe)...), script)
 				cmd := testruby.Start(t, r, args...)

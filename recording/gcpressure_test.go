@@ -52,11 +52,7 @@ var blockPrefix = regexp.MustCompile(`^block (\(\d+ levels\) )?in `)
 // where before a GC between the sample and the read lost the name.
 func TestNamesUnderGCPressure(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
-	var runs []testruby.JITRun // a zero JIT: interpreted
-	for _, r := range testruby.All(t) {
-		runs = append(runs, testruby.JITRun{Ruby: r})
-	}
-	runs = append(runs, testruby.WithJIT(t)...)
+	runs := testruby.Runs(t)
 	script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", "gcpressure.rb"))
 	var shares []float64
 	defer func() {
@@ -71,14 +67,8 @@ func TestNamesUnderGCPressure(t *testing.T) {
 		}
 	}()
 	for _, ru := range runs {
-		name := ru.Ruby.Name
-		if ru.JIT.Name != "" {
-			name = ru.Name()
-		}
-		t.Run(name, func(t *testing.T) {
-			if ru.JIT.Name != "" {
-				t.Setenv(ru.Env())
-			}
+		t.Run(ru.Name(), func(t *testing.T) {
+			ru.Setenv(t)
 			report := filepath.Join(t.TempDir(), "report.json")
 			out := filepath.Join(t.TempDir(), "rubyperf.data")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -7,7 +7,7 @@ import (
 
 // maxOldChecks bounds the keys whose old objects the table follows; past
 // it, it starts afresh (a name is then read again, as at first).
-const maxOldChecks = 1 << 18
+const maxOldChecks = 1 << 16
 
 // check is a moment at which the objects at a frame key's addresses were
 // found in the old generation: by the program, for a sample (bpf.Frame's

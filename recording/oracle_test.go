@@ -26,20 +26,10 @@ import (
 func TestRecordedStacksMatchRuby(t *testing.T) {
 	testruby.Privileged(t, bpf.Supported())
 	t.Setenv("RUBYPERF_SPIN", "1")
-	var runs []testruby.JITRun // a zero JIT: interpreted
-	for _, r := range testruby.All(t) {
-		runs = append(runs, testruby.JITRun{Ruby: r})
-	}
-	runs = append(runs, testruby.WithJIT(t)...)
+	runs := testruby.Runs(t)
 	for _, ru := range runs {
-		name := ru.Ruby.Name
-		if ru.JIT.Name != "" {
-			name = ru.Name()
-		}
-		t.Run(name, func(t *testing.T) {
-			if ru.JIT.Name != "" {
-				t.Setenv(ru.Env())
-			}
+		t.Run(ru.Name(), func(t *testing.T) {
+			ru.Setenv(t)
 			r := ru.Ruby
 			script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", "bindings.rb"))
 			args := append(append(ru.Args[:len(ru.Args):len(ru.Args)], rubyoracle.Args(t, r.Exe)...), script)

@@ -825,21 +825,10 @@ func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 	ids = append(ids, s.sharedIDs...)
 	s.ids = ids
-	unnamed := false
-	for _, id := range ids {
-		info, named, ok := s.symtab.FrameName(id)
-		switch {
-		case !named || ok && info.Unknown:
-			s.sum.UnknownFrames++
-			unnamed = true
-		case !ok:
-			s.sum.FramesNotNamed++
-			unnamed = true
-		}
-	}
-	if unnamed {
-		s.sum.SamplesNotNamed++
-	}
+	s.countNames(len(ids), func(i int) (unknown, replaced bool) {
+		info, named, ok := s.symtab.FrameName(ids[i])
+		return !named || ok && info.Unknown, !ok
+	})
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if last, ok := s.lastFrames[k]; ok {
 		last.ids = append(last.ids[:0], ids...)
@@ -852,17 +841,27 @@ func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 // does not name (its image exec'd since), as a reader will read them: by
 // their keys, in the table as it stands (s.mu held).
 func (s *session) countUnnamed(p *bpf.Payload) {
-	unnamed := false
-	for _, f := range p.Frames {
+	s.countNames(len(p.Frames), func(i int) (unknown, replaced bool) {
+		f := p.Frames[i]
 		info, named, ok := s.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
-		switch {
-		case f.Error || !named || ok && info.Unknown:
+		return f.Error || !named || ok && info.Unknown, !ok
+	})
+}
+
+// countNames counts in the summary a sample's n frames without a name, by
+// kind (unknown first), and the sample if it has any (s.mu held).
+func (s *session) countNames(n int, kind func(i int) (unknown, replaced bool)) {
+	unnamed := false
+	for i := range n {
+		switch unknown, replaced := kind(i); {
+		case unknown:
 			s.sum.UnknownFrames++
-			unnamed = true
-		case !ok:
+		case replaced:
 			s.sum.FramesNotNamed++
-			unnamed = true
+		default:
+			continue
 		}
+		unnamed = true
 	}
 	if unnamed {
 		s.sum.SamplesNotNamed++

@@ -209,8 +209,30 @@ type JITRun struct {
 	JIT
 }
 
-// Name is the flavor and the JIT: "source-3.4-shared+yjit".
-func (r JITRun) Name() string { return r.Ruby.Name + "+" + r.JIT.Name }
+// Name is the flavor and the JIT: "source-3.4-shared+yjit", or the flavor
+// alone for a run without one.
+func (r JITRun) Name() string {
+	if r.JIT.Name == "" {
+		return r.Ruby.Name
+	}
+	return r.Ruby.Name + "+" + r.JIT.Name
+}
+
+// Setenv sets for t what the run's JIT needs (JIT.Env), if it has one.
+func (r JITRun) Setenv(t testing.TB) {
+	if r.JIT.Name != "" {
+		t.Setenv(r.Env())
+	}
+}
+
+// Runs returns every Ruby of All interpreted (a zero JIT), then WithJIT's.
+func Runs(t testing.TB) []JITRun {
+	var out []JITRun
+	for _, r := range All(t) {
+		out = append(out, JITRun{Ruby: r})
+	}
+	return append(out, WithJIT(t)...)
+}
 
 // WithJIT returns each Ruby of All with each JIT it has (jits: the JITs
 // wanted, by name; none means every one). Debian's Ruby 3.1 has YJIT, so
