@@ -126,7 +126,7 @@ func TestTargetExecs(t *testing.T) {
 		}
 		// The samples of the old image read after the exec keep their
 		// frames unnamed (they cannot be read through the new one).
-		if nn := parseNotNamed(t, stderr); nn.samples*100 > sum.samples {
+		if nn := parseNotNamed(t, stderr); nn.samples > max(sum.samples/100, 10) {
 			t.Errorf("%d of %d samples have frames without a name", nn.samples, sum.samples)
 		}
 	})
@@ -148,8 +148,10 @@ func TestTargetExecs(t *testing.T) {
 				first++
 			}
 		}
+		// The few samples in flight at the exec, read once the old image
+		// is gone, keep their frames unnamed.
 		nn := parseNotNamed(t, stderr)
-		if first < 150 || nn.samples*100 > sum.samples {
+		if first < 150 || nn.samples > max(sum.samples/100, 10) {
 			t.Errorf("%d samples in first_image of %d, %d with frames without a name", first, sum.samples, nn.samples)
 		}
 	})
