@@ -33,6 +33,7 @@ func main() {
 	b := &bench{start: time.Now(), depths: []int{10, 200}}
 	quick := flag.Bool("quick", false, "a short run to try the harness: 2 rounds, small recordings (not for the README)")
 	out := flag.String("o", "", "also write the table to this file")
+	sharesOnly := flag.Bool("shares-only", false, "only compare rubyperf's shares with stackprof's on bench/app.rb")
 	flag.StringVar(&b.ruby, "ruby", "/usr/bin/ruby3.1", "the Ruby every tool profiles (stackprof must be installed for it)")
 	flag.StringVar(&b.rubyperf, "rubyperf", "bin/rubyperf", "the rubyperf binary")
 	flag.StringVar(&b.dwarfRuby, "dwarf-ruby", "", "a Ruby whose libruby carries DWARF, for the attach row")
@@ -51,7 +52,11 @@ func main() {
 		os.Exit(1)
 	}
 	defer os.RemoveAll(b.tmp)
-	table, err := b.measure()
+	measure := b.measure
+	if *sharesOnly {
+		measure = b.measureShares
+	}
+	table, err := measure()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
@@ -126,5 +131,17 @@ func (b *bench) measure() (string, error) {
 	if t.rss, t.rssSamples, err = b.rssSeries(); err != nil {
 		return "", err
 	}
+	if t.shares, err = b.compareShares(); err != nil {
+		return "", err
+	}
 	return t.String(), nil
+}
+
+// measureShares runs only the comparison with stackprof's shares.
+func (b *bench) measureShares() (string, error) {
+	s, err := b.compareShares()
+	if err != nil {
+		return "", err
+	}
+	return s.String(), nil
 }

@@ -33,6 +33,7 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 		ImemoMent:   uint64(c["imemo_ment"]),
 		FlPromoted:  uint64(c["RUBY_FL_PROMOTED"]),
 		EnvEscaped:  uint64(c["VM_ENV_FLAG_ESCAPED"]),
+		ImemoSvar:   uint64(c["imemo_svar"]),
 	}
 	if l.Capabilities.SkipDummyBottomFrame {
 		cfg.SkipDummyFrame = 1
@@ -46,6 +47,9 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 	}
 	if p := l.String.HeapPtr; p > 0 && p%8 == 0 && p+8 <= labelObj && heapLen > 0 && heapLen%8 == 0 && heapLen+8 <= labelObj {
 		cfg.StrHeapPtr, cfg.StrHeapLen = u32(p), u32(heapLen)
+	}
+	if o := l.SVar.CrefOrMe; o >= 0 && o%8 == 0 && o < 64 && c["imemo_svar"] != 0 {
+		cfg.SvarCrefOrMe = u32(o) + 1
 	}
 	if l.ControlFrame.JITReturn >= 0 {
 		cfg.CfpJitReturn = u32(l.ControlFrame.JITReturn) + 1
@@ -77,6 +81,9 @@ func ConfigFor(l *rubybuild.Layout, ecTPOffset int64) (ProcessConfig, error) {
 		return cfg, fmt.Errorf("control frames of %d bytes do not fit the BPF walker", size)
 	}
 	offs := []int64{l.ControlFrame.PC, l.ControlFrame.Iseq, l.ControlFrame.EP}
+	if o := l.SVar.CrefOrMe; o >= 0 && o%8 == 0 && o < 64 && c["imemo_svar"] != 0 {
+		cfg.SvarCrefOrMe = u32(o) + 1
+	}
 	if l.ControlFrame.JITReturn >= 0 {
 		offs = append(offs, l.ControlFrame.JITReturn)
 	}

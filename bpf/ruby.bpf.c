@@ -117,6 +117,11 @@ struct proc_config {
 	// the old generation (0: frames go without PC_*_OLD bits).
 	__u64 fl_promoted;
 	__u64 env_escaped; // VM_ENV_FLAG_ESCAPED
+	// imemo_svar, and svar->cref_or_me's offset + 1 (0: svars go out as
+	// they are, for user space to resolve).
+	__u64 imemo_svar;
+	__u32 svar_cref_or_me;
+	__u32 pad2;
 	__u32 cfp_jit_return; // offset of cfp->jit_return + 1; 0: the layout has none
 	// gen tells apart the process images a pid had while recording (user
 	// space counts its attaches); samples and frame keys carry it.
@@ -599,6 +604,26 @@ static __always_inline int old_object(struct proc_config *c, __u64 v)
 	return (flags & c->fl_promoted) == c->fl_promoted;
 }
 
+// resolve_svar puts in a frame's cme_flags the method entry an svar there
+// holds. A method that sets $~ or $_ gets an svar in its environment's
+// me_cref, a new one each call: sent as it was, every call was a new frame
+// key to user space, to be named while the svar was still there, so that
+// a parser's lookup method, called all the run, read as code freed before
+// it was named. One read of the object's flags a frame, after the walk.
+static __always_inline void resolve_svar(struct proc_config *c, struct frame *f)
+{
+	__u64 v = f->cme_flags & ~FRAME_BITS, flags, inner;
+	if (!v || v == c->qnil || (v & c->imm_mask))
+		return;
+	if (bpf_probe_read_user(&flags, sizeof(flags), (void *)v) || (flags & c->t_mask) != c->t_imemo ||
+	    ((flags >> c->fl_ushift) & 0xf) != c->imemo_svar)
+		return;
+	if (bpf_probe_read_user(&inner, sizeof(inner), (void *)(v + c->svar_cref_or_me - 1)))
+		return;
+	if (method_entry(c, inner))
+		f->cme_flags = (inner & ~FRAME_BITS) | (f->cme_flags & FRAME_BITS);
+}
+
 // fresh_frame: frame i is a Ruby frame not named for this sample's GC
 // interval yet; such a frame gets its PC_*_OLD bits (a bpf_loop callback:
 // the verifier follows one frame).
@@ -620,6 +645,8 @@ static long fresh_frame(__u32 i, void *data)
 	}
 	if (!f->iseq)
 		return 0;
+	if (!(f->cme_flags & FRAME_ERROR) && c->svar_cref_or_me)
+		resolve_svar(c, f);
 	if (f->cme_flags & FRAME_ERROR) {
 		// A chain left to user space: its next environment's object
 		// (ep[1] of one that escaped) old says the rest of the chain,

@@ -95,6 +95,9 @@ type rubyProcConfig struct {
 	ImemoMent         uint64
 	FlPromoted        uint64
 	EnvEscaped        uint64
+	ImemoSvar         uint64
+	SvarCrefOrMe      uint32
+	Pad2              uint32
 	CfpJitReturn      uint32
 	Gen               uint32
 	FollowForks       uint32
