@@ -125,7 +125,7 @@ func foldedShares(path string) (self, total map[string]float64, samples int, err
 			return nil, nil, 0, fmt.Errorf("%s: folded line %q", path, line)
 		}
 		frames := strings.Split(line[:i], ";")
-		if !contains(frames, "StackProf.run") || contains(frames, "[garbage collection]") {
+		if !contains(frames, "StackProf.run") || contains(frames, "(garbage collection)") {
 			continue // outside stackprof's window, or in GC (stackprof counts that apart)
 		}
 		samples += int(w/period + 0.5) // folded stacks weigh samples by their period (ns)
