@@ -280,6 +280,10 @@ struct frame_key {
 // unless the code was in the old generation, which only a major GC frees.
 struct frame_span {
 	__u64 epoch, from, to;
+	// cme: the method entry the frame was named with (0: any). A frame
+	// whose cme_flags slot holds another (an svar of a method that set $~,
+	// new each call) has it read and resolved before it counts as known.
+	__u64 cme;
 };
 
 // known_frames: the Ruby frames user space has named, per process, and
@@ -317,17 +321,20 @@ static __always_inline int covers(struct frame_span *s, __u64 epoch, __u64 inter
 // known: user space has named the frame key for a sample of this GC epoch
 // and interval (0 and 0 for a process without stamps: user space names its
 // frames for good).
-static __always_inline int known(struct frame_key *key, __u64 epoch, __u64 interval)
+static __always_inline int known(struct frame_key *key, __u64 epoch, __u64 interval, __u64 *cme)
 {
 	__u32 slot = ((key->iseq ^ key->pc ^ key->pid) * 0x9E3779B97F4A7C15ULL) >> 54; // 10 bits
 	slot &= SEEN_SLOTS - 1;
 	struct seen_frame *seen = bpf_map_lookup_elem(&seen_frames, &slot);
 	if (seen && seen->key.pid == key->pid && seen->key.gen == key->gen && seen->key.iseq == key->iseq &&
-	    seen->key.pc == key->pc && covers(&seen->span, epoch, interval))
+	    seen->key.pc == key->pc && covers(&seen->span, epoch, interval)) {
+		*cme = seen->span.cme;
 		return 1;
+	}
 	struct frame_span *span = bpf_map_lookup_elem(&known_frames, key);
 	if (!span || !covers(span, epoch, interval))
 		return 0;
+	*cme = span->cme;
 	if (seen) {
 		seen->key = *key;
 		seen->span = *span;
@@ -645,8 +652,17 @@ static long fresh_frame(__u32 i, void *data)
 	}
 	if (!f->iseq)
 		return 0;
-	if (!(f->cme_flags & FRAME_ERROR) && c->svar_cref_or_me)
-		resolve_svar(c, f);
+	struct frame_key key = {.pid = fc->pid, .gen = fc->gen, .iseq = f->iseq, .pc = f->pc};
+	__u64 named_cme = 0;
+	int is_known = known(&key, fc->epoch, fc->interval, &named_cme);
+	if (!(f->cme_flags & FRAME_ERROR)) {
+		// Only a slot that is not the method entry the frame was named
+		// with is read (an svar, new each call, of a method that set $~).
+		if (c->svar_cref_or_me && !(is_known && (!named_cme || named_cme == (f->cme_flags & ~FRAME_BITS))))
+			resolve_svar(c, f);
+		if (is_known && named_cme && named_cme != (f->cme_flags & ~FRAME_BITS))
+			is_known = 0;
+	}
 	if (f->cme_flags & FRAME_ERROR) {
 		// A chain left to user space: its next environment's object
 		// (ep[1] of one that escaped) old says the rest of the chain,
@@ -662,8 +678,7 @@ static long fresh_frame(__u32 i, void *data)
 			f->pc |= PC_ISEQ_OLD;
 		return 0;
 	}
-	struct frame_key key = {.pid = fc->pid, .gen = fc->gen, .iseq = f->iseq, .pc = f->pc};
-	if (known(&key, fc->epoch, fc->interval))
+	if (is_known)
 		return 0;
 	fc->fresh = 1;
 	if (c->fl_promoted && (fc->buf->h.flags & PAYLOAD_GC_STAMPED)) {

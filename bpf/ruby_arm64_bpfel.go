@@ -33,6 +33,7 @@ type rubyFrameSpan struct {
 	Epoch uint64
 	From  uint64
 	To    uint64
+	Cme   uint64
 }
 
 type rubyLabel struct {

@@ -559,7 +559,7 @@ func (s *Sampler) MarkNamed(pid, gen uint32, frames []NamedFrame) error {
 	for _, f := range frames {
 		if f.Iseq != 0 && !f.CFrame {
 			keys = append(keys, rubyFrameKey{Pid: pid, Gen: gen, Iseq: f.Iseq, Pc: f.PC})
-			values = append(values, rubyFrameSpan{Epoch: f.Span.Epoch, From: f.Span.From, To: f.Span.To})
+			values = append(values, rubyFrameSpan{Epoch: f.Span.Epoch, From: f.Span.From, To: f.Span.To, Cme: f.CME})
 		}
 	}
 	if len(keys) == 0 {
