@@ -93,11 +93,9 @@ func walkEnvs(t *Target, p *bpf.Payload) {
 	end()
 	if reads > 0 {
 		after, err := t.Reader.GCStamp()
-		// A minor GC while reading frees and moves nothing old: what was
-		// read of old objects stands, as read by then (see nameFrames).
-		valid := err == nil && after.Epoch == now.Epoch && !after.Compacting
+		read, valid := readBetween(now, after)
+		valid = valid && err == nil
 		moved := after != now
-		read := check{st: stampOf(after), safe: readCheck(now).safe}
 		for _, f := range p.Frames {
 			w, ok := walks[f.Env]
 			if !ok || !w.read || w.proven {
@@ -108,7 +106,7 @@ func walkEnvs(t *Target, p *bpf.Payload) {
 				continue
 			}
 			w.proven = !moved && w.span.Covers(p.GC) ||
-				w.old && (linked(check{st: p.GC}, read) || f.EnvOld && linked(sampleCheck(p.GC), read))
+				w.old && provenFor(p.GC, f.EnvOld, read)
 			c := envChain{cme: w.cme}
 			if !moved {
 				c.span = w.span

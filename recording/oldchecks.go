@@ -68,6 +68,23 @@ func sameObjects(sample bpf.GCStamp, now rubystack.GCStamp) bool {
 	return linked(check{st: sample}, readCheck(now))
 }
 
+// readBetween is the check that a read made from stamp before to stamp
+// after stands for, where one holds: a minor GC may have run meanwhile (at
+// hundreds a second, it often does), which frees and moves nothing old, so
+// what was read of old objects stands, as read no later than after.
+func readBetween(before, after rubystack.GCStamp) (check, bool) {
+	if after.Epoch != before.Epoch || after.Compacting {
+		return check{}, false
+	}
+	return check{st: stampOf(after), safe: readCheck(before).safe}, true
+}
+
+// provenFor says whether the old objects a read found were those a sample
+// stamped st ran; old: the program found them old then too.
+func provenFor(st bpf.GCStamp, old bool, read check) bool {
+	return linked(check{st: st}, read) || old && linked(sampleCheck(st), read)
+}
+
 // stampOf is a stamp read by user space as the program stamps samples.
 func stampOf(s rubystack.GCStamp) bpf.GCStamp {
 	return bpf.GCStamp{Stamped: true, Count: s.Count, Epoch: s.Epoch, Marking: s.Marking, Compacting: s.Compacting}

@@ -368,15 +368,12 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 		names[i].FrameInfo = frameInfo(r, f)
 	}
 	after, err := r.GCStamp()
-	if err != nil || after.Epoch != before.Epoch || after.Compacting {
+	read, ok := readBetween(before, after)
+	if err != nil || !ok {
 		return make([]Named, len(frames)), false
 	}
-	// A minor GC may have run while reading (at hundreds a second, it
-	// often does): nothing old was freed or moved then, so what was read
-	// of old objects stands, as read no earlier than before and no later
-	// than after; the rest is read again.
+	// What was read of young objects while a GC ran is read again.
 	moved := after != before
-	read := check{st: stampOf(after), safe: readCheck(before).safe}
 	for i := range frames {
 		if !moved {
 			names[i].Span = spanFor(p.GC, before, old[i])
@@ -385,8 +382,7 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 			continue
 		}
 		names[i].Old, names[i].OldAt = true, read
-		proven := linked(check{st: p.GC}, read) ||
-			(frames[i].IseqOld || frames[i].CFrame) && frames[i].MEOld && linked(sampleCheck(p.GC), read)
+		proven := provenFor(p.GC, (frames[i].IseqOld || frames[i].CFrame) && frames[i].MEOld, read)
 		if !names[i].Span.Covers(p.GC) && proven {
 			names[i].Back = bpf.Span{Epoch: p.GC.Epoch, From: p.GC.Interval(), To: p.GC.Interval()}
 		}
