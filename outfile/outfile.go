@@ -73,6 +73,24 @@ func Check(path string) error {
 	return nil
 }
 
+// CheckKeepOld is Check for a file whose Place or Commit keeps what path
+// holds as path.old (KeepOld): it also refuses when that move cannot be
+// made, a directory at path.old, so that nothing is started for a file
+// that cannot be placed.
+func CheckKeepOld(path string) error {
+	if err := Check(path); err != nil {
+		return err
+	}
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() {
+		return nil // nothing to keep
+	}
+	old := path + ".old"
+	if st, err := os.Lstat(old); err == nil && st.IsDir() {
+		return fmt.Errorf("%s: a directory where the file %s replaces is to be kept: remove it, or give another path", old, path)
+	}
+	return nil
+}
+
 func typeName(m fs.FileMode) string {
 	switch {
 	case m&fs.ModeNamedPipe != 0:

@@ -119,3 +119,30 @@ func TestKeepOldAndAbort(t *testing.T) {
 		t.Error("Commit after Abort succeeded")
 	}
 }
+
+// TestCheckKeepOld: a directory planted at path.old is refused up front
+// when there is a file at path to keep, and only then.
+func TestCheckKeepOld(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rubyperf.data")
+	if err := os.MkdirAll(filepath.Join(path+".old", "planted"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckKeepOld(path); err != nil {
+		t.Errorf("no file at path yet: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckKeepOld(path)
+	if err == nil || !strings.Contains(err.Error(), path+".old: a directory") {
+		t.Errorf("CheckKeepOld = %v, want a refusal naming %s.old", err, path)
+	}
+	os.RemoveAll(path + ".old")
+	if err := os.WriteFile(path+".old", []byte("older"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckKeepOld(path); err != nil {
+		t.Errorf("a regular path.old: %v", err)
+	}
+}

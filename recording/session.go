@@ -319,7 +319,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	if opts.Stacks == nil {
-		if err := outfile.Check(opts.Output); err != nil {
+		if err := outfile.CheckKeepOld(opts.Output); err != nil {
 			return nil, err // before anything is started or attached
 		}
 	}
@@ -393,6 +393,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 
 	var cmd *exec.Cmd
 	cmdDone := make(chan error, 1)
+	running := false // past every check that can fail a start
 	switch {
 	case len(opts.Command) > 0:
 		cmd = exec.Command(opts.Command[0], opts.Command[1:]...)
@@ -414,9 +415,13 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			waitExit(cmd.Process.Pid)
 			cmdDone <- cmd.Wait()
 		}()
+		// Nothing started for a recording that fails to start outlives it.
+		defer func() {
+			if !running {
+				abandonCommand(cmd.Process.Pid, cmdDone)
+			}
+		}()
 		if err != nil {
-			cmd.Process.Kill()
-			<-cmdDone
 			return nil, fmt.Errorf("%s: %w", opts.Command[0], err)
 		}
 		if err := s.add(t); err != nil {
@@ -470,6 +475,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			os.Rename(SymbolsPath(opts.Output), SymbolsPath(opts.Output+".old"))
 		}
 	}
+
+	running = true
 
 	// Stop on: the caller, the duration, the command's exit, every target's exit.
 	runCtx, stop := context.WithCancel(ctx)
