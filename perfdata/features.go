@@ -7,9 +7,12 @@ import (
 
 // Feature is a bit of perf_file_header.adds_features: the index of an
 // optional feature section (enum HEADER_* in tools/perf/util/header.h).
-// Valid bits are 1 to 255. perf 6.1 knows bits 1 to 31 and skips any other
-// bit it finds set, so bits well above 31 (say 200 and up) are free for a
-// tool's private data.
+// Valid bits are 1 to 255. perf 6.1 knows bits 1 to 31; its readers
+// (report, script) skip any other bit they find set, so bits well above 31
+// (say 200 and up) are free for a tool's private data. Its writer does not:
+// perf inject copies every bit set in its input and crashes on one it does
+// not know (it indexes its table of feature writers with it), so a file
+// meant for perf's tools to rewrite carries only bits KnownToPerf.
 type Feature int
 
 // Feature bits known to perf 6.1.
@@ -65,6 +68,9 @@ func (f Feature) String() string {
 }
 
 func (f Feature) valid() bool { return f > 0 && f < featureBits }
+
+// KnownToPerf says whether perf 6.1 knows feature f (see Feature).
+func (f Feature) KnownToPerf() bool { return f > 0 && f < featLastKnownPerf }
 
 // nameAlign is NAME_ALIGN: perf pads feature strings to a multiple of it.
 const nameAlign = 64

@@ -91,6 +91,15 @@ func TestConvertAndInject(t *testing.T) {
 	if err != nil || !strings.Contains(string(scr), top[0]+" (/tmp/perf-") {
 		t.Errorf("perf script of the injected file: %v", err)
 	}
+	// Stock perf inject rewrites the file (as a user adding build-ids
+	// would): it crashes on a feature it does not know, so the injected
+	// file carries none.
+	again := filepath.Join(dir, "again.data")
+	if out, err := exec.Command("perf", "inject", "-i", injected, "-o", again).CombinedOutput(); err != nil {
+		t.Errorf("perf inject of the injected file: %v\n%s", err, out)
+	} else if rep2, err := exec.Command("perf", "report", "--stdio", "--sort", "sym", "-g", "none", "-i", again).CombinedOutput(); err != nil || !strings.Contains(string(rep2), top[0]) {
+		t.Errorf("perf report after perf inject does not list %s: %v", top[0], err)
+	}
 }
 
 // TestInjectKeepsYJITEntries: inject appends beside what Ruby's own perf

@@ -10,7 +10,6 @@ import (
 	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/perfmap"
-	"github.com/rubyperf/rubyperf/recording"
 )
 
 // rubyFrameSize is the span each Ruby frame gets in its process's synthetic
@@ -107,8 +106,8 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for _, feat := range src.Features() {
-		if feat == perfdata.FeatEventDesc || feat == perfdata.Feature(recording.FeatureRubySymbols) {
-			continue
+		if feat == perfdata.FeatEventDesc || !feat.KnownToPerf() {
+			continue // perf inject crashes on a feature it does not know
 		}
 		if b, ok := src.Feature(feat); ok {
 			w.SetFeature(feat, b)
