@@ -729,7 +729,11 @@ func (s *session) handle(rec bpf.Record) error {
 				s.execd[pid], s.pending[pid] = commOf(rec), attachAttempts
 			}
 			if rec.Header.Type == recordExit && pid == tid {
-				s.giveUp(pid, "exited")
+				if exiting(pid) {
+					s.giveUp(pid, "exited")
+				} else {
+					s.giveUp(pid, secureExec)
+				}
 			}
 		}
 		if !target {
@@ -745,6 +749,17 @@ func (s *session) handle(rec bpf.Record) error {
 			if t := s.targets[pid]; t != nil { // checkExecs decides
 				s.execSeen[pid] = execSeen{comm: commOf(rec), gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
 			}
+		case rec.Header.Type == recordExit && pid == tid && !exiting(pid):
+			// Still running: it exec'd a program the kernel hides from
+			// perf (the exec's COMM record came first).
+			comm := "a program"
+			if e, ok := s.execSeen[pid]; ok {
+				comm = e.comm
+			}
+			delete(s.execSeen, pid)
+			s.execd[pid] = comm
+			s.sampler.RemoveProcess(pid)
+			s.giveUp(pid, secureExec)
 		case rec.Header.Type == recordExit && pid == tid:
 			if pid == s.command {
 				s.commandExiting = true

@@ -221,6 +221,36 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
+// secureExec says why a process that exec'd is no longer recorded while
+// it runs on: the kernel ends perf's events of a process, with an exit
+// record, when it execs a setuid or setgid program (or one with file
+// capabilities) that makes it undumpable.
+const secureExec = "runs on as a setuid or setgid program the kernel hides from perf"
+
+// pfExiting is PF_EXITING, in the flags of /proc/PID/stat: set as a
+// process starts to exit, before the kernel writes its exit record.
+const pfExiting = 0x4
+
+// exiting says whether pid is exiting or gone, rather than running on
+// after an exit record the kernel wrote for a secure exec.
+func exiting(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ppid pgrp session tty_nr tpgid flags ...
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return true
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 || f[0] == "Z" || f[0] == "X" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err != nil || flags&pfExiting != 0
+}
+
 // RubyPIDs lists the processes that look like Ruby: a ruby executable or a
 // mapped libruby. Attach decides for sure.
 func RubyPIDs() ([]int, error) {
