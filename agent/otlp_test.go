@@ -268,8 +268,9 @@ func TestLargeIntervalToCollector(t *testing.T) {
 }
 
 // TestFrameNames: frames are named as every other format names them: a
-// native frame with no symbol after its file, bytes that are not UTF-8 as
-// U+FFFD (protobuf strings are UTF-8); and only symbols have a system name,
+// native frame with no symbol after its file, a name's bytes that are not
+// UTF-8 escaped (export.Printable), a file's as U+FFFD (protobuf strings
+// are UTF-8); and only symbols have a system name,
 // which pprof-based tools would "demangle" ("<main>" into "<unknown>").
 func TestFrameNames(t *testing.T) {
 	bad := merge.Frame{Kind: merge.KindRuby, Name: "Odd#caf\xe9", File: "/app/odd\xff.rb", Line: 2}
@@ -291,7 +292,7 @@ func TestFrameNames(t *testing.T) {
 		t.Fatalf("%d profiles (%v)", len(profs), err)
 	}
 	got := profs[0].Samples[0].Frames
-	if want := "memcpy;[libfoo.so.1];Odd#caf\uFFFD;<main>"; names(got) != want {
+	if want := `memcpy;[libfoo.so.1];Odd#caf\xe9;<main>`; names(got) != want {
 		t.Errorf("names %q, want %q", names(got), want)
 	}
 	if got[2].File != "/app/odd\uFFFD.rb" {
@@ -303,7 +304,7 @@ func TestFrameNames(t *testing.T) {
 		system[d.StringTable().At(int(fn.NameStrindex()))] = d.StringTable().At(int(fn.SystemNameStrindex()))
 	}
 	for name, want := range map[string]string{"memcpy": "memcpy", "[libfoo.so.1]": "[libfoo.so.1]",
-		"Odd#caf\uFFFD": "", "<main>": ""} {
+		`Odd#caf\xe9`: "", "<main>": ""} {
 		if system[name] != want {
 			t.Errorf("%q: system name %q, want %q", name, system[name], want)
 		}

@@ -4,7 +4,10 @@
 // (go tool pprof, Pyroscope, Parca), speedscope's JSON file format, and a
 // self-contained interactive flame graph SVG that needs no other tool.
 //
-// It owns the layout and the escaping rules of each format: which
+// It owns the layout and the escaping rules of each format, and the one
+// rule every text output of rubyperf shows a target's names by (Printable:
+// control bytes and invalid UTF-8 escaped, \n, \x1b, \u0085, so a frame
+// is one line and no escape sequence reaches a terminal): which
 // characters would break a folded line, how Ruby, C-method, native and
 // kernel frames map onto pprof's Function, Location and Mapping, what
 // speedscope requires of a file, and how a flame graph is drawn. Every

@@ -28,7 +28,7 @@ type FoldedOptions struct {
 // weight, lines sorted. flamegraph.pl, inferno and speedscope read it.
 //
 // Frame names are made safe for the format: ';' becomes ':' (as
-// stackcollapse-perf.pl does), control characters become spaces, and a
+// stackcollapse-perf.pl does), control characters are escaped (Printable), and a
 // space before trailing digits becomes '_', since flamegraph.pl would
 // read "foo 3" as a second count. Root frames (thread names) have their
 // spaces replaced by '_', as stackcollapse-perf.pl does.
@@ -117,7 +117,7 @@ func (f *Folded) Write(w io.Writer) error {
 	return nil
 }
 
-// foldedFrame escapes one frame name (already through cleanText) for a
+// foldedFrame escapes one frame name (already Printable) for a
 // folded line.
 func foldedFrame(name string) string {
 	name = strings.ReplaceAll(name, ";", ":")

@@ -132,7 +132,7 @@ func TestFoldedEscaping(t *testing.T) {
 	if err := WriteFolded(&buf, stacks, FoldedOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	want := "my_thread_2;bad\uFFFDutf8;[unknown];[libz.so.1];a:b c d;leaf_3.5 5\n"
+	want := `my\tthread_2;bad\xffutf8;[unknown];[libz.so.1];a:b\nc\x00d;leaf_3.5 5` + "\n"
 	if buf.String() != want {
 		t.Errorf("got  %q\nwant %q", buf.String(), want)
 	}

@@ -5,7 +5,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/rubyperf/rubyperf/merge"
 )
@@ -58,23 +57,7 @@ func writeAll(w io.Writer, stacks []merge.Stack, b Builder) error {
 // unknown is the name of a frame or thread nothing is known about.
 const unknown = "[unknown]"
 
-// cleanText makes s safe for every format: invalid UTF-8 becomes U+FFFD
-// and control characters (newlines, tabs, NUL) become spaces, so a name
-// never spans two lines or breaks an XML or text parser.
-func cleanText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-}
-
-// FrameName is the text that stands for f in every format. A native or
+// FrameName is the text that stands for f in every format, Printable. A native or
 // kernel frame with no symbol is named after its object file, as
 // stackcollapse-perf.pl does ("[libc.so.6]"), so unknown frames of
 // different libraries stay apart.
@@ -82,14 +65,14 @@ func FrameName(f *merge.Frame) string {
 	name := f.Name
 	if (name == "" || name == unknown) && f.File != "" && (f.Kind == merge.KindNative || f.Kind == merge.KindKernel) {
 		if strings.HasPrefix(f.File, "[") {
-			return cleanText(f.File)
+			return Printable(f.File)
 		}
-		return "[" + cleanText(path.Base(f.File)) + "]"
+		return "[" + Printable(path.Base(f.File)) + "]"
 	}
 	if name == "" {
 		return unknown
 	}
-	return cleanText(name)
+	return Printable(name)
 }
 
 // threadName is the name of s's thread, never empty.
@@ -97,7 +80,7 @@ func threadName(s *merge.Stack) string {
 	if s.Comm == "" {
 		return unknown
 	}
-	return cleanText(s.Comm)
+	return Printable(s.Comm)
 }
 
 // rootName returns the root frame r puts under s, and false for RootNone.

@@ -20,7 +20,7 @@ func TestFrameName(t *testing.T) {
 		{merge.Frame{Kind: merge.KindNative, Name: "[unknown]", File: "/usr/lib/libc.so.6"}, "[libc.so.6]"},
 		{merge.Frame{Kind: merge.KindNative, Name: "[unknown]"}, "[unknown]"},
 		{merge.Frame{Kind: merge.KindKernel, Name: "[unknown]", File: "[kernel.kallsyms]"}, "[kernel.kallsyms]"},
-		{merge.Frame{Kind: merge.KindRuby, Name: "a\nb\r\x00c\xff"}, "a b  c\uFFFD"},
+		{merge.Frame{Kind: merge.KindRuby, Name: "a\nb\r\x00c\xff"}, `a\nb\r\x00c\xff`},
 	} {
 		if got := FrameName(&tc.f); got != tc.want {
 			t.Errorf("FrameName(%+v) = %q, want %q", tc.f, got, tc.want)

@@ -239,7 +239,7 @@ func (b *pprofBuilder) newLocation(f *merge.Frame) *profile.Location {
 		}
 	default:
 		// Ruby and C-method frames: a source position, no address.
-		fileName = cleanText(f.File)
+		fileName = Printable(f.File)
 		k.line = f.Line
 	}
 	k.fn = b.function(FrameName(f), fileName, f.Kind == merge.KindNative || f.Kind == merge.KindKernel)
@@ -302,7 +302,7 @@ func (b *pprofBuilder) mapping(f *merge.Frame) *profile.Mapping {
 	if f.MapLimit <= f.MapStart {
 		return nil
 	}
-	file := cleanText(f.File)
+	file := Printable(f.File)
 	if file == "" && f.Kind == merge.KindKernel {
 		file = kernelFile
 	}

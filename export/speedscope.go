@@ -114,7 +114,7 @@ func (sp *Speedscope) Add(s *merge.Stack) {
 	sp.ids = sp.ids[:0]
 	for j := range s.Frames {
 		fr := &s.Frames[len(s.Frames)-1-j]
-		k := speedscopeFrame{Name: FrameName(fr), File: cleanText(fr.File)}
+		k := speedscopeFrame{Name: FrameName(fr), File: Printable(fr.File)}
 		id, ok := sp.frames[k]
 		if !ok {
 			id = len(sp.names)

@@ -263,7 +263,7 @@ func (sw svgWriter) frame(f svgFrame, y float64, tree *node, wt Weight) {
 }
 
 // text writes s escaped for XML character data and attribute values.
-// Names went through cleanText, so only the markup characters and the
+// Names are Printable, so only the markup characters and the
 // two non-characters XML forbids are left to handle.
 func (sw svgWriter) text(s string) {
 	for _, r := range s {

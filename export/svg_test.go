@@ -305,7 +305,7 @@ func TestSVGEscaping(t *testing.T) {
 	for _, b := range parseSVG(t, buf.Bytes()) {
 		got[b.name()] = true
 	}
-	for _, want := range []string{`<script>alert("x")</script>`, "a]]>b & c", "x\uFFFDy", "tab here", "'quoted'", "t<1>"} {
+	for _, want := range []string{`<script>alert("x")</script>`, "a]]>b & c", "x\uFFFDy", `tab\there`, "'quoted'", "t<1>"} {
 		if !got[want] {
 			t.Errorf("no box named %q", want)
 		}

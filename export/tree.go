@@ -43,7 +43,7 @@ func (all *node) addStack(s *merge.Stack, root Root) {
 	}
 	for j := len(s.Frames) - 1; j >= 0; j-- {
 		f := &s.Frames[j]
-		n = n.child(nodeKey{kind: f.Kind, name: FrameName(f), file: cleanText(f.File)})
+		n = n.child(nodeKey{kind: f.Kind, name: FrameName(f), file: Printable(f.File)})
 		n.add(s)
 	}
 }

@@ -12,7 +12,9 @@
 // tool that names synthetic addresses there must share it: Map and
 // WriteSynthetic only ever append, never truncate, and put their entries in
 // a range disjoint from everything already in the file (FreeBase, above
-// Floor, where no real mapping can be).
+// Floor, where no real mapping can be). WriteSynthetic of entries the file
+// already holds at one base returns that base and appends nothing, so the
+// same names written again do not grow the file.
 //
 // Facts about perf 6.1 this package relies on, checked against
 // /usr/bin/perf with synthetic perf.data files: a 0x prefix, upper-case

@@ -434,18 +434,31 @@ func (m *Map) write(entries []Entry, base uint64) error {
 	return flush()
 }
 
+// CheckName says why perf would not read name back from a line of a map,
+// or nil: shorter than 3 bytes (perf skips it), longer than MaxLine-64, or
+// holding a newline, carriage return or NUL. Append and WriteSynthetic
+// refuse such an entry; a caller with many names checks each first, to
+// leave out (or rename) only the ones that fail.
+func CheckName(name string) error {
+	switch {
+	case len(name) < minName:
+		return fmt.Errorf("perf ignores names shorter than %d bytes", minName)
+	case len(name) > maxName:
+		return fmt.Errorf("name of %d bytes, longer than %d", len(name), maxName)
+	case strings.ContainsAny(name, "\n\r\x00"):
+		return errors.New("a name may not hold a newline, carriage return or NUL")
+	}
+	return nil
+}
+
 // checkEntries checks entries as they will be written, moved by base.
 func checkEntries(entries []Entry, base uint64) error {
 	for _, e := range entries {
 		switch {
 		case e.Size == 0:
 			return fmt.Errorf("entry %q: size 0 covers no address", e.Name)
-		case len(e.Name) < minName:
-			return fmt.Errorf("entry %q: perf ignores names shorter than %d bytes", e.Name, minName)
-		case len(e.Name) > maxName:
-			return fmt.Errorf("entry %.40q...: name longer than %d bytes", e.Name, maxName)
-		case strings.ContainsAny(e.Name, "\n\r\x00"):
-			return fmt.Errorf("entry %q: a name may not hold a newline, carriage return or NUL", e.Name)
+		case CheckName(e.Name) != nil:
+			return fmt.Errorf("entry %.40q: %w", e.Name, CheckName(e.Name))
 		case e.Start+base < e.Start || e.Start+base+e.Size < e.Start+base:
 			return fmt.Errorf("entry %q: range %#x+%#x at base %#x passes 2^64", e.Name, e.Start, e.Size, base)
 		}
@@ -500,6 +513,11 @@ func overlapping(sorted []Entry, e Entry) (Entry, bool) {
 // map's path and that base. Opening, choosing and appending happen under
 // one lock, so concurrent writers get disjoint ranges. See Open for the
 // safety checks and Append for the rules on entries.
+//
+// When the map already holds the same entries at one base, and nothing
+// else in their span (an earlier call with these entries, or with more),
+// it returns that base and writes nothing: the same work done again leaves
+// the map as it was instead of growing it by another copy.
 func WriteSynthetic(dir string, pid int, entries []Entry, opts *Options) (path string, base uint64, err error) {
 	path = Path(dir, pid)
 	if len(entries) == 0 {
@@ -517,6 +535,12 @@ func WriteSynthetic(dir string, pid int, entries []Entry, opts *Options) (path s
 		return path, 0, err
 	}
 	defer m.Close()
+	if old, ok, err := m.existingBase(entries, span); err != nil || ok {
+		if err == nil {
+			err = m.Close()
+		}
+		return path, old, err
+	}
 	if base, err = m.FreeBase(span); err != nil {
 		return path, 0, err
 	}

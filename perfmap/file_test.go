@@ -97,8 +97,9 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("mode %o uid %d, want %o and %d", st.Mode&0o777, st.Uid, Mode&^umask, os.Geteuid())
 	}
 
-	// A second run stacks above the first.
-	_, base2, err := WriteSynthetic(dir, testPid, in[:10], nil)
+	// A second run of other names stacks above the first.
+	second := frames("second ", 10, 16)
+	_, base2, err := WriteSynthetic(dir, testPid, second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append(append(moved(in, base), moved(in[:10], base2)...), abs...)
+	want := append(append(moved(in, base), moved(second, base2)...), abs...)
 	if !slices.Equal(all, want) {
 		t.Fatalf("entries %v\nwant %v", all, want)
 	}

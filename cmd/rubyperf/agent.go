@@ -15,6 +15,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/agent"
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -103,7 +104,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 			CertFile: *certFile, KeyFile: *keyFile, Headers: headers},
 		Interval: time.Duration(interval), Frequency: *freq, StackSize: *stackSize, Merge: merge.Options{View: view},
 		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
-		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: stderr, Select: sel,
+		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: export.LineWriter{W: stderr}, Select: sel,
 	}
 	if *stackSize == 0 {
 		opts.StackSize = -1

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/export"
 )
 
 // recordDebuginfodTimeout bounds what record's attach waits for debuginfod:
@@ -33,7 +34,7 @@ func newFinder(stderr io.Writer, files []string) *debuginfo.Finder {
 	f := debuginfo.FromEnv(func(msg string) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stderr, "rubyperf: %s\n", msg)
+		fmt.Fprintf(stderr, "rubyperf: %s\n", export.Printable(msg)) // it names a file a target mapped
 	})
 	f.Files = files
 	return f

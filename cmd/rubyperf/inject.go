@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/perfdata"
@@ -15,6 +17,11 @@ import (
 // rubyFrameSize is the span each Ruby frame gets in its process's synthetic
 // code range: perf names any address inside it from the perf map.
 const rubyFrameSize = 16
+
+// maxPID is the kernel's PID_MAX_LIMIT on 64-bit machines, the most that
+// /proc/sys/kernel/pid_max can be set to: no process anywhere has a
+// larger pid.
+const maxPID = 4 << 20
 
 func runInject(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
@@ -65,25 +72,33 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	}
 	type region struct{ base, span uint64 }
 	regions := map[int]region{}
-	for pid, byName := range names {
-		list := make([]string, 0, len(byName))
-		for n := range byName {
-			list = append(list, n)
+	for _, pid := range slices.Sorted(maps.Keys(names)) {
+		byName := names[pid]
+		if !recordablePID(pid) {
+			// A crafted recording could otherwise have root write the map
+			// of init, or of a pid no process can have.
+			fmt.Fprintf(stderr, "rubyperf: pid %d: no perf map written: no recorded Ruby has that pid (2 to %d); its Ruby frames stay unnamed in %s\n",
+				pid, maxPID, *out)
+			delete(names, pid)
+			continue
 		}
-		sort.Strings(list)
-		entries := make([]perfmap.Entry, len(list))
-		for i, n := range list {
-			entries[i] = perfmap.Entry{Start: uint64(i) * rubyFrameSize, Size: rubyFrameSize, Name: n}
+		list, entries, left := mapEntries(byName)
+		if left.n > 0 {
+			fmt.Fprintf(stderr, "rubyperf: pid %d: %d Ruby frame names left out of %s, perf could not read them back (%s: %v); those frames stay unnamed\n",
+				pid, left.n, perfmap.Path(*mapDir, pid), fmt.Sprintf("%.60q", left.example), left.why)
+		}
+		if len(entries) == 0 {
+			continue
 		}
 		path, base, err := perfmap.WriteSynthetic(*mapDir, pid, entries, nil)
 		if err != nil {
 			return err
 		}
 		for i, n := range list {
-			byName[n] = base + uint64(i)*rubyFrameSize
+			byName[n] = base + entries[i].Start
 		}
-		regions[pid] = region{base, uint64(len(list)) * rubyFrameSize}
-		fmt.Fprintf(stderr, "rubyperf: %d Ruby frame names of pid %d in %s\n", len(list), pid, path)
+		regions[pid] = region{base, uint64(len(entries)) * rubyFrameSize}
+		fmt.Fprintf(stderr, "rubyperf: %d Ruby frame names of pid %d in %s\n", len(entries), pid, path)
 	}
 
 	dst, err := outfile.Create(*out, 0o600)
@@ -157,6 +172,42 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s: %w", *out, err)
 	}
 	return dst.Commit()
+}
+
+// recordablePID: pid can be a Ruby a recording sampled. rubyperf samples
+// with the pids of the initial pid namespace, where 1 is init, never a Ruby
+// it attached to.
+func recordablePID(pid int) bool { return pid >= 2 && pid <= maxPID }
+
+// leftOut counts the frame names a perf map cannot hold, with one example
+// and why.
+type leftOut struct {
+	n       int
+	example string
+	why     error
+}
+
+// mapEntries lays out a process's Ruby frame names (the keys of byName) for
+// its perf map, sorted, each rubyFrameSize bytes from offset 0, under the
+// name every text output gives it (export.Printable: a name holding a
+// newline would otherwise end its line early). A name perf could still not
+// read back (shorter than 3 bytes, or too long) is left out and counted:
+// only its frames go unnamed. list[i] is the frame name entries[i] stands
+// for.
+func mapEntries(byName map[string]uint64) (list []string, entries []perfmap.Entry, left leftOut) {
+	for _, n := range slices.Sorted(maps.Keys(byName)) {
+		name := export.Printable(n)
+		if err := perfmap.CheckName(name); err != nil {
+			if left.n == 0 {
+				left.example, left.why = n, err
+			}
+			left.n++
+			continue
+		}
+		entries = append(entries, perfmap.Entry{Start: uint64(len(list)) * rubyFrameSize, Size: rubyFrameSize, Name: name})
+		list = append(list, n)
+	}
+	return list, entries, left
 }
 
 // synthetic: frames of this kind have no address of their own, so perf

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -35,7 +36,7 @@ func (f inputFlags) readOptions(stderr io.Writer) recording.ReadOptions {
 	return recording.ReadOptions{
 		Merge:     merge.Options{View: f.view()},
 		Debuginfo: newFinder(stderr, *f.debugFiles),
-		Warn:      stderr,
+		Warn:      export.LineWriter{W: stderr}, // its lines may quote what a target named
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/rubyperf/rubyperf/export"
 )
 
 // usageError is a mistake on the command line: exit status 2.
@@ -78,7 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "rubyperf %s: %v\nusage: rubyperf %s %s\n", c.name, err, c.name, c.args)
 			return 2
 		default:
-			fmt.Fprintf(stderr, "rubyperf: %v\n", err)
+			// One line, whatever a path or name it quotes holds.
+			fmt.Fprintf(stderr, "rubyperf: %s\n", export.Printable(err.Error()))
 			return 1
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -267,22 +268,24 @@ func (r *offsetsReport) addProcess(p *rubystack.Process) {
 	}
 }
 
+// writeText prints the report for people; paths and errors, which a
+// target's files chose, are Printable.
 func (r *offsetsReport) writeText(w io.Writer) {
-	fmt.Fprintf(w, "Ruby %s (%s)\nbinary   %s\n", r.Version, r.Arch, r.Binary)
+	fmt.Fprintf(w, "Ruby %s (%s)\nbinary   %s\n", export.Printable(r.Version), r.Arch, export.Printable(r.Binary))
 	if r.BuildID != "" {
 		fmt.Fprintf(w, "build-id %s\n", r.BuildID)
 	}
 	if r.DebugFile != "" {
-		fmt.Fprintf(w, "debug    %s\n", r.DebugFile)
+		fmt.Fprintf(w, "debug    %s\n", export.Printable(r.DebugFile))
 	}
-	fmt.Fprintf(w, "layout   %s\n", r.Source)
+	fmt.Fprintf(w, "layout   %s\n", export.Printable(r.Source))
 	if p := r.Process; p != nil {
-		fmt.Fprintf(w, "process  pid %d, %s loaded at bias %s\n", p.PID, p.MappedPath, p.Bias)
+		fmt.Fprintf(w, "process  pid %d, %s loaded at bias %s\n", p.PID, export.Printable(p.MappedPath), p.Bias)
 		if p.CurrentEC != "" {
 			fmt.Fprintf(w, "         main thread: TP %s, current EC %s\n", p.ThreadPointer, p.CurrentEC)
 		}
 		if p.Error != "" {
-			fmt.Fprintf(w, "         error: %s\n", p.Error)
+			fmt.Fprintf(w, "         error: %s\n", export.Printable(p.Error))
 		}
 	}
 	fmt.Fprintf(w, "\nsymbols\n")
@@ -290,7 +293,7 @@ func (r *offsetsReport) writeText(w io.Writer) {
 		s := r.Symbols[name]
 		switch {
 		case !s.Found:
-			fmt.Fprintf(w, "  %-24s not found: %s\n", name, s.Why)
+			fmt.Fprintf(w, "  %-24s not found: %s\n", name, export.Printable(s.Why))
 		case s.TLSOffset != nil:
 			tp := "unknown without a process"
 			if s.TPOffset != nil {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/recording"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -36,7 +37,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	opts := recording.Options{All: *all, FollowForks: *follow, Wall: *wall, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
-		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: stderr}
+		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: export.LineWriter{W: stderr}}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
 			continue
@@ -81,14 +82,14 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			if sum.CommandEnd != "" {
 				how = sum.CommandEnd + ", " + how
 			}
-			fmt.Fprintf(stderr, "rubyperf: %s (pid %d): %s\n", opts.Command[0], sum.PIDs[0], how)
+			fmt.Fprintf(stderr, "rubyperf: %s (pid %d): %s\n", export.Printable(opts.Command[0]), sum.PIDs[0], how)
 		}
 		for i, e := range sum.Events {
 			if more := len(sum.Events) - i + sum.MoreEvents; i == maxEventLines && more > 1 {
 				fmt.Fprintf(stderr, "rubyperf: and %d more forks and execs\n", more)
 				break
 			}
-			fmt.Fprintf(stderr, "rubyperf: %s\n", e)
+			fmt.Fprintf(stderr, "rubyperf: %s\n", export.Printable(e)) // names a target chose
 		}
 		if opts.Wall {
 			fmt.Fprintf(stderr, "rubyperf: %d samples taken as threads left a CPU, weighed by the time they stayed off\n", sum.OffCPU)

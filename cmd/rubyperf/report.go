@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -73,7 +74,7 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	tids := slices.Sorted(maps.Keys(byThread))
 	for _, tid := range tids {
 		t := byThread[tid]
-		t.write(stdout, fmt.Sprintf("thread %d %q (pid %d)", tid, t.comm, t.pid), *top, width)
+		t.write(stdout, fmt.Sprintf("thread %d \"%s\" (pid %d)", tid, export.Printable(t.comm), t.pid), *top, width)
 	}
 	return nil
 }
@@ -199,9 +200,13 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 		// Name and place share what the terminal leaves after the two
 		// percentages: names first, places cut from the left (the end of
 		// a path says most).
+		// Names and places as the target wrote them may hold anything:
+		// the rows show them Printable.
+		names := make([]string, len(keys))
 		nameW := len("function")
-		for _, k := range keys {
-			nameW = max(nameW, utf8.RuneCountInString(k.name))
+		for i, k := range keys {
+			names[i] = export.Printable(k.name)
+			nameW = max(nameW, utf8.RuneCountInString(names[i]))
 		}
 		const fixed = 7 + 1 + 7 + 2 + 2 // "self%" "total%" and the gaps
 		if width > 0 {
@@ -209,12 +214,12 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 		}
 		fmt.Fprintf(w, "\n%s\n%s\n", heading,
 			strings.TrimRight(fmt.Sprintf("%7s %7s  %-*s  %s", "self%", "total%", nameW, "name", whereHeading), " "))
-		for _, k := range keys {
-			place := where(k)
+		for i, k := range keys {
+			place := export.Printable(where(k))
 			if width > 0 {
 				place = cutLeft(place, max(10, width-fixed-nameW))
 			}
-			line := fmt.Sprintf("%6.2f%% %6.2f%%  %-*s  %s", pct(self[k]), pct(total[k]), nameW, cutRight(k.name, nameW), place)
+			line := fmt.Sprintf("%6.2f%% %6.2f%%  %-*s  %s", pct(self[k]), pct(total[k]), nameW, cutRight(names[i], nameW), place)
 			fmt.Fprintln(w, strings.TrimRight(line, " "))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 	"github.com/rubyperf/rubyperf/rubystack"
@@ -42,13 +43,18 @@ func runScript(args []string, stdout, stderr io.Writer) error {
 // a header line, one frame per line, a blank line. A Ruby frame shows its
 // label where perf shows a symbol, and path:line where perf shows the
 // object file. It formats by hand: it runs once per frame of every sample.
+//
+// Names, paths and the thread's name are Printable, where perf prints
+// them raw: a newline in an eval's path or a method's name would split a
+// frame (stackcollapse-perf.pl would read its tail as another frame or a
+// sample header), and an escape sequence would reach the terminal.
 func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 	buf := w.AvailableBuffer()
 	if s.Comm == "" {
 		buf = append(buf, ':')
 		buf = strconv.AppendInt(buf, int64(s.TID), 10)
 	} else {
-		buf = append(buf, s.Comm...)
+		buf = export.AppendPrintable(buf, s.Comm)
 	}
 	buf = append(buf, ' ')
 	buf = appendPadded(buf, uint64(s.TID), 10, 5, ' ')
@@ -68,7 +74,7 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 		case merge.KindRuby, merge.KindCFunc:
 			buf = appendPadded(buf, 0, 16, 16, ' ')
 			buf = append(buf, ' ')
-			buf = append(buf, scriptName(f.Name)...)
+			buf = append(buf, scriptName(export.Printable(f.Name))...)
 			buf = append(buf, " ("...)
 			switch {
 			case f.File == "" && f.Name == rubystack.UnknownLabel:
@@ -78,14 +84,14 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 			case f.File == "":
 				buf = append(buf, "<cfunc>"...)
 			default:
-				buf = append(buf, noSpaces(f.File)...)
+				buf = append(buf, noSpaces(export.Printable(f.File))...)
 				buf = append(buf, ':')
 				buf = strconv.AppendInt(buf, f.Line, 10)
 			}
 		case merge.KindState, merge.KindLabel:
 			buf = appendPadded(buf, 0, 16, 16, ' ')
 			buf = append(buf, ' ')
-			buf = append(buf, scriptName(f.Name)...)
+			buf = append(buf, scriptName(export.Printable(f.Name))...)
 			if f.Kind == merge.KindState {
 				buf = append(buf, " ([state]"...)
 			} else {
@@ -103,7 +109,7 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 				buf = appendPadded(buf, f.Addr, 16, 16, ' ')
 				buf = append(buf, ' ')
 				// No symbol names it: merge does ("[JIT] Foo#bar").
-				buf = append(buf, scriptName(f.Name)...)
+				buf = append(buf, scriptName(export.Printable(f.Name))...)
 				buf = append(buf, " (/tmp/perf-"...)
 				buf = strconv.AppendUint(buf, uint64(s.PID), 10)
 				buf = append(buf, ".map"...)
@@ -114,7 +120,7 @@ func writeScriptSample(w *bufio.Writer, s *merge.Stack) error {
 			buf = append(buf, ' ')
 			buf = appendSymOff(buf, f)
 			buf = append(buf, " ("...)
-			buf = append(buf, noSpaces(f.File)...)
+			buf = append(buf, noSpaces(export.Printable(f.File))...)
 		}
 		buf = append(buf, ")\n"...)
 	}
@@ -136,10 +142,11 @@ func appendPadded(buf []byte, v uint64, base, width int, pad byte) []byte {
 	return append(buf, n...)
 }
 
-// appendSymOff appends a native frame's name, and +0xOFFSET when it is a
+// appendSymOff appends a native frame's name (Printable: a symbol of a
+// library a user loaded may hold any bytes), and +0xOFFSET when it is a
 // symbol and the address is inside it.
 func appendSymOff(buf []byte, f *merge.Frame) []byte {
-	buf = append(buf, f.Name...)
+	buf = export.AppendPrintable(buf, f.Name)
 	if f.Name == "[unknown]" || f.SymOffset == 0 {
 		return buf
 	}

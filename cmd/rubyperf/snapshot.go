@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -98,24 +99,25 @@ func writeSnapshotJSON(w io.Writer, pid int, version string, stacks []rubystack.
 }
 
 // writeSnapshotText prints each thread like a Ruby backtrace: a C method
-// shows the location of the Ruby code that called it.
+// shows the location of the Ruby code that called it. Labels, paths and
+// thread names are Printable: the target chose them.
 func writeSnapshotText(w io.Writer, pid int, version string, stacks []rubystack.ThreadStack) {
 	fmt.Fprintf(w, "pid %d, Ruby %s, %d threads\n", pid, version, len(stacks))
 	for _, s := range stacks {
-		fmt.Fprintf(w, "\nthread %d %q\n", s.TID, s.Name)
+		fmt.Fprintf(w, "\nthread %d \"%s\"\n", s.TID, export.Printable(s.Name))
 		for i, f := range s.Frames {
 			loc := "<cfunc>"
 			if f.HasPath {
-				loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
+				loc = fmt.Sprintf("%s:%d", export.Printable(f.Path), f.Line)
 			} else {
 				for _, caller := range s.Frames[i+1:] {
 					if caller.HasPath {
-						loc = fmt.Sprintf("%s:%d", caller.Path, caller.Line)
+						loc = fmt.Sprintf("%s:%d", export.Printable(caller.Path), caller.Line)
 						break
 					}
 				}
 			}
-			fmt.Fprintf(w, "\t%s:in '%s'\n", loc, f.Label)
+			fmt.Fprintf(w, "\t%s:in '%s'\n", loc, export.Printable(f.Label))
 		}
 	}
 }
