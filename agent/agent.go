@@ -38,9 +38,16 @@ type Options struct {
 	Debuginfo    *debuginfo.Finder
 	// Select, if set, narrows the Ruby processes sampled to those it says
 	// yes to (their forked children too).
-	Select  func(pid int) bool
-	Version string    // rubyperf's, for the instrumentation scope
-	Log     io.Writer // a line per interval, and one per change of the collector's state
+	Select func(pid int) bool
+	// MemoryBudget bounds, in bytes, what the agent holds that grows with
+	// what the Rubies run (default DefaultMemoryBudget): half for the
+	// recording's names and frames (recording.Options.MemoryBudget), an
+	// eighth for the interval being taken, a quarter at most for the
+	// queue (QueueBytes). Past a share, the recording starts its names
+	// afresh and an interval counts new stacks under OverLimitName.
+	MemoryBudget int64
+	Version      string    // rubyperf's, for the instrumentation scope
+	Log          io.Writer // a line per interval, and one per change of the collector's state
 }
 
 // Defaults.
@@ -50,6 +57,10 @@ const (
 	DefaultQueueBytes   = 64 << 20 // encoded
 	DefaultFlushTimeout = 10 * time.Second
 	maxBackoff          = 30 * time.Second
+	// DefaultMemoryBudget leaves room under the shipped systemd unit's
+	// MemoryMax=256M for what the agent holds besides (rings, code,
+	// runtime): see deploy/systemd.
+	DefaultMemoryBudget = 96 << 20
 )
 
 // Stats count what an agent did.
@@ -116,8 +127,11 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize
 	}
+	if opts.MemoryBudget <= 0 {
+		opts.MemoryBudget = DefaultMemoryBudget
+	}
 	if opts.QueueBytes <= 0 {
-		opts.QueueBytes = DefaultQueueBytes
+		opts.QueueBytes = int(min(DefaultQueueBytes, opts.MemoryBudget/4))
 	}
 	if opts.FlushTimeout <= 0 {
 		opts.FlushTimeout = DefaultFlushTimeout
@@ -162,7 +176,7 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 	recorded := make(chan result, 1)
 	go func() {
 		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, StackSize: opts.StackSize,
-			Debuginfo: opts.Debuginfo, Warn: opts.Log, Merge: opts.Merge, Stacks: a.take,
+			Debuginfo: opts.Debuginfo, Warn: opts.Log, Merge: opts.Merge, Stacks: a.take, MemoryBudget: opts.MemoryBudget / 2,
 			Progress: func(p recording.Progress) {
 				if a.progress.Swap(&p) == nil {
 					fmt.Fprintf(a.log, "rubyperf agent: sampling started, %d Ruby %s\n", p.Targets, plural(p.Targets, "process", "processes"))
@@ -219,6 +233,7 @@ flush:
 func (a *agent) newInterval(start time.Time) *Interval {
 	iv := NewInterval(start)
 	iv.ContainerOf = a.containerOf
+	iv.maxBytes = a.opts.MemoryBudget / 8
 	return iv
 }
 
@@ -277,9 +292,10 @@ func (a *agent) cut(now time.Time) {
 	sent := a.stats.Sent
 	a.statsMu.Unlock()
 	waiting, droppedAll, _ := a.q.stats()
-	var lost uint64
+	var lost, overBudget uint64
+	restarted := 0
 	if p := a.progress.Load(); p != nil {
-		lost = p.Lost
+		lost, overBudget, restarted = p.Lost, p.FramesOverBudget, p.NamesRestarted
 	}
 	rss, cpu := rssBytes(), a.cpu.sample()
 	line := fmt.Sprintf("rubyperf agent: %s +%s: %d %s, %d samples, %d lost so far; sent %d, queued %d/%d, dropped %d",
@@ -287,6 +303,9 @@ func (a *agent) cut(now time.Time) {
 		sent, waiting, a.opts.QueueSize, droppedAll)
 	if iv.OverLimit > 0 {
 		line += fmt.Sprintf(", %d samples over the stack limit", iv.OverLimit)
+	}
+	if overBudget > 0 || restarted > 0 {
+		line += fmt.Sprintf(", names over the memory budget so far: %d frames named coarser, %d restarts", overBudget, restarted)
 	}
 	line += fmt.Sprintf("; rss %d MiB, cpu %.1f%%", rss>>20, cpu*100)
 	if a.down.Load() {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
@@ -19,7 +20,8 @@ const (
 )
 
 // OverLimitName is the one frame of the stack that counts a process's
-// samples past an interval's bounds (too many distinct stacks at once).
+// samples past an interval's bounds (too many distinct stacks at once, or
+// too many bytes of them: Options.MemoryBudget).
 const OverLimitName = "[over the agent's limit of distinct stacks]"
 
 // Frame is a frame as a profile keeps it: what OTLP makes a location of.
@@ -50,8 +52,11 @@ type Interval struct {
 
 	frameIDs map[Frame]int32
 	distinct int
-	key      []byte  // scratch
-	ids      []int32 // scratch
+	// bytes estimates what the interval holds; past maxBytes (0: no
+	// bound) new stacks count under OverLimitName.
+	bytes, maxBytes int64
+	key             []byte  // scratch
+	ids             []int32 // scratch
 }
 
 // ProcessSamples is one process's samples of an interval.
@@ -90,7 +95,8 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 		}
 		iv.Procs[st.PID] = ps
 	}
-	if iv.distinct >= maxSamples || len(iv.frameIDs)+len(st.Frames) > maxFrames {
+	if iv.distinct >= maxSamples || len(iv.frameIDs)+len(st.Frames) > maxFrames ||
+		iv.maxBytes > 0 && iv.bytes+iv.stackBytes(st) > iv.maxBytes {
 		iv.overLimit(ps)
 		return
 	}
@@ -120,6 +126,25 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 	}
 	ps.Samples[string(k)] = s
 	iv.distinct++
+	iv.bytes += sampleOverhead + 2*int64(len(k)) + 4*int64(len(ids))
+}
+
+// Estimated bytes an interval holds beyond strings: a distinct sample (its
+// map entry and struct), a distinct frame (its place in Frames and
+// frameIDs).
+const (
+	sampleOverhead = int64(unsafe.Sizeof(Sample{})) + 64
+	frameOverhead  = 2*int64(unsafe.Sizeof(Frame{})) + 64
+)
+
+// stackBytes is at most what adding st costs the interval: its frames as
+// if all new, and its sample as if new.
+func (iv *Interval) stackBytes(st merge.Stack) int64 {
+	n := sampleOverhead + 12*int64(len(st.Frames)) + int64(len(st.Comm))
+	for _, f := range st.Frames {
+		n += int64(len(f.Name) + len(f.File) + len(f.BuildID))
+	}
+	return n + frameOverhead*int64(len(st.Frames))
 }
 
 // overLimit counts a sample of ps under its OverLimitName stack.
@@ -144,5 +169,6 @@ func (iv *Interval) frameID(f merge.Frame) int32 {
 	id := int32(len(iv.Frames))
 	iv.Frames = append(iv.Frames, k)
 	iv.frameIDs[k] = id
+	iv.bytes += frameOverhead + int64(len(k.Name)+len(k.File)+len(k.BuildID))
 	return id
 }

@@ -273,12 +273,13 @@ func (s *session) sharedBinary(t *Target) bool {
 // read as unknown.
 const liveMaxNames = 1 << 18
 
-// restartNames starts the symbol table afresh once it is full (s.mu held).
+// restartNames starts the symbol table afresh once it is full, or its
+// memory budget spent (s.mu held).
 func (s *session) restartNames() {
-	if len(s.symtab.Names) < liveMaxNames || len(s.off.held) > 0 {
+	if len(s.symtab.Names) < liveMaxNames && !s.symtab.full() || len(s.off.held) > 0 {
 		return
 	}
 	s.symtab.restart()
-	s.lastFrames = nil
+	s.lastFrames, s.lastHeld = nil, 0
 	s.sum.NamesRestarted++
 }

@@ -71,6 +71,9 @@ type Options struct {
 	// Progress, if set, gets the recording's counts about once a second
 	// (without the lock held).
 	Progress func(Progress)
+	// MemoryBudget bounds, in bytes, what the recording holds that grows
+	// with its targets' shape (see budget.go); 0: DefaultMemoryBudget.
+	MemoryBudget int64
 }
 
 // Progress is how a recording stands.
@@ -84,6 +87,9 @@ type Progress struct {
 	// holds (sampled now, or exited but not forgotten yet: a live
 	// recording forgets them), FrameKeys those frames.
 	Kept, FrameKeys int
+	// FramesOverBudget and NamesRestarted so far (Summary's).
+	FramesOverBudget uint64
+	NamesRestarted   int
 }
 
 // Summary is what a recording did.
@@ -116,8 +122,12 @@ type Summary struct {
 	// kind or of FramesNotNamed's.
 	UnknownFrames, SamplesNotNamed uint64
 	// NamesRestarted counts the times a live recording's table of names
-	// was full and started afresh.
+	// was full (or its memory budget spent) and started afresh.
 	NamesRestarted int
+	// FramesOverBudget counts frames of samples named coarser than read,
+	// or not read, because the memory budget for names was spent: the
+	// method's name without its line, or OverBudgetLabel (budget.go).
+	FramesOverBudget uint64
 	// FramesNotNamed counts frames of samples that could not be named for
 	// their sample: the name read at their addresses could not be proven to
 	// hold then (they read as ReplacedLabel).
@@ -218,8 +228,10 @@ type session struct {
 	// lastFrames is each thread's previous sample's frames. A thread's
 	// stacks share their bottom from one sample to the next, and the frames
 	// of its previous sample are in symtab already (it never forgets): only
-	// the frames above the shared part need looking up.
-	lastFrames map[threadKey]lastSample
+	// the frames above the shared part need looking up. lastHeld counts
+	// their frames, bounded by the budget's share, maxLastHeld.
+	lastFrames            map[threadKey]lastSample
+	lastHeld, maxLastHeld int
 	// sharedIDs and ids are nameSample's scratch, labelIDs nameLabels'.
 	sharedIDs, ids []uint64
 	labelIDs       [][2]uint64
@@ -231,6 +243,7 @@ type session struct {
 	// when its copy beside the recording was written.
 	checkpointed time.Time
 	savedSymbols int
+	symbolsDue   time.Time // the copy is not written again before
 }
 
 // checkpointInterval is how often a recording is made readable as it
@@ -257,16 +270,18 @@ func (s *session) checkpoint() error {
 	} else {
 		return nil
 	}
-	if n := len(s.symtab.Names) + len(s.symtab.VMExec); n != s.savedSymbols {
-		if b, err := s.symtab.Encode(); err == nil {
-			if f, err := outfile.Create(SymbolsPath(s.opts.Output), 0o600); err == nil {
-				if _, err := f.Write(b); err != nil {
-					f.Abort()
-				} else if f.Commit() == nil {
-					s.savedSymbols = n
-				}
+	if n := len(s.symtab.Names) + len(s.symtab.VMExec); n != s.savedSymbols && !time.Now().Before(s.symbolsDue) {
+		// Written whole each time: a table of many names takes a while to
+		// compress, so it is written at most a tenth of the time.
+		began := time.Now()
+		if f, err := outfile.Create(SymbolsPath(s.opts.Output), 0o600); err == nil {
+			if err := s.symtab.Write(f); err != nil {
+				f.Abort()
+			} else if f.Commit() == nil {
+				s.savedSymbols = n
 			}
 		}
+		s.symbolsDue = time.Now().Add(10 * time.Since(began))
 	}
 	if err := s.w.Flush(); err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Output, err)
@@ -329,9 +344,15 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.All {
 		opts.FollowForks = true
 	}
+	if opts.MemoryBudget <= 0 {
+		opts.MemoryBudget = DefaultMemoryBudget
+	}
 	s := &session{opts: opts, symtab: NewSymbolTable(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
 		targets: map[int]*Target{}, gone: map[int]bool{},
 		pending: map[int]int{}, execd: map[int]string{}, execSeen: map[int]execSeen{}, noTarget: make(chan struct{})}
+	b := splitBudget(opts.MemoryBudget)
+	s.symtab.setBudget(b)
+	s.maxLastHeld = int(b.lastFrames / lastFrameCost)
 	s.sum.Output = opts.Output
 	start := time.Now()
 
@@ -819,10 +840,11 @@ type lastSample struct {
 // p's frames for the next.
 func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 	k := threadKey{p.PID, p.TID, p.Gen}
-	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames {
-		s.lastFrames = map[threadKey]lastSample{}
+	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames || s.maxLastHeld > 0 && s.lastHeld+len(p.Frames) > s.maxLastHeld {
+		s.lastFrames, s.lastHeld = map[threadKey]lastSample{}, 0
 	}
 	prev := s.lastFrames[k]
+	s.lastHeld += max(len(p.Frames)-cap(prev.frames), 0)
 	shared := 0
 	// Names hold for GC intervals: frames shared with a sample of another
 	// interval are looked up again.
@@ -851,6 +873,11 @@ func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 		info, named, ok := s.symtab.FrameName(ids[i])
 		return !named || ok && info.Unknown, !ok
 	})
+	for _, id := range ids {
+		if s.symtab.OverBudget(id) {
+			s.sum.FramesOverBudget++
+		}
+	}
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if last, ok := s.lastFrames[k]; ok {
 		last.ids = append(last.ids[:0], ids...)
@@ -1058,7 +1085,7 @@ func (s *session) discover(ctx context.Context) {
 			progressed = time.Now()
 			progress = &Progress{Samples: s.sum.Samples, Lost: s.sum.Lost, LostSideBand: s.sum.LostSideBand,
 				Targets: len(s.targets) - len(s.gone), Attached: s.sum.Targets, Kept: len(s.targets) + len(s.retired),
-				FrameKeys: len(s.symtab.Frames)}
+				FrameKeys: len(s.symtab.Frames), FramesOverBudget: s.sum.FramesOverBudget, NamesRestarted: s.sum.NamesRestarted}
 		}
 		var try []int
 		for pid, left := range s.pending {

@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
@@ -117,6 +118,12 @@ type SymbolTable struct {
 	// oldChecks follows, while recording, the keys whose objects were old
 	// when named, so that later samples find them still the same.
 	oldChecks map[FrameKey]oldCheck
+	// The memory budget while recording (budget.go; 0: none): bytes of
+	// names and of frame keys held, and their bounds; coarse holds the ids
+	// of the names given without their line past the names' budget.
+	nameBytes, maxNameBytes int64
+	keyBytes, maxKeyBytes   int64
+	coarse                  map[uint64]bool
 }
 
 // NameID is the id samples refer to name info by (bpf.NameFrames).
@@ -124,12 +131,22 @@ func (t *SymbolTable) NameID(info FrameInfo) uint64 {
 	if id, ok := t.nameIDs[info]; ok {
 		return id
 	}
+	cost := nameCost(info)
+	if t.maxNameBytes > 0 && (t.nameBytes+cost > t.maxNameBytes || len(t.Names) >= maxNames) {
+		return t.overBudget(info)
+	}
 	if len(t.Names) >= maxNames {
 		return NameUnknown
 	}
+	return t.intern(info, cost)
+}
+
+// intern adds a name that costs the budget cost, and returns its id.
+func (t *SymbolTable) intern(info FrameInfo, cost int64) uint64 {
 	t.Names = append(t.Names, info)
 	id := uint64(NameFirst + len(t.Names) - 1)
 	t.nameIDs[info] = id
+	t.nameBytes += cost
 	return id
 }
 
@@ -190,6 +207,7 @@ func (t *SymbolTable) names(p *bpf.Payload, ids []uint64) []uint64 {
 // the same name for an adjacent span of the same epoch (young code named
 // again interval after interval).
 func (t *SymbolTable) add(k FrameKey, n Named) {
+	n.FrameInfo = t.canonical(n.FrameInfo)
 	names := t.Frames[k]
 	if l := len(names); l > 0 {
 		last := &names[l-1]
@@ -205,6 +223,15 @@ func (t *SymbolTable) add(k FrameKey, n Named) {
 	}
 	if len(names) >= maxNamesPerKey {
 		names = append(names[:0], names[1:]...)
+	} else {
+		cost := namedCost
+		if len(names) == 0 {
+			cost += keyOverhead
+		}
+		if t.maxKeyBytes > 0 && t.keyBytes+cost > t.maxKeyBytes {
+			return // past the budget: its samples are named as Resolve says
+		}
+		t.keyBytes += cost
 	}
 	n.ID = t.NameID(n.FrameInfo)
 	t.Frames[k] = append(names, n)
@@ -220,7 +247,7 @@ type VMExec struct {
 // NewSymbolTable returns an empty table.
 func NewSymbolTable() *SymbolTable {
 	return &SymbolTable{Frames: map[FrameKey][]Named{}, VMExec: map[Image]VMExec{}, nameIDs: map[FrameInfo]uint64{},
-		oldChecks: map[FrameKey]oldCheck{}}
+		oldChecks: map[FrameKey]oldCheck{}, coarse: map[uint64]bool{}}
 }
 
 // Key is the key of a frame of a payload of process image (pid, gen).
@@ -276,6 +303,17 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 		}
 		return ids, added, 0
 	}
+	if t.keysFull() {
+		// No room for another key: the frames are not read, and named
+		// for the budget (their samples count them).
+		over := t.overBudgetID()
+		for i, f := range p.Frames {
+			if ids[i] < NameFirst && !f.Error && seen[Key(p.PID, p.Gen, f)] {
+				ids[i] = over
+			}
+		}
+		return ids, added, 0
+	}
 	var names []Named
 	for try := 0; ; try++ {
 		got, settled := nameFrames(r, p, fresh)
@@ -312,6 +350,7 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 			unknown++
 		}
 		k := Key(p.PID, p.Gen, f)
+		n.FrameInfo = t.canonical(n.FrameInfo)
 		if n.Old {
 			t.checkedRead(k, n.FrameInfo, n.OldAt)
 		}
@@ -445,13 +484,13 @@ func frameInfo(r *rubystack.Reader, f bpf.Frame) FrameInfo {
 		return FrameInfo{Drop: true}
 	}
 	fr := r.Symbolize(raw[0])
-	return FrameInfo{Label: fr.Label, Path: fr.Path, HasPath: fr.HasPath, Line: fr.Line, CFunc: fr.CFunc, Unknown: fr.Unknown}
+	return cutName(FrameInfo{Label: fr.Label, Path: fr.Path, HasPath: fr.HasPath, Line: fr.Line, CFunc: fr.CFunc, Unknown: fr.Unknown})
 }
 
 // Forget drops what Resolve added for frames of process image (pid, gen).
 func (t *SymbolTable) Forget(pid, gen uint32, frames []bpf.NamedFrame) {
 	for _, f := range frames {
-		delete(t.Frames, Key(pid, gen, f.Frame))
+		t.dropKey(Key(pid, gen, f.Frame))
 	}
 }
 
@@ -517,41 +556,74 @@ type frameJSON struct {
 	Drop    bool   `json:"drop,omitempty"`
 }
 
-// Encode writes the table as the FeatureRubySymbols section: the names
+// Encode is the table as the FeatureRubySymbols section (see Write).
+func (t *SymbolTable) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	if err := t.Write(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Write writes the table as the FeatureRubySymbols section to w: the names
 // named samples refer to, and where each process's VM entry function is.
 // Frame keys and their spans stay behind: each sample carries its names.
-func (t *SymbolTable) Encode() ([]byte, error) {
-	doc := symbolTableJSON{Version: symbolTableVersion, Names: make([]nameJSON, 0, len(t.Names))}
-	for _, v := range t.Names {
-		doc.Names = append(doc.Names, nameJSON{Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line,
-			CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
-	}
+// It writes the JSON of symbolTableJSON a name at a time, so it holds no
+// copy of the table (the table may be most of a recording's memory).
+func (t *SymbolTable) Write(w io.Writer) error {
+	var frames []frameJSON
 	if t.decodedFrames {
 		// A table read from a version 1 recording: its samples name their
 		// frames by key, each key one name for every sample.
 		for k, names := range t.Frames {
 			v := names[0]
-			doc.Frames = append(doc.Frames, frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
+			frames = append(frames, frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
 				Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
 		}
-		sort.Slice(doc.Frames, func(i, j int) bool { return frameLess(doc.Frames[i], doc.Frames[j]) })
+		sort.Slice(frames, func(i, j int) bool { return frameLess(frames[i], frames[j]) })
 	}
+	vmExec := make([]vmExecJSON, 0, len(t.VMExec))
 	for im, v := range t.VMExec {
-		doc.VMExec = append(doc.VMExec, vmExecJSON{PID: im.PID, Gen: im.Gen, Path: v.Path, Start: v.Start, End: v.End})
+		vmExec = append(vmExec, vmExecJSON{PID: im.PID, Gen: im.Gen, Path: v.Path, Start: v.Start, End: v.End})
 	}
-	sort.Slice(doc.VMExec, func(i, j int) bool {
-		a, b := doc.VMExec[i], doc.VMExec[j]
+	sort.Slice(vmExec, func(i, j int) bool {
+		a, b := vmExec[i], vmExec[j]
 		return a.PID < b.PID || a.PID == b.PID && a.Gen < b.Gen
 	})
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(doc); err != nil {
-		return nil, err
+	zw := gzip.NewWriter(w)
+	bw := bufio.NewWriterSize(zw, 64<<10)
+	fmt.Fprintf(bw, `{"version":%d`, symbolTableVersion)
+	writeList(bw, "frames", len(frames), func(i int) any { return frames[i] })
+	writeList(bw, "names", len(t.Names), func(i int) any {
+		v := t.Names[i]
+		return nameJSON{Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop}
+	})
+	writeList(bw, "vm_exec", len(vmExec), func(i int) any { return vmExec[i] })
+	bw.WriteString("}\n")
+	if err := bw.Flush(); err != nil {
+		return err
 	}
-	if err := zw.Close(); err != nil {
-		return nil, err
+	return zw.Close()
+}
+
+// writeList writes `,"key":[...]` of n elements (nothing for none, as
+// omitempty does), each as encoding/json writes it; errors stay in w.
+func writeList(w *bufio.Writer, key string, n int, elem func(int) any) {
+	if n == 0 {
+		return
 	}
-	return buf.Bytes(), nil
+	fmt.Fprintf(w, `,%q:[`, key)
+	for i := range n {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		b, err := json.Marshal(elem(i))
+		if err != nil {
+			b = []byte("{}") // the types have no field Marshal refuses
+		}
+		w.Write(b)
+	}
+	w.WriteByte(']')
 }
 
 // DecodeSymbolTable reads a FeatureRubySymbols section.
@@ -629,7 +701,7 @@ func (t *SymbolTable) forgetImages(gone map[Image]bool) {
 	}
 	for k := range t.Frames {
 		if gone[Image{k.PID, k.Gen}] {
-			delete(t.Frames, k)
+			t.dropKey(k)
 		}
 	}
 	for im := range gone {
@@ -643,7 +715,10 @@ func (t *SymbolTable) forgetImages(gone map[Image]bool) {
 func (t *SymbolTable) restart() {
 	clear(t.Frames)
 	clear(t.nameIDs)
+	clear(t.coarse)
+	clear(t.oldChecks) // they hold names too
 	t.Names = nil
+	t.nameBytes, t.keyBytes = 0, 0
 }
 
 // sameInterval says whether a sample stamped st was taken in the GC

@@ -48,6 +48,8 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	rubyOnly := fs.Bool("ruby-only", false, "Ruby frames and C methods only")
 	match := fs.String("match", "", "sample only the Ruby processes whose command line matches this regular expression (e.g. 'puma|sidekiq')")
 	stackSize := fs.Int("stack-size", int(bpf.DefaultOptions.StackSize), "bytes of native stack each sample copies for unwinding C frames; 0: no native user frames")
+	budget := byteSize(agent.DefaultMemoryBudget)
+	fs.Var(&budget, "memory-budget", "bytes the agent may hold of what grows with what the Rubies run (names, frames, stacks, the queue): past it, names start afresh and stacks count as over the limit; like 128M")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -80,6 +82,8 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		return usageError{"--insecure turns TLS off: it cannot go with --ca-file, --cert-file or --key-file"}
 	case (*certFile == "") != (*keyFile == ""):
 		return usageError{"--cert-file and --key-file go together"}
+	case budget < recording.MinMemoryBudget*2:
+		return usageError{fmt.Sprintf("--memory-budget %s: at least %s", budget, byteSize(recording.MinMemoryBudget*2))}
 	}
 	if _, port, err := net.SplitHostPort(*endpoint); err != nil || port == "" {
 		return usageError{fmt.Sprintf("--endpoint %q: HOST:PORT, e.g. localhost:4317", *endpoint)}
@@ -104,13 +108,14 @@ func runAgent(args []string, _, stderr io.Writer) error {
 			CertFile: *certFile, KeyFile: *keyFile, Headers: headers},
 		Interval: time.Duration(interval), Frequency: *freq, StackSize: *stackSize, Merge: merge.Options{View: view},
 		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
-		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: export.LineWriter{W: stderr}, Select: sel,
+		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: export.LineWriter{W: stderr}, Select: sel, MemoryBudget: int64(budget),
 	}
 	if *stackSize == 0 {
 		opts.StackSize = -1
 	}
 	fmt.Fprintf(stderr, "rubyperf agent: sampling every Ruby process at %d Hz; a profile per process every %s to %s (%s%s)\n",
 		*freq, time.Duration(interval), *endpoint, *protocol, map[bool]string{true: ", plain text", false: ", TLS"}[*insecure])
+	limitMemory(budget)
 	// SIGINT and SIGTERM (systemd, Kubernetes) stop it: the last interval
 	// is cut and sent.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

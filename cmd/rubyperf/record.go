@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,12 +34,14 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	out := fs.String("o", "rubyperf.data", "output file")
 	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
 	stackSize := fs.Int("stack-size", int(bpf.DefaultOptions.StackSize), "bytes of native stack each sample copies for unwinding C frames (perf's dwarf,SIZE); 0: no native user frames")
+	budget := byteSize(recording.DefaultMemoryBudget)
+	fs.Var(&budget, "memory-budget", "bytes the recorder may hold of what grows with the targets' code (names, frames): past it, new frames are named coarser and counted; like 256M or 1G")
 	cmdArgs, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
 	opts := recording.Options{All: *all, FollowForks: *follow, Wall: *wall, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
-		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: export.LineWriter{W: stderr}}
+		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: export.LineWriter{W: stderr}, MemoryBudget: int64(budget)}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
 			continue
@@ -63,6 +67,8 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		return usageError{"-d must be positive"}
 	case *stackSize < 0 || *stackSize%8 != 0 || *stackSize > bpf.MaxStackSize:
 		return usageError{fmt.Sprintf("--stack-size %d: a multiple of 8 from 0 to %d", *stackSize, bpf.MaxStackSize)}
+	case budget < recording.MinMemoryBudget:
+		return usageError{fmt.Sprintf("--memory-budget %s: at least %s", budget, byteSize(recording.MinMemoryBudget))}
 	}
 	if *stackSize == 0 {
 		opts.StackSize = -1 // none; recording.Options' zero value is the default
@@ -70,6 +76,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		opts.Status = stderr
 	}
+	limitMemory(budget)
 	// Ctrl-C and SIGTERM end the recording; the file is finalized.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -99,6 +106,9 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			if lost := sum.OffCPUCut + sum.OffCPUEndsLost; lost > 0 {
 				fmt.Fprintf(stderr, "rubyperf: warning: %d of them weigh only the time off until the recorder had to write them (too many threads off at once, or the kernel's ring of their ends was full)\n", lost)
 			}
+		}
+		if sum.FramesOverBudget > 0 {
+			fmt.Fprintf(stderr, "rubyperf: warning: %s\n", overBudget(sum.FramesOverBudget, budget))
 		}
 		if sum.SamplesNotNamed > 0 {
 			head, kinds := notNamed(sum.SamplesNotNamed, sum.Samples, sum.UnknownFrames, sum.FramesNotNamed)
@@ -145,6 +155,28 @@ func notNamed[N int | uint64](samples, of, unknown, replaced N) (head, kinds str
 		100*float64(samples)/float64(max(of, 1))), strings.Join(k, ", ")
 }
 
+// limitMemory has Go's collector keep the heap near a recorder's memory
+// budget plus memoryFixed (debug.SetMemoryLimit), unless $GOMEMLIMIT says
+// otherwise: garbage is collected sooner rather than let grow to twice
+// what is live.
+func limitMemory(budget byteSize) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(budget) + memoryFixed)
+	}
+}
+
+// memoryFixed is what a recorder holds besides its budget, whatever the
+// targets: the rings' buffers, its code and runtime, the files it reads.
+const memoryFixed = 64 << 20
+
+// overBudget says how many frames were named coarser than read because
+// the memory budget for names was spent: the words of record's summary
+// and the agent's log.
+func overBudget(frames uint64, budget byteSize) string {
+	return fmt.Sprintf("%d frames of samples named coarser than read (their method without a line, or %s): the memory budget "+
+		"(--memory-budget %s) for the targets' names was spent; nothing past it is kept", frames, recording.OverBudgetLabel, budget)
+}
+
 // maxEventLines bounds the lines a summary gives to forks and execs.
 const maxEventLines = 10
 
@@ -169,5 +201,44 @@ func (d *seconds) Set(s string) error {
 		return fmt.Errorf("%q is neither seconds nor a duration like 1m30s", s)
 	}
 	*d = seconds(v)
+	return nil
+}
+
+// byteSize is a size flag in bytes, with an optional K, M or G (powers of
+// 1024): "256M".
+type byteSize int64
+
+func (b byteSize) String() string {
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"G", 30}, {"M", 20}, {"K", 10}} {
+		if b != 0 && b%(1<<u.shift) == 0 {
+			return strconv.FormatInt(int64(b)>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num, shift := strings.TrimSuffix(strings.ToUpper(s), "B"), uint(0)
+	if n := len(num); n > 0 {
+		switch num[n-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		}
+		if shift > 0 {
+			num = num[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || v > math.MaxInt64>>shift {
+		return fmt.Errorf("%q is not a size like 256M", s)
+	}
+	*b = byteSize(v << shift)
 	return nil
 }
