@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Bounds on what is read from an ELF file to identify it.
@@ -153,31 +154,6 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
-// openRegular opens path read-only without blocking on a FIFO or device,
-// and refuses anything but a regular file.
-func openRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRegular(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-func checkRegular(f *os.File) error {
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s: not a regular file", f.Name())
-	}
-	return nil
-}
-
 // fileBuildID reads the build-id of the ELF file f, or "".
 func fileBuildID(f *os.File) string {
 	var id string
@@ -211,7 +187,7 @@ func isDebugFileFor(f *os.File, id string) bool {
 
 // BuildIDOf returns the build-id of the ELF file at path, or "".
 func BuildIDOf(path string) (string, error) {
-	f, err := openRegular(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return "", err
 	}

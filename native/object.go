@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"sync"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 
 	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Bounds on what is loaded from one object file.
@@ -127,7 +127,7 @@ func guard(fn func() error) (err error) {
 }
 
 func (o *Object) load() error {
-	f, err := os.Open(o.Path)
+	f, err := safefile.Open(o.Path)
 	if err != nil {
 		return err
 	}
@@ -264,14 +264,11 @@ func (o *Object) loadDebugSymbols() {
 // funcSymbolsOf reads the FUNC symbols of a debug file's .symtab; a
 // build-id other than want (when both have one) refuses the file.
 func funcSymbolsOf(path, want string) ([]symbol, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
 	ef, err := elf.NewFile(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/internal/safefile"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/perfdata"
@@ -96,7 +96,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		// (perf's or ours): its recorder died after a checkpoint, which
 		// left the Ruby names beside it.
 		stats.Unfinished = true
-		if b, err := readBounded(SymbolsPath(path), maxSymbolTableBytes); err == nil {
+		if b, err := safefile.ReadAll(SymbolsPath(path), maxSymbolTableBytes); err == nil {
 			if t, err := DecodeSymbolTable(b); err == nil {
 				symtab, stats.SymbolsFrom = t, SymbolsPath(path)
 			}
@@ -419,20 +419,6 @@ func (rd *reader) rubyFrame(p *bpf.Payload, f bpf.Frame) merge.Ruby {
 		r.Frame = merge.Frame{Kind: kind, Name: info.Label, File: info.Path, Line: info.Line}
 	}
 	return r
-}
-
-// readBounded reads the file at path, refusing one over limit bytes.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(b)) > limit {
-		err = fmt.Errorf("%s: over %d bytes", path, limit)
-	}
-	return b, err
 }
 
 // compilerClone strips the suffixes GCC gives function clones

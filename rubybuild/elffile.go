@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Limits on what is read from an ELF file. Files come from target processes and
@@ -29,9 +30,7 @@ type elfFile struct {
 }
 
 func openELF(path string) (ef *elfFile, err error) {
-	// O_NONBLOCK: opening a FIFO or device named by untrusted input must not
-	// hang; anything but a regular file is refused below.
-	osf, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	osf, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -39,10 +38,6 @@ func openELF(path string) (ef *elfFile, err error) {
 	if err != nil {
 		osf.Close()
 		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		osf.Close()
-		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
 	defer func() {
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rubyperf/rubyperf/internal/safefile"
 	"github.com/rubyperf/rubyperf/procmaps"
 )
 
@@ -112,8 +113,7 @@ func readELF(pid int, m procmaps.Mapping, symbol string, c *Files) (*elfInfo, er
 }
 
 func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfInfo, err error) {
-	// O_NONBLOCK: a FIFO planted at a mapped path must not block.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +121,6 @@ func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfI
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != inode {
 		return nil, fmt.Errorf("%s: inode %d, not the mapped %d (replaced?)", path, sys.Ino, inode)
