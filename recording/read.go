@@ -29,7 +29,8 @@ type ReadOptions struct {
 	// Debuginfo finds the debug files that name stripped objects' functions
 	// (debuginfod, --debug-file); nil: the local filesystem only.
 	Debuginfo *debuginfo.Finder
-	// Warn, when set, gets a line about a recording that was not finished.
+	// Warn, when set, gets a line about a recording that was not finished,
+	// and one for each mapped file refused (refusedWarner).
 	Warn io.Writer
 }
 
@@ -122,7 +123,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		}
 	}
 	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}},
+		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}, Refused: refusedWarner(opts.Warn)},
 		stats: stats}
 	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
 	// may sit in the file after samples that need it. Like perf, apply them
@@ -236,6 +237,29 @@ func (rd *reader) objects(pid uint32) *native.Objects {
 		return rd.objectsOf(pid)
 	}
 	return rd.objs
+}
+
+// maxRefusedLines bounds the lines refusedWarner writes: a neighbour may
+// plant a FIFO at every path a process maps.
+const maxRefusedLines = 16
+
+// refusedWarner tells w, one line each, of the mapped files that were not
+// read because something other than a regular file is at their path now (a
+// FIFO put there after the recording, say): those frames go unnamed. Nil
+// when w is.
+func refusedWarner(w io.Writer) func(error) {
+	if w == nil {
+		return nil
+	}
+	n := 0
+	return func(err error) {
+		switch n++; {
+		case n <= maxRefusedLines:
+			fmt.Fprintf(w, "rubyperf: %v: its frames are not named\n", err)
+		case n == maxRefusedLines+1:
+			fmt.Fprintf(w, "rubyperf: more mapped files are not regular files; their frames are not named\n")
+		}
+	}
 }
 
 func (rd *reader) mapsOf(pid uint32) *native.Maps {
