@@ -16,8 +16,7 @@ import (
 
 // Bounds on what is loaded from one object file.
 const (
-	maxCFIBytes    = 64 << 20 // .eh_frame or .debug_frame
-	maxSymbolCount = 4 << 20
+	maxCFIBytes = 64 << 20 // .eh_frame or .debug_frame
 )
 
 // Object is an ELF file's unwinding and symbol information, loaded once.
@@ -132,9 +131,9 @@ func (o *Object) load() error {
 		return err
 	}
 	defer f.Close()
-	ef, err := elf.NewFile(f)
+	ef, err := debuginfo.NewELF(f)
 	if err != nil {
-		return fmt.Errorf("%s: %w", o.Path, err)
+		return err
 	}
 	o.id = debuginfo.ReadIdentity(ef)
 	for _, p := range ef.Progs {
@@ -167,9 +166,15 @@ func (o *Object) load() error {
 		o.fdes = append(o.fdes, fdes...)
 	}
 	sort.Slice(o.fdes, func(i, j int) bool { return o.fdes[i].Begin() < o.fdes[j].Begin() })
-	for _, load := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
-		syms, err := load()
-		if err != nil || len(syms) > maxSymbolCount {
+	for _, table := range []struct {
+		typ  elf.SectionType
+		load func() ([]elf.Symbol, error)
+	}{{elf.SHT_SYMTAB, ef.Symbols}, {elf.SHT_DYNSYM, ef.DynamicSymbols}} {
+		if debuginfo.CheckSymbolTable(ef, table.typ) != nil {
+			continue
+		}
+		syms, err := table.load()
+		if err != nil {
 			continue
 		}
 		for _, s := range syms {
@@ -269,9 +274,9 @@ func funcSymbolsOf(path, want string) ([]symbol, error) {
 		return nil, err
 	}
 	defer f.Close()
-	ef, err := elf.NewFile(f)
+	ef, err := debuginfo.NewELF(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	if id := debuginfo.ReadIdentity(ef).BuildID; id != "" && want != "" && id != want {
 		return nil, fmt.Errorf("%s: build-id %s, want %s", path, id, want)
@@ -280,8 +285,8 @@ func funcSymbolsOf(path, want string) ([]symbol, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%s: no .symtab", path)
 	}
-	if s.Size/uint64(elf.Sym64Size) > maxSymbolCount {
-		return nil, fmt.Errorf("%s: over %d symbols", path, maxSymbolCount)
+	if err := debuginfo.CheckSymbolTable(ef, elf.SHT_SYMTAB); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	all, err := ef.Symbols()
 	if err != nil {

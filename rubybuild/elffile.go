@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
@@ -44,13 +45,9 @@ func openELF(path string) (ef *elfFile, err error) {
 			osf.Close()
 		}
 	}()
-	var f *elf.File
-	if err := guard(func() error {
-		var err error
-		f, err = elf.NewFile(osf)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("%s: not an ELF file: %w", path, err)
+	f, err := debuginfo.NewELF(osf)
+	if err != nil {
+		return nil, err
 	}
 	return &elfFile{path: path, osf: osf, f: f, size: st.Size()}, nil
 }
@@ -173,8 +170,8 @@ func (e *elfFile) symbols(want map[string]bool, from symbolTable) (map[string]sy
 		if s == nil {
 			continue
 		}
-		if s.Size/uint64(elf.Sym64Size) > maxSymbols {
-			return nil, fmt.Errorf("%s: %s has more than %d symbols", e.path, s.Name, maxSymbols)
+		if err := debuginfo.CheckSymbolTable(e.f, tab.typ); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.path, err)
 		}
 		var syms []elf.Symbol
 		err := guard(func() error {

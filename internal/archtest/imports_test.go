@@ -25,8 +25,9 @@ var allowed = map[string][]string{
 	"merge":     {"rubystack"},
 	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile"},
 	// threadlocal finds a shared object's thread-local variables in a live
-	// process, through glibc's own descriptions: no Ruby, perf or BPF.
-	"threadlocal": {"procmaps", "internal/safefile"},
+	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
+	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).
+	"threadlocal": {"procmaps", "debuginfo", "internal/safefile"},
 	// procmaps reads /proc/PID/maps for every package that looks at a live process.
 	"procmaps": {},
 	"native":   {"debuginfo", "internal/safefile"},
