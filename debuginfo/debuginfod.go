@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // CachePath is where elfutils' client cache keeps the debug file of a
@@ -133,7 +135,7 @@ func (f *Finder) fetch(id string) (string, error) {
 // hit; an empty one younger than cache_miss_s is a negative hit (done, no
 // path, no error); an older empty one is removed and the servers asked.
 func (f *Finder) cached(target, id string) (path string, done bool, err error) {
-	fd, err := openRegular(target)
+	fd, err := safefile.Open(target)
 	if err != nil {
 		return "", false, nil
 	}
@@ -164,7 +166,7 @@ const maxConfigBytes = 64
 // does.
 func (f *Finder) cacheMiss() time.Duration {
 	p := filepath.Join(f.CacheDir, "cache_miss_s")
-	fd, err := openRegular(p)
+	fd, err := safefile.Open(p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			os.WriteFile(p, []byte(strconv.Itoa(int(defaultCacheMiss/time.Second))), 0o644)

@@ -3,11 +3,14 @@ package debuginfo
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"syscall"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Bounds on what is read from an ELF file to identify it.
@@ -153,77 +156,169 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
-// openRegular opens path read-only without blocking on a FIFO or device,
-// and refuses anything but a regular file.
-func openRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRegular(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-func checkRegular(f *os.File) error {
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s: not a regular file", f.Name())
-	}
-	return nil
-}
-
 // fileBuildID reads the build-id of the ELF file f, or "".
 func fileBuildID(f *os.File) string {
-	var id string
-	_ = guard(func() error {
-		ef, err := elf.NewFile(f)
-		if err != nil {
-			return err
-		}
-		id = ReadIdentity(ef).BuildID
-		return nil
-	})
-	return id
+	ef, err := NewELF(f)
+	if err != nil {
+		return ""
+	}
+	return ReadIdentity(ef).BuildID
 }
 
 // isDebugFileFor says whether f is an ELF file with build-id id that
 // carries debug information (DWARF or a .symtab): a stripped copy of the
 // file itself has the build-id but nothing to give.
 func isDebugFileFor(f *os.File, id string) bool {
-	ok := false
-	_ = guard(func() error {
-		ef, err := elf.NewFile(f)
-		if err != nil {
-			return err
-		}
-		got := ReadIdentity(ef)
-		ok = got.BuildID == id && (got.HasDWARF || got.HasSymtab)
-		return nil
-	})
-	return ok
+	ef, err := NewELF(f)
+	if err != nil {
+		return false
+	}
+	got := ReadIdentity(ef)
+	return got.BuildID == id && (got.HasDWARF || got.HasSymtab)
 }
 
 // BuildIDOf returns the build-id of the ELF file at path, or "".
 func BuildIDOf(path string) (string, error) {
-	f, err := openRegular(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	var id string
-	err = guard(func() error {
-		ef, err := elf.NewFile(f)
-		if err != nil {
-			return fmt.Errorf("%s: not an ELF file: %w", path, err)
-		}
-		id = ReadIdentity(ef).BuildID
+	ef, err := NewELF(f)
+	if err != nil {
+		return "", err
+	}
+	return ReadIdentity(ef).BuildID, nil
+}
+
+// Bounds on what debug/elf reads whole from a file: elf.NewFile its section
+// headers and its section-name table (decompressed, if compressed: a small
+// file can claim gigabytes), File.Symbols and DynamicSymbols a symbol
+// table and its string table. Linked objects have tens of sections, a
+// section-name table of a few hundred bytes, a string table of a few MiB.
+const (
+	maxSections     = 1 << 16
+	maxSectionNames = 16 << 20
+	// MaxSymbols bounds the entries of a symbol table read whole.
+	MaxSymbols = 4 << 20
+	// MaxStringTable bounds the bytes of the string table it names.
+	MaxStringTable = 64 << 20
+)
+
+// NewELF is elf.NewFile for a file another user may have written: a file
+// whose section headers or section-name table are over the bounds is
+// refused before debug/elf reads them, and a panic of debug/elf is an error.
+// Errors name the file.
+func NewELF(f *os.File) (*elf.File, error) {
+	if err := checkHeaders(f); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	var ef *elf.File
+	if err := guard(func() error {
+		var err error
+		ef, err = elf.NewFile(f)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("%s: not an ELF file: %w", f.Name(), err)
+	}
+	return ef, nil
+}
+
+// checkHeaders reads from r the ELF header and the section-name table's
+// section header (and compression header), and refuses sizes over the
+// bounds. What it cannot read it leaves to elf.NewFile to refuse.
+func checkHeaders(r io.ReaderAt) error {
+	var ident [elf.EI_NIDENT]byte
+	if _, err := r.ReadAt(ident[:], 0); err != nil || string(ident[:4]) != elf.ELFMAG {
 		return nil
-	})
-	return id, err
+	}
+	var order binary.ByteOrder = binary.LittleEndian
+	if elf.Data(ident[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		order = binary.BigEndian
+	}
+	is64 := elf.Class(ident[elf.EI_CLASS]) == elf.ELFCLASS64
+	word := func(b []byte) uint64 { // a field of the class's width
+		if is64 {
+			return order.Uint64(b)
+		}
+		return uint64(order.Uint32(b))
+	}
+	// Offsets in the ELF header and a section header, and the size of a
+	// compression header, per class (elf.h).
+	shoffAt, shnumAt, shstrndxAt, shSize, flagsAt, offsetAt, sizeAt, linkAt := 0x20, 0x30, 0x32, 40, 8, 0x10, 0x14, 0x18
+	chSizeAt, w := 4, 4
+	if is64 {
+		shoffAt, shnumAt, shstrndxAt, shSize, flagsAt, offsetAt, sizeAt, linkAt = 0x28, 0x3c, 0x3e, 64, 8, 0x18, 0x20, 0x28
+		chSizeAt, w = 8, 8
+	}
+	var hdr [64]byte
+	if _, err := r.ReadAt(hdr[:], 0); err != nil {
+		return nil
+	}
+	shoff := word(hdr[shoffAt:])
+	shnum, shstrndx := uint64(order.Uint16(hdr[shnumAt:])), uint32(order.Uint16(hdr[shstrndxAt:]))
+	if shoff == 0 || shoff > math.MaxInt64-uint64(shSize)*maxSections {
+		return nil
+	}
+	section := func(i uint64) ([]byte, bool) {
+		b := make([]byte, shSize)
+		_, err := r.ReadAt(b, int64(shoff+i*uint64(shSize)))
+		return b, err == nil
+	}
+	if shnum == 0 || shstrndx == uint32(elf.SHN_XINDEX) { // the real values are in section 0
+		s0, ok := section(0)
+		if !ok {
+			return nil
+		}
+		if shnum == 0 {
+			shnum = word(s0[sizeAt:])
+		}
+		if shstrndx == uint32(elf.SHN_XINDEX) {
+			shstrndx = order.Uint32(s0[linkAt:])
+		}
+	}
+	if shnum > maxSections {
+		return fmt.Errorf("%d section headers, over the %d allowed", shnum, maxSections)
+	}
+	if shstrndx == 0 || uint64(shstrndx) >= shnum {
+		return nil
+	}
+	s, ok := section(uint64(shstrndx))
+	if !ok {
+		return nil
+	}
+	size := word(s[sizeAt:])
+	if word(s[flagsAt:])&uint64(elf.SHF_COMPRESSED) != 0 {
+		ch := make([]byte, chSizeAt+w)
+		off := word(s[offsetAt:])
+		if off > math.MaxInt64 {
+			return nil
+		}
+		if _, err := r.ReadAt(ch, int64(off)); err != nil {
+			return nil
+		}
+		size = word(ch[chSizeAt:])
+	}
+	if size > maxSectionNames {
+		return fmt.Errorf("a section-name table of %d bytes, over the %d allowed", size, maxSectionNames)
+	}
+	return nil
+}
+
+// CheckSymbolTable refuses ef's symbol table of type typ (SHT_SYMTAB or
+// SHT_DYNSYM) when it or its string table is over the bounds: both are
+// read whole. A file without one passes (reading it gives ErrNoSymbols).
+func CheckSymbolTable(ef *elf.File, typ elf.SectionType) error {
+	s := ef.SectionByType(typ)
+	if s == nil {
+		return nil
+	}
+	if n := s.Size / uint64(elf.Sym64Size); n > MaxSymbols {
+		return fmt.Errorf("%s: %d symbols, over the %d allowed", s.Name, n, MaxSymbols)
+	}
+	if int(s.Link) < len(ef.Sections) && ef.Sections[s.Link].Size > MaxStringTable {
+		strs := ef.Sections[s.Link]
+		return fmt.Errorf("%s: %d bytes, over the %d allowed", strs.Name, strs.Size, MaxStringTable)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/debuginfodtest"
@@ -23,6 +24,9 @@ func FuzzReadIdentity(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := checkHeaders(bytes.NewReader(data)); err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("checkHeaders: %q is not one line", err)
+		}
 		var id Identity
 		err := guard(func() error {
 			ef, err := elf.NewFile(bytes.NewReader(data))

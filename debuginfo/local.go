@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // maxCRCBytes bounds how much of a candidate debug file is hashed to check
@@ -82,7 +84,7 @@ func findLocal(req Request) string {
 func openInRoot(root, rel string) (string, *os.File, error) {
 	p := filepath.Join(root, rel)
 	if root == "/" || root == "" {
-		f, err := openRegular(p)
+		f, err := safefile.Open(p)
 		return p, f, err
 	}
 	dir, err := os.Open(root)
@@ -95,14 +97,14 @@ func openInRoot(root, rel string) (string, *os.File, error) {
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if errors.Is(err, unix.ENOSYS) { // kernels before 5.6
-		f, err := openRegular(p)
+		f, err := safefile.Open(p)
 		return p, f, err
 	}
 	if err != nil {
 		return p, nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), p)
-	if err := checkRegular(f); err != nil {
+	if err := safefile.Check(f); err != nil {
 		f.Close()
 		return p, nil, err
 	}
@@ -126,7 +128,7 @@ func fileCRC32(f *os.File) (uint32, error) {
 // explicitMatch opens an explicitly given debug file and reports its
 // build-id.
 func explicitBuildID(path string) (string, error) {
-	f, err := openRegular(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return "", err
 	}

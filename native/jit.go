@@ -2,10 +2,11 @@ package native
 
 import (
 	"debug/elf"
-	"os"
 	"strings"
 
 	"golang.org/x/arch/x86/x86asm"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Code a JIT compiler wrote (Ruby's YJIT and ZJIT, for one) lives in an
@@ -123,7 +124,7 @@ func (o *Object) readCallEndsAt(vaddr uint64) bool {
 	if seg == nil {
 		return false
 	}
-	f, err := os.Open(o.Path)
+	f, err := safefile.Open(o.Path)
 	if err != nil {
 		return false
 	}

@@ -5,19 +5,18 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"sync"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 
 	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Bounds on what is loaded from one object file.
 const (
-	maxCFIBytes    = 64 << 20 // .eh_frame or .debug_frame
-	maxSymbolCount = 4 << 20
+	maxCFIBytes = 64 << 20 // .eh_frame or .debug_frame
 )
 
 // Object is an ELF file's unwinding and symbol information, loaded once.
@@ -127,14 +126,14 @@ func guard(fn func() error) (err error) {
 }
 
 func (o *Object) load() error {
-	f, err := os.Open(o.Path)
+	f, err := safefile.Open(o.Path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	ef, err := elf.NewFile(f)
+	ef, err := debuginfo.NewELF(f)
 	if err != nil {
-		return fmt.Errorf("%s: %w", o.Path, err)
+		return err
 	}
 	o.id = debuginfo.ReadIdentity(ef)
 	for _, p := range ef.Progs {
@@ -167,9 +166,15 @@ func (o *Object) load() error {
 		o.fdes = append(o.fdes, fdes...)
 	}
 	sort.Slice(o.fdes, func(i, j int) bool { return o.fdes[i].Begin() < o.fdes[j].Begin() })
-	for _, load := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
-		syms, err := load()
-		if err != nil || len(syms) > maxSymbolCount {
+	for _, table := range []struct {
+		typ  elf.SectionType
+		load func() ([]elf.Symbol, error)
+	}{{elf.SHT_SYMTAB, ef.Symbols}, {elf.SHT_DYNSYM, ef.DynamicSymbols}} {
+		if debuginfo.CheckSymbolTable(ef, table.typ) != nil {
+			continue
+		}
+		syms, err := table.load()
+		if err != nil {
 			continue
 		}
 		for _, s := range syms {
@@ -264,17 +269,14 @@ func (o *Object) loadDebugSymbols() {
 // funcSymbolsOf reads the FUNC symbols of a debug file's .symtab; a
 // build-id other than want (when both have one) refuses the file.
 func funcSymbolsOf(path, want string) ([]symbol, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	ef, err := elf.NewFile(f)
+	ef, err := debuginfo.NewELF(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	if id := debuginfo.ReadIdentity(ef).BuildID; id != "" && want != "" && id != want {
 		return nil, fmt.Errorf("%s: build-id %s, want %s", path, id, want)
@@ -283,8 +285,8 @@ func funcSymbolsOf(path, want string) ([]symbol, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%s: no .symtab", path)
 	}
-	if s.Size/uint64(elf.Sym64Size) > maxSymbolCount {
-		return nil, fmt.Errorf("%s: over %d symbols", path, maxSymbolCount)
+	if err := debuginfo.CheckSymbolTable(ef, elf.SHT_SYMTAB); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	all, err := ef.Symbols()
 	if err != nil {

@@ -2,8 +2,11 @@ package native
 
 import (
 	"encoding/binary"
+	"errors"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // DWARF register numbers on x86_64 (System V psABI, figure 3.36).
@@ -55,6 +58,10 @@ type Objects struct {
 	Open func(path string) *Object
 	// Load says where the default Open looks for debug files.
 	Load LoadOptions
+	// Refused, if set, is told once per path (as long as the cache has
+	// room) why a file was not read because it is not a regular file: a
+	// FIFO or device put where a mapped file was. Its frames go unnamed.
+	Refused func(error)
 }
 
 // maxObjects bounds the cache.
@@ -80,6 +87,9 @@ func (c *Objects) Get(path string) *Object {
 	}
 	if len(c.byPath) < maxObjects {
 		c.byPath[path] = o
+		if c.Refused != nil && errors.Is(o.Err(), safefile.ErrNotRegular) {
+			c.Refused(o.Err())
+		}
 	}
 	return o
 }

@@ -21,5 +21,6 @@
 //
 // It must not know about Ruby, eBPF, or how records are collected: it
 // copies and encodes records, and checks only what the format requires.
-// It imports only the standard library.
+// It imports only the standard library and internal/safefile (which opens
+// a recording without blocking on a FIFO planted in its place).
 package perfdata

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Reader reads a perf.data in file mode or pipe mode: its events, its
@@ -87,7 +88,7 @@ const (
 
 // Open opens the perf.data at path, in file or pipe mode.
 func Open(path string) (*Reader, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -31,5 +31,6 @@
 // locks the file (flock) while it reads and appends, so locking writers
 // never interleave, and writes whole lines.
 //
-// It must not know about Ruby or perf.data; it imports only the standard library.
+// It must not know about Ruby or perf.data; it imports only the standard
+// library and internal/safefile.
 package perfmap

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // DefaultDir is the directory perf reads perf maps from; it reads no other.
@@ -191,7 +193,7 @@ func openChecked(path string, opts *Options) (*os.File, bool, error) {
 // or owner (if checkOwner).
 func check(path string, st *syscall.Stat_t, euid int, owner *Owner, checkOwner bool) error {
 	fix := fmt.Sprintf("remove it (rm %s) and run again", path)
-	if kind := kindOf(st.Mode); kind != "" {
+	if kind := safefile.Kind(st.Mode); kind != "" {
 		what := "it is " + kind + ", not a regular file"
 		if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
 			target, _ := os.Readlink(path)
@@ -212,27 +214,6 @@ func check(path string, st *syscall.Stat_t, euid int, owner *Owner, checkOwner b
 	}
 	return &refusedError{path, fmt.Sprintf("it belongs to uid %d, not to %s", st.Uid, who),
 		fmt.Sprintf("remove it (rm %s) if it is stale, or run as its owner", path)}
-}
-
-// kindOf names a file type other than regular, or returns "".
-func kindOf(mode uint32) string {
-	switch mode & syscall.S_IFMT {
-	case syscall.S_IFREG:
-		return ""
-	case syscall.S_IFLNK:
-		return "a symbolic link"
-	case syscall.S_IFDIR:
-		return "a directory"
-	case syscall.S_IFIFO:
-		return "a named pipe (FIFO)"
-	case syscall.S_IFSOCK:
-		return "a socket"
-	case syscall.S_IFCHR:
-		return "a character device"
-	case syscall.S_IFBLK:
-		return "a block device"
-	}
-	return "of unknown type"
 }
 
 // openError explains an open that failed because the path changed into
@@ -554,26 +535,14 @@ func WriteSynthetic(dir string, pid int, entries []Entry, opts *Options) (path s
 // symbolic link or opening anything but a regular file. It does not check
 // the owner: perf 6.1 does not either.
 func ReadFile(path string) ([]Entry, error) {
-	var pre syscall.Stat_t
-	if err := syscall.Lstat(path, &pre); err != nil {
+	f, err := safefile.OpenNoFollow(path)
+	if notRegular := (*safefile.NotRegularError)(nil); errors.As(err, &notRegular) {
+		return nil, &refusedError{path, "it is " + notRegular.Kind + ", not a regular file", fmt.Sprintf("remove it (rm %s) if it is stale", path)}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("perf map %s: %w", path, err)
 	}
-	if kind := kindOf(pre.Mode); kind != "" {
-		return nil, &refusedError{path, "it is " + kind + ", not a regular file", fmt.Sprintf("remove it (rm %s) if it is stale", path)}
-	}
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, openError(path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("perf map %s: fstat: %w", path, err)
-	}
-	if kind := kindOf(st.Mode); kind != "" {
-		return nil, &refusedError{path, "it is " + kind + ", not a regular file", fmt.Sprintf("remove it (rm %s) if it is stale", path)}
-	}
 	entries, err := Parse(f)
 	if err != nil {
 		return entries, fmt.Errorf("perf map %s: %w", path, err)

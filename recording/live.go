@@ -54,6 +54,8 @@ type live struct {
 	host    *mountSpace
 	spaces  map[string]*mountSpace
 	spaceOf map[uint32]*mountSpace
+	// refused tells of mapped files not read, in any namespace.
+	refused func(error)
 }
 
 type exit struct {
@@ -81,14 +83,14 @@ const (
 )
 
 func newLive(s *session, fn func(merge.Stack, *Process)) *live {
-	l := &live{s: s, fn: fn, spaces: map[string]*mountSpace{}, spaceOf: map[uint32]*mountSpace{}}
+	l := &live{s: s, fn: fn, spaces: map[string]*mountSpace{}, spaceOf: map[uint32]*mountSpace{}, refused: refusedWarner(s.opts.Warn)}
 	var kernel *native.Kernel
 	if f, err := os.Open("/proc/kallsyms"); err == nil {
 		kernel = native.ParseKallsyms(io.LimitReader(f, maxKallsyms))
 		f.Close()
 	}
 	l.rd = &reader{opts: ReadOptions{Merge: s.opts.Merge}, symtab: s.symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}}}
+		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}, Refused: l.refused}}
 	l.rd.objectsOf = l.objectsOf
 	l.host = &mountSpace{objs: l.rd.objs}
 	l.selfNS, _ = os.Readlink("/proc/self/ns/mnt")
@@ -189,7 +191,7 @@ func (l *live) objectsOf(pid uint32) *native.Objects {
 		sp.objs = &native.Objects{Open: func(path string) *native.Object {
 			root := fmt.Sprintf("/proc/%d/root", sp.pid)
 			return native.LoadObjectWith(filepath.Join(root, path), native.LoadOptions{Debuginfo: debuginfo, Name: path, Root: root})
-		}}
+		}, Refused: l.refused}
 		l.spaces[ns] = sp
 	}
 	sp.pid = pid

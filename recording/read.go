@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/internal/safefile"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/perfdata"
@@ -29,7 +29,8 @@ type ReadOptions struct {
 	// Debuginfo finds the debug files that name stripped objects' functions
 	// (debuginfod, --debug-file); nil: the local filesystem only.
 	Debuginfo *debuginfo.Finder
-	// Warn, when set, gets a line about a recording that was not finished.
+	// Warn, when set, gets a line about a recording that was not finished,
+	// and one for each mapped file refused (refusedWarner).
 	Warn io.Writer
 }
 
@@ -96,7 +97,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		// (perf's or ours): its recorder died after a checkpoint, which
 		// left the Ruby names beside it.
 		stats.Unfinished = true
-		if b, err := readBounded(SymbolsPath(path), maxSymbolTableBytes); err == nil {
+		if b, err := safefile.ReadAll(SymbolsPath(path), maxSymbolTableBytes); err == nil {
 			if t, err := DecodeSymbolTable(b); err == nil {
 				symtab, stats.SymbolsFrom = t, SymbolsPath(path)
 			}
@@ -122,7 +123,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		}
 	}
 	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}},
+		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}, Refused: refusedWarner(opts.Warn)},
 		stats: stats}
 	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
 	// may sit in the file after samples that need it. Like perf, apply them
@@ -236,6 +237,29 @@ func (rd *reader) objects(pid uint32) *native.Objects {
 		return rd.objectsOf(pid)
 	}
 	return rd.objs
+}
+
+// maxRefusedLines bounds the lines refusedWarner writes: a neighbour may
+// plant a FIFO at every path a process maps.
+const maxRefusedLines = 16
+
+// refusedWarner tells w, one line each, of the mapped files that were not
+// read because something other than a regular file is at their path now (a
+// FIFO put there after the recording, say): those frames go unnamed. Nil
+// when w is.
+func refusedWarner(w io.Writer) func(error) {
+	if w == nil {
+		return nil
+	}
+	n := 0
+	return func(err error) {
+		switch n++; {
+		case n <= maxRefusedLines:
+			fmt.Fprintf(w, "rubyperf: %v: its frames are not named\n", err)
+		case n == maxRefusedLines+1:
+			fmt.Fprintf(w, "rubyperf: more mapped files are not regular files; their frames are not named\n")
+		}
+	}
 }
 
 func (rd *reader) mapsOf(pid uint32) *native.Maps {
@@ -419,20 +443,6 @@ func (rd *reader) rubyFrame(p *bpf.Payload, f bpf.Frame) merge.Ruby {
 		r.Frame = merge.Frame{Kind: kind, Name: info.Label, File: info.Path, Line: info.Line}
 	}
 	return r
-}
-
-// readBounded reads the file at path, refusing one over limit bytes.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(b)) > limit {
-		err = fmt.Errorf("%s: over %d bytes", path, limit)
-	}
-	return b, err
 }
 
 // compilerClone strips the suffixes GCC gives function clones

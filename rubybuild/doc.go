@@ -20,5 +20,6 @@
 //
 // It must not know about processes, target memory, perf, eBPF or output
 // formats: rubystack reads a live VM with what rubybuild finds. It imports
-// only the standard library, golang.org/x (sys, arch), and debuginfo.
+// only the standard library, golang.org/x (sys, arch), debuginfo and
+// internal/safefile.
 package rubybuild

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
+
+	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/internal/safefile"
 )
 
 // Limits on what is read from an ELF file. Files come from target processes and
@@ -29,9 +31,7 @@ type elfFile struct {
 }
 
 func openELF(path string) (ef *elfFile, err error) {
-	// O_NONBLOCK: opening a FIFO or device named by untrusted input must not
-	// hang; anything but a regular file is refused below.
-	osf, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	osf, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -40,22 +40,14 @@ func openELF(path string) (ef *elfFile, err error) {
 		osf.Close()
 		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		osf.Close()
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
 	defer func() {
 		if err != nil {
 			osf.Close()
 		}
 	}()
-	var f *elf.File
-	if err := guard(func() error {
-		var err error
-		f, err = elf.NewFile(osf)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("%s: not an ELF file: %w", path, err)
+	f, err := debuginfo.NewELF(osf)
+	if err != nil {
+		return nil, err
 	}
 	return &elfFile{path: path, osf: osf, f: f, size: st.Size()}, nil
 }
@@ -178,8 +170,8 @@ func (e *elfFile) symbols(want map[string]bool, from symbolTable) (map[string]sy
 		if s == nil {
 			continue
 		}
-		if s.Size/uint64(elf.Sym64Size) > maxSymbols {
-			return nil, fmt.Errorf("%s: %s has more than %d symbols", e.path, s.Name, maxSymbols)
+		if err := debuginfo.CheckSymbolTable(e.f, tab.typ); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.path, err)
 		}
 		var syms []elf.Symbol
 		err := guard(func() error {

@@ -21,5 +21,6 @@
 // maps) is untrusted: every loop and read is bounded, and nothing panics.
 //
 // It must not know about Ruby, perf or BPF: it locates a symbol the caller
-// names. It imports only the standard library and procmaps.
+// names. It imports only the standard library, golang.org/x/sys, procmaps,
+// debuginfo (ELF files opened within its bounds) and internal/safefile.
 package threadlocal

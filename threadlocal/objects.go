@@ -9,14 +9,13 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rubyperf/rubyperf/debuginfo"
+	"github.com/rubyperf/rubyperf/internal/safefile"
 	"github.com/rubyperf/rubyperf/procmaps"
 )
 
-// Limits on what is read of the target's files.
-const (
-	maxObjects     = 1 << 13  // distinct mapped files examined
-	maxSymbolBytes = 64 << 20 // .dynsym or .dynstr of one file
-)
+// maxObjects bounds the distinct mapped files examined.
+const maxObjects = 1 << 13
 
 func readMaps(pid int) ([]procmaps.Mapping, error) {
 	maps, err := procmaps.Read(pid)
@@ -112,8 +111,7 @@ func readELF(pid int, m procmaps.Mapping, symbol string, c *Files) (*elfInfo, er
 }
 
 func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfInfo, err error) {
-	// O_NONBLOCK: a FIFO planted at a mapped path must not block.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +119,6 @@ func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfI
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != inode {
 		return nil, fmt.Errorf("%s: inode %d, not the mapped %d (replaced?)", path, sys.Ino, inode)
@@ -147,7 +142,7 @@ func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfI
 			info, err = nil, fmt.Errorf("%s: malformed ELF: %v", path, r)
 		}
 	}()
-	ef, err := elf.NewFile(f)
+	ef, err := debuginfo.NewELF(f)
 	if err != nil {
 		return nil, err
 	}
@@ -168,12 +163,11 @@ func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfI
 	if !haveLoad {
 		return nil, fmt.Errorf("%s: no loadable segment", path)
 	}
-	for _, name := range []string{".dynsym", ".dynstr"} {
-		if s := ef.Section(name); s == nil {
-			return info, nil // no dynamic symbols
-		} else if s.Size > maxSymbolBytes {
-			return nil, fmt.Errorf("%s: %s of %d bytes", path, name, s.Size)
-		}
+	if ef.SectionByType(elf.SHT_DYNSYM) == nil {
+		return info, nil // no dynamic symbols
+	}
+	if err := debuginfo.CheckSymbolTable(ef, elf.SHT_DYNSYM); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	syms, err := ef.DynamicSymbols()
 	if err != nil {

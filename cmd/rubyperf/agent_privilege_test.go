@@ -263,6 +263,55 @@ type agentSeen struct {
 	kernel      int  // kernel frames, in all samples
 	kernelNamed int  // of them, named
 	someKernel  string
+	functions   map[string]int64 // samples with a frame of each function
+}
+
+// receivedSince is what col received per pid in the requests after the
+// first before.
+func receivedSince(t *testing.T, col *otelcoltest.Collector, before int) map[int]*agentSeen {
+	t.Helper()
+	pds, err := col.Received()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]*agentSeen{}
+	for _, pd := range pds[min(before, len(pds)):] {
+		profs, err := otelcoltest.Flatten(pd)
+		if err != nil {
+			t.Fatalf("a request the collector received does not resolve: %v", err)
+		}
+		for _, p := range profs {
+			pid, _ := p.Resource["process.pid"].(int64)
+			s := out[int(pid)]
+			if s == nil {
+				s = &agentSeen{functions: map[string]int64{}}
+				out[int(pid)] = s
+			}
+			for _, smp := range p.Samples {
+				s.samples += smp.Values[0]
+				in := map[string]bool{}
+				for _, f := range smp.Frames {
+					if !in[f.Function] {
+						in[f.Function] = true
+						s.functions[f.Function] += smp.Values[0]
+					}
+					switch {
+					case f.Function == "Object#spin":
+						s.spin = true
+					case f.Type == "kernel":
+						s.kernel++
+						// A frame with no symbol is named after its file,
+						// in brackets ("[kernel.kallsyms]"), as in every format.
+						if f.Function != "" && !strings.HasPrefix(f.Function, "[") {
+							s.kernelNamed++
+							s.someKernel = f.Function
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Bounds of runAgentAs's waits.
@@ -292,45 +341,7 @@ func runAgentAs(t *testing.T, bin string, col *otelcoltest.Collector, token stri
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 	defer c.Process.Kill() // if the test fails on the way
-	seen := func() map[int]*agentSeen {
-		pds, err := col.Received()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[int]*agentSeen{}
-		for _, pd := range pds[min(len(before), len(pds)):] {
-			profs, err := otelcoltest.Flatten(pd)
-			if err != nil {
-				t.Fatalf("a request the collector received does not resolve: %v", err)
-			}
-			for _, p := range profs {
-				pid, _ := p.Resource["process.pid"].(int64)
-				s := out[int(pid)]
-				if s == nil {
-					s = &agentSeen{}
-					out[int(pid)] = s
-				}
-				for _, smp := range p.Samples {
-					s.samples += smp.Values[0]
-					for _, f := range smp.Frames {
-						switch {
-						case f.Function == "Object#spin":
-							s.spin = true
-						case f.Type == "kernel":
-							s.kernel++
-							// A frame with no symbol is named after its file,
-							// in brackets ("[kernel.kallsyms]"), as in every format.
-							if f.Function != "" && !strings.HasPrefix(f.Function, "[") {
-								s.kernelNamed++
-								s.someKernel = f.Function
-							}
-						}
-					}
-				}
-			}
-		}
-		return out
-	}
+	seen := func() map[int]*agentSeen { return receivedSince(t, col, len(before)) }
 	var exit error
 	exited := false
 	for deadline := time.Now().Add(agentRunTimeout); time.Now().Before(deadline) && !until(seen(), log.String()); {

@@ -15,21 +15,22 @@ const module = "github.com/rubyperf/rubyperf/"
 // allowed lists, for each package, the project packages it may import.
 // Test files may also import the test helpers in testHelpers.
 var allowed = map[string][]string{
-	"debuginfo": {},
-	"rubybuild": {"debuginfo"},
+	"debuginfo": {"internal/safefile"},
+	"rubybuild": {"debuginfo", "internal/safefile"},
 	"rubystack": {"rubybuild", "procmaps"},
 	"bpf":       {"rubybuild", "rubystack"},
-	"perfdata":  {},
-	"perfmap":   {},
+	"perfdata":  {"internal/safefile"},
+	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal"},
+	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile"},
 	// threadlocal finds a shared object's thread-local variables in a live
-	// process, through glibc's own descriptions: no Ruby, perf or BPF.
-	"threadlocal": {"procmaps"},
+	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
+	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).
+	"threadlocal": {"procmaps", "debuginfo", "internal/safefile"},
 	// procmaps reads /proc/PID/maps for every package that looks at a live process.
 	"procmaps": {},
-	"native":   {"debuginfo"},
+	"native":   {"debuginfo", "internal/safefile"},
 	"export":   {"merge"},
 	// agent samples every Ruby through a live recording and sends OTLP
 	// profiles; nothing imports it but the CLI.
@@ -46,6 +47,9 @@ var allowed = map[string][]string{
 	"internal/rubyext":       {"internal/testruby"},
 	"internal/profilerstate": {"internal/rubyext", "internal/testruby"},
 	"internal/archtest":      {},
+	// internal/safefile opens what another user may have put at a path
+	// (a FIFO, a device) without blocking, for every package that reads one.
+	"internal/safefile": {},
 	// internal/otelcoltest builds a real OpenTelemetry Collector
 	// (testdata/collector) into $RUBYPERF_CACHE and runs it for tests.
 	"internal/otelcoltest": {"internal/testruby"},
@@ -65,7 +69,7 @@ var testImports = map[string][]string{"bpf": {"threadlocal"}, "agent": {"bpf"}}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
-var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true}
+var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true}
 
 // externalOnly packages may import, outside the standard library, only
 // what starts with one of the listed prefixes.
