@@ -118,7 +118,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	var kernel *native.Kernel
 	if b, ok := r.Feature(perfdata.Feature(FeatureKallsyms)); ok {
 		if zr, err := gzip.NewReader(bytes.NewReader(b)); err == nil {
-			kernel = native.ParseKallsyms(io.LimitReader(zr, maxKallsyms))
+			kernel, _ = native.ParseKallsyms(io.LimitReader(zr, maxKallsyms))
 		}
 	}
 	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
