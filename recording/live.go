@@ -86,7 +86,7 @@ func newLive(s *session, fn func(merge.Stack, *Process)) *live {
 	l := &live{s: s, fn: fn, spaces: map[string]*mountSpace{}, spaceOf: map[uint32]*mountSpace{}, refused: refusedWarner(s.opts.Warn)}
 	var kernel *native.Kernel
 	if f, err := os.Open("/proc/kallsyms"); err == nil {
-		kernel = native.ParseKallsyms(io.LimitReader(f, maxKallsyms))
+		kernel, _ = native.ParseKallsyms(io.LimitReader(f, maxKallsyms)) // the kernel's own: what it read serves
 		f.Close()
 	}
 	l.rd = &reader{opts: ReadOptions{Merge: s.opts.Merge}, symtab: s.symtab, kernel: kernel, maps: map[uint32]*native.Maps{},

@@ -1,11 +1,11 @@
 package recording
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"sort"
 	"strings"
@@ -29,8 +29,10 @@ type ReadOptions struct {
 	// Debuginfo finds the debug files that name stripped objects' functions
 	// (debuginfod, --debug-file); nil: the local filesystem only.
 	Debuginfo *debuginfo.Finder
-	// Warn, when set, gets a line about a recording that was not finished,
-	// and one for each mapped file refused (refusedWarner).
+	// Warn, when set, gets a line, once the whole recording has been read,
+	// about a recording that was not finished, one about each symbol table
+	// in it that could not be read (its frames show unnamed), and one for
+	// each mapped file refused (refusedWarner).
 	Warn io.Writer
 }
 
@@ -88,28 +90,40 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	defer r.Close()
 	symtab := NewSymbolTable()
 	var stats ReadStats
+	// What could not be read is told once the rest has been: a recording
+	// that then fails to read is told in one line, its error.
+	var warnings []string
+	warn := func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
 	if b, ok := r.Feature(perfdata.Feature(FeatureRubySymbols)); ok {
-		if symtab, err = DecodeSymbolTable(b); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		// A table that cannot be read costs the Ruby names, not the samples.
+		if t, err := DecodeSymbolTable(b); err == nil {
+			symtab = t
+		} else {
+			warn("%s: %v: Ruby frames show as %s", path, err, rubystack.UnknownLabel)
 		}
 	} else if len(r.Features()) == 0 {
 		// No feature section at all, where a finished file has a dozen
 		// (perf's or ours): its recorder died after a checkpoint, which
 		// left the Ruby names beside it.
 		stats.Unfinished = true
-		if b, err := safefile.ReadAll(SymbolsPath(path), maxSymbolTableBytes); err == nil {
-			if t, err := DecodeSymbolTable(b); err == nil {
+		names := "no readable " + SymbolsPath(path)
+		b, err := safefile.ReadAll(SymbolsPath(path), maxSymbolTableBytes)
+		if err == nil {
+			var t *SymbolTable
+			if t, err = DecodeSymbolTable(b); err == nil {
 				symtab, stats.SymbolsFrom = t, SymbolsPath(path)
+				names = "Ruby names from " + stats.SymbolsFrom
+			} else {
+				err = fmt.Errorf("%s: %w", SymbolsPath(path), err)
 			}
 		}
-		if opts.Warn != nil {
-			names := "Ruby names from " + stats.SymbolsFrom
-			if stats.SymbolsFrom == "" {
-				names = "no readable " + SymbolsPath(path) + ": Ruby frames show as " + rubystack.UnknownLabel
-			}
-			fmt.Fprintf(opts.Warn, "rubyperf: %s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s\n",
-				path, names)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			names = err.Error()
 		}
+		if stats.SymbolsFrom == "" {
+			names += ": Ruby frames show as " + rubystack.UnknownLabel
+		}
+		warn("%s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s", path, names)
 	}
 	if b, ok := r.Feature(perfdata.Feature(FeatureStartTime)); ok && len(b) == 8 {
 		if ns := binary.LittleEndian.Uint64(b); ns > 0 && ns < math.MaxInt64 {
@@ -118,8 +132,8 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	}
 	var kernel *native.Kernel
 	if b, ok := r.Feature(perfdata.Feature(FeatureKallsyms)); ok {
-		if zr, err := gzip.NewReader(bytes.NewReader(b)); err == nil {
-			kernel = native.ParseKallsyms(io.LimitReader(zr, maxKallsyms))
+		if kernel, err = decodeKallsyms(b); err != nil {
+			warn("%s: %v: kernel frames show as %s", path, err, rubystack.UnknownLabel)
 		}
 	}
 	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
@@ -151,6 +165,11 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	}
 	if err := r.Err(); err != nil {
 		return &rd.stats, err
+	}
+	if opts.Warn != nil {
+		for _, w := range warnings {
+			fmt.Fprintf(opts.Warn, "rubyperf: %s\n", w)
+		}
 	}
 	return &rd.stats, nil
 }

@@ -626,54 +626,174 @@ func writeList(w *bufio.Writer, key string, n int, elem func(int) any) {
 	w.WriteByte(']')
 }
 
-// DecodeSymbolTable reads a FeatureRubySymbols section.
+// Bounds on a symbol table read from a file, besides maxSymbolTableBytes
+// and maxNames. A real entry is a label and a path, each at most a few of
+// rubystack's 4 KiB strings, and JSON writes a byte as at most 6.
+const (
+	maxEntryBytes  = 256 << 10 // one entry's JSON text
+	maxFieldBytes  = 64 << 10  // one label or path, decoded
+	maxEntries     = maxNames  // of each list (names, frames, vm_exec)
+	maxUnknownKeys = 64        // top-level keys this version does not know
+)
+
+// DecodeSymbolTable reads a FeatureRubySymbols section. It reads the JSON
+// one entry at a time and refuses the table at the first entry no recorder
+// writes (a frame of no process, a name twice, an entry or a string over
+// its bound), so what it holds is never more than the entries it keeps.
 func DecodeSymbolTable(b []byte) (*SymbolTable, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(b))
+	t, err := decodeSymbolTable(b)
 	if err != nil {
 		return nil, fmt.Errorf("ruby symbol table: %w", err)
-	}
-	data, err := io.ReadAll(io.LimitReader(zr, maxSymbolTableBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("ruby symbol table: %w", err)
-	}
-	if len(data) > maxSymbolTableBytes {
-		return nil, fmt.Errorf("ruby symbol table: over %d bytes", maxSymbolTableBytes)
-	}
-	var doc symbolTableJSON
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("ruby symbol table: %w", err)
-	}
-	if doc.Version < 1 || doc.Version > symbolTableVersion {
-		return nil, fmt.Errorf("ruby symbol table: version %d, this rubyperf reads 1 to %d", doc.Version, symbolTableVersion)
-	}
-	t := NewSymbolTable()
-	for _, v := range doc.VMExec {
-		t.VMExec[Image{v.PID, v.Gen}] = VMExec{Path: v.Path, Start: v.Start, End: v.End}
-	}
-	if len(doc.Names) > maxNames {
-		return nil, fmt.Errorf("ruby symbol table: over %d names", maxNames)
-	}
-	for _, n := range doc.Names {
-		info := FrameInfo{Label: n.Label, Path: n.Path, HasPath: n.HasPath, Line: n.Line, CFunc: n.CFunc, Unknown: n.Unknown, Drop: n.Drop}
-		t.Names = append(t.Names, info)
-		if _, dup := t.nameIDs[info]; !dup {
-			t.nameIDs[info] = uint64(NameFirst + len(t.Names) - 1)
-		}
-	}
-	t.decodedFrames = len(doc.Frames) > 0
-	for _, f := range doc.Frames {
-		k := FrameKey{PID: f.PID, Gen: f.Gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}
-		if k.CFrame {
-			k.Iseq = 0 // as Key makes it (version 1 kept a C frame's iseq slot)
-		}
-		names := t.Frames[k]
-		if len(names) > 0 {
-			continue // version 1 named every call's IFUNC apart: the first name serves
-		}
-		t.Frames[k] = append(names, Named{Span: bpf.FullSpan, FrameInfo: FrameInfo{
-			Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}})
 	}
 	return t, nil
+}
+
+func decodeSymbolTable(b []byte) (*SymbolTable, error) {
+	text, err := gunzipCapped(b, maxSymbolTableBytes)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(text)
+	text.held, text.maxHeld = dec.InputOffset, maxEntryBytes
+	if err := delim(dec, '{'); err != nil {
+		return nil, err
+	}
+	t := NewSymbolTable()
+	version, unknown := 0, 0
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return nil, fmt.Errorf("%q twice", key)
+		}
+		seen[key] = true
+		switch key {
+		case "version":
+			if err := dec.Decode(&version); err != nil {
+				return nil, fmt.Errorf("version: %w", err)
+			}
+		case "names":
+			var n nameJSON
+			err = entries(dec, key, &n, func() error {
+				info := FrameInfo{Label: n.Label, Path: n.Path, HasPath: n.HasPath, Line: n.Line, CFunc: n.CFunc, Unknown: n.Unknown, Drop: n.Drop}
+				if _, dup := t.nameIDs[info]; dup {
+					return errors.New("a name given twice (a recorder gives each once)")
+				}
+				if err := fieldsBounded(n.Label, n.Path); err != nil {
+					return err
+				}
+				t.Names = append(t.Names, info)
+				t.nameIDs[info] = uint64(NameFirst + len(t.Names) - 1)
+				return nil
+			})
+		case "frames":
+			var f frameJSON
+			err = entries(dec, key, &f, func() error {
+				if f.PID == 0 {
+					return errors.New("no pid (every frame is of a process)")
+				}
+				if err := fieldsBounded(f.Label, f.Path); err != nil {
+					return err
+				}
+				k := FrameKey{PID: f.PID, Gen: f.Gen, Iseq: f.Iseq, PC: f.PC, CME: f.CME, CFrame: f.CFrame}
+				if k.CFrame {
+					k.Iseq = 0 // as Key makes it (version 1 kept a C frame's iseq slot)
+				}
+				if len(t.Frames[k]) > 0 {
+					return nil // version 1 named every call's IFUNC apart: the first name serves
+				}
+				t.decodedFrames = true
+				t.Frames[k] = []Named{{Span: bpf.FullSpan, FrameInfo: FrameInfo{
+					Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}}}
+				return nil
+			})
+		case "vm_exec":
+			var v vmExecJSON
+			err = entries(dec, key, &v, func() error {
+				if v.PID == 0 || v.Start >= v.End {
+					return fmt.Errorf("pid %d, %#x-%#x: not a function of a process", v.PID, v.Start, v.End)
+				}
+				if err := fieldsBounded(v.Path); err != nil {
+					return err
+				}
+				t.VMExec[Image{v.PID, v.Gen}] = VMExec{Path: v.Path, Start: v.Start, End: v.End}
+				return nil
+			})
+		default:
+			if unknown++; unknown > maxUnknownKeys {
+				return nil, fmt.Errorf("over %d keys this rubyperf does not know", maxUnknownKeys)
+			}
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := delim(dec, '}'); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("more after the table")
+		}
+		return nil, err
+	}
+	if version < 1 || version > symbolTableVersion {
+		return nil, fmt.Errorf("version %d, this rubyperf reads 1 to %d", version, symbolTableVersion)
+	}
+	return t, nil
+}
+
+// delim reads the delimiter want.
+func delim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != want {
+		return fmt.Errorf("%v where %v belongs", tok, want)
+	}
+	return nil
+}
+
+// entries reads the JSON list of section key one entry at a time into
+// *entry, calling take after each: at most maxEntries of them.
+func entries[T any](dec *json.Decoder, key string, entry *T, take func() error) error {
+	if err := delim(dec, '['); err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	for i := 1; dec.More(); i++ {
+		if i > maxEntries {
+			return fmt.Errorf("%s: over %d entries", key, maxEntries)
+		}
+		var zero T
+		*entry = zero
+		if err := dec.Decode(entry); err != nil {
+			return fmt.Errorf("%s entry %d: %w", key, i, err)
+		}
+		if err := take(); err != nil {
+			return fmt.Errorf("%s entry %d: %w", key, i, err)
+		}
+	}
+	if err := delim(dec, ']'); err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	return nil
+}
+
+// fieldsBounded refuses a string over maxFieldBytes.
+func fieldsBounded(fields ...string) error {
+	for _, s := range fields {
+		if len(s) > maxFieldBytes {
+			return fmt.Errorf("a string of %d bytes, over %d", len(s), maxFieldBytes)
+		}
+	}
+	return nil
 }
 
 // frameLess orders frame entries by key.
