@@ -185,7 +185,7 @@ func TestFIFOInPlaceOfReadFiles(t *testing.T) {
 	if code != 0 || reportSamples(t, stdout) < 20 {
 		t.Errorf("report of an unfinished recording whose .symbols is a FIFO: exit %d, want 0 and the samples up to its last checkpoint:\n%s%s", code, stdout, stderr)
 	}
-	if !strings.Contains(stderr, "no readable "+symbols) {
+	if !strings.Contains(stderr, symbols+": it is a named pipe (FIFO), not a regular file") {
 		t.Errorf("report does not name %s as unreadable: %s", symbols, stderr)
 	}
 }
