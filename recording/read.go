@@ -7,8 +7,10 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"os"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
@@ -107,7 +109,15 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		// left the Ruby names beside it.
 		stats.Unfinished = true
 		names := "no readable " + SymbolsPath(path)
-		b, err := safefile.ReadAll(SymbolsPath(path), maxSymbolTableBytes)
+		// Its names are trusted only from the recording's own owner: a
+		// neighbour may plant one beside it in a shared directory.
+		owner := -1
+		if st, err := os.Stat(path); err == nil {
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				owner = int(sys.Uid)
+			}
+		}
+		b, err := safefile.ReadOwned(SymbolsPath(path), maxSymbolTableBytes, owner)
 		if err == nil {
 			var t *SymbolTable
 			if t, err = DecodeSymbolTable(b); err == nil {

@@ -252,11 +252,13 @@ func TestHostileSymbolTableBombs(t *testing.T) {
 	}
 }
 
-// TestHostileSymbolsBeside: nobody plants a 32 KB gzip of empty frames as
-// the .symbols file beside root's unfinished recording in a shared
-// directory (as /tmp is): root's report reads the recording within
-// bombExtraRSS and bombExtraTime, every sample, and says in one line that
-// the planted table was refused and why. (Before: 3.3 GB.)
+// TestHostileSymbolsBeside: nobody plants a .symbols file beside root's
+// unfinished recording in a shared directory (as /tmp is): a valid table
+// of forged names, or a 32 KB gzip of empty frames. Root's report reads
+// the recording within bombExtraRSS and bombExtraTime, every sample, and
+// says in one line that the planted table was refused and why: not the
+// recording owner's. The same bomb owned by root is refused by the
+// decoder's bounds. (Before: forged names were read; the bomb, 3.3 GB.)
 func TestHostileSymbolsBeside(t *testing.T) {
 	leastPrivilegeRuby(t) // root, to run the planter as nobody
 	file, _ := workloadRecording(t, time.Second)
@@ -276,15 +278,40 @@ func TestHostileSymbolsBeside(t *testing.T) {
 		t.Fatalf("report of the unfinished recording: exit %d: %s", clean.code, clean.stderr)
 	}
 
-	plant := exec.Command("/bin/sh", "-c", `cat > "$1"`, "sh", recording.SymbolsPath(unfinished))
-	plant.SysProcAttr = nobody()
-	plant.Stdin = bytes.NewReader(framesBomb(t, 32<<10))
-	if out, err := plant.CombinedOutput(); err != nil {
-		t.Fatalf("nobody could not plant %s: %v: %s", recording.SymbolsPath(unfinished), err, out)
+	symbols := recording.SymbolsPath(unfinished)
+	plant := func(content []byte) {
+		t.Helper()
+		os.Remove(symbols)
+		c := exec.Command("/bin/sh", "-c", `cat > "$1"`, "sh", symbols)
+		c.SysProcAttr = nobody()
+		c.Stdin = bytes.NewReader(content)
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("nobody could not plant %s: %v: %s", symbols, err, out)
+		}
+		if st, err := os.Stat(symbols); err != nil || st.Sys().(*syscall.Stat_t).Uid != 65534 {
+			t.Fatalf("%s is not nobody's: %v", symbols, err)
+		}
 	}
-	if st, err := os.Stat(recording.SymbolsPath(unfinished)); err != nil || st.Sys().(*syscall.Stat_t).Uid != 65534 {
-		t.Fatalf("%s is not nobody's: %v", recording.SymbolsPath(unfinished), err)
+
+	// A valid table whose names nobody chose: not trusted, not read.
+	forged := recording.NewSymbolTable()
+	forged.NameID(recording.FrameInfo{Label: "Forged#by_nobody", Path: "/forged.rb", Line: 1})
+	b, err := forged.Encode()
+	if err != nil {
+		t.Fatal(err)
 	}
+	plant(b)
 	got := runMeasured(t, bin, "report", "-i", unfinished)
-	checkBombRead(t, clean, got, unfinished, "not finished", recording.SymbolsPath(unfinished)+": ruby symbol table", "frames entry 1")
+	checkBombRead(t, clean, got, unfinished, "not finished", symbols+": owned by uid 65534, not uid 0: not trusted")
+
+	// A bomb: refused unread as nobody's; as the recording's owner's (root
+	// was handed it), read within the decoder's bounds.
+	plant(framesBomb(t, 32<<10))
+	got = runMeasured(t, bin, "report", "-i", unfinished)
+	checkBombRead(t, clean, got, unfinished, "not finished", symbols+": owned by uid 65534")
+	if err := os.Chown(symbols, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	got = runMeasured(t, bin, "report", "-i", unfinished)
+	checkBombRead(t, clean, got, unfinished, "not finished", symbols+": ruby symbol table", "frames entry 1")
 }

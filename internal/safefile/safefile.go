@@ -76,7 +76,12 @@ func Check(f *os.File) error {
 
 // ReadAll reads the regular file at path whole, refusing one over limit
 // bytes (before reading, by its size, and while reading, should it grow).
-func ReadAll(path string, limit int64) ([]byte, error) {
+func ReadAll(path string, limit int64) ([]byte, error) { return ReadOwned(path, limit, -1) }
+
+// ReadOwned is ReadAll refusing a file that user uid does not own (any
+// owner when uid is negative): the file opened, not what the path names
+// before or after.
+func ReadOwned(path string, limit int64, uid int) ([]byte, error) {
 	f, err := Open(path)
 	if err != nil {
 		return nil, err
@@ -85,6 +90,13 @@ func ReadAll(path string, limit int64) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); uid >= 0 && (!ok || int(sys.Uid) != uid) {
+		owner := "unknown"
+		if ok {
+			owner = fmt.Sprint(sys.Uid)
+		}
+		return nil, fmt.Errorf("%s: owned by uid %s, not uid %d: not trusted", path, owner, uid)
 	}
 	if st.Size() > limit {
 		return nil, tooBig(path, limit)
