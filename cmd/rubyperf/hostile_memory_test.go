@@ -24,7 +24,11 @@ import (
 // budget, `record` held 2.4 GB after 20 s and wrote a symbol table its own
 // report refused; the agent grew past its unit's MemoryMax.
 // record's peak RSS is bound by its budget, and what it holds besides
-// (memoryFixed), with as much again for Go's collector.
+// (memoryFixed), with twice as much again for what the budget does not
+// count: the perf rings, the samples in flight (2,040 frames of 8 KB names
+// each, read before they are cut), and pages Go's collector freed but has
+// not yet returned. Measured on an idle 2-core machine: 332 MiB at the
+// default 256M, 175 MiB at 32M.
 const (
 	// reportRSSBound is report's on that recording: a table of names of
 	// the budget's size, decompressed, parsed and held (DecodeSymbolTable).
@@ -76,7 +80,7 @@ func TestRecordMemoryBudget(t *testing.T) {
 		rss := peakRSS(t, rec)
 		sum := parseSummary(t, stderr.String())
 		t.Logf("record %q: peak RSS %d MiB; %d samples, %d lost\n%s", rec.Args[2:], rss>>20, sum.samples, sum.lost, stderr.String())
-		if bound := budget + 2*memoryFixed; rss > bound {
+		if bound := budget + 3*memoryFixed; rss > bound {
 			t.Errorf("record %q: peak RSS %d MiB, want at most %d MiB", rec.Args[2:], rss>>20, bound>>20)
 		}
 		return file, stderr.String()
