@@ -90,12 +90,13 @@ func (d *decoder) count(size int) int {
 	return int(n)
 }
 
-// u64s reads n u64 values; n must have been bounded by count.
-func (d *decoder) u64s(n int) []uint64 {
+// u64s reads n u64 values into the storage of into; n must have been
+// bounded by count.
+func (d *decoder) u64s(into []uint64, n int) []uint64 {
 	if !d.need(8 * n) {
 		return nil
 	}
-	v := make([]uint64, n)
+	v := grow(into, n)
 	for i := range v {
 		v[i] = le.Uint64(d.b[d.off+8*i:])
 	}
@@ -104,6 +105,15 @@ func (d *decoder) u64s(n int) []uint64 {
 }
 
 func (d *decoder) left() int { return len(d.b) - d.off }
+
+// grow is s resized to n elements, in its own storage when that is large
+// enough; the elements' values are left for the caller to set.
+func grow[T any](s []T, n int) []T {
+	if s == nil || cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
 
 // cstring returns the bytes of b up to the first NUL (all of b if none).
 func cstring(b []byte) string {

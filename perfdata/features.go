@@ -211,7 +211,7 @@ func DecodeEventDesc(data []byte) ([]Event, error) {
 		if d.err == nil && nids > d.left()/8 {
 			return nil, fmt.Errorf("event desc %d: %d ids in %d bytes", i, nids, d.left())
 		}
-		e.IDs = d.u64s(nids) // ids[nr_ids]
+		e.IDs = d.u64s(nil, nids) // ids[nr_ids]
 		if d.err != nil {
 			return nil, fmt.Errorf("event desc %d: %w", i, d.err)
 		}

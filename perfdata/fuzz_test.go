@@ -71,8 +71,14 @@ func FuzzReader(f *testing.F) {
 		if len(data) >= recordHeaderSize && len(data) <= 0xffff {
 			rec := append([]byte(nil), data...)
 			le.PutUint16(rec[6:], uint16(len(rec))) // the header's size is right, the rest is not
+			var buf RecordBuffer
 			for _, a := range []Attr{{}, {SampleType: ^SampleType(0), Flags: FlagSampleIDAll, SampleRegsUser: 0xff}} {
-				DecodeRecord(rec, &a)
+				want, werr := DecodeRecord(rec, &a)
+				// Into a buffer that held another record: the same record.
+				got, gerr := DecodeRecordInto(rec, &a, &buf)
+				if (werr == nil) != (gerr == nil) || werr == nil && !sameRecord(got, want) {
+					t.Fatalf("into a used buffer: %+v (%v), alone: %+v (%v)", got, gerr, want, werr)
+				}
 			}
 		}
 		DecodeEventDesc(data)

@@ -84,7 +84,7 @@ func (r *Reader) fold(raw []byte) (bool, error) {
 		}
 		ev := Event{Attr: decodeAttr(body[:min(asize, attrSizeVer8)])}
 		ids := &decoder{b: body[asize:]}
-		ev.IDs = ids.u64s(ids.left() / 8)
+		ev.IDs = ids.u64s(nil, ids.left()/8)
 		r.addEvent(ev)
 	case RecordHeaderFeature:
 		// struct perf_record_header_feature: u64 feat_id, then the payload.

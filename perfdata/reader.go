@@ -203,7 +203,7 @@ func (r *Reader) readFileHeader(ra io.ReaderAt, size int64, hsize int) error {
 		if err != nil {
 			return fmt.Errorf("attr %d ids: %w", i, err)
 		}
-		ev.IDs = (&decoder{b: ib}).u64s(len(ib) / 8)
+		ev.IDs = (&decoder{b: ib}).u64s(nil, len(ib)/8)
 		r.addEvent(ev)
 		pos += asize + fileAttrExtra
 	}

@@ -324,17 +324,33 @@ func appendTrailer(dst []byte, a *Attr, t *Trailer) []byte {
 // trailer layout of kernel records and the field layout of samples; ev is
 // the index of the event a belongs to (-1 if none matched).
 func decodeRecord(raw []byte, a *Attr, ev int) (Record, error) {
+	return decodeRecordInto(raw, a, ev, nil)
+}
+
+// decodeRecordInto is decodeRecord into buf's records; nil buf: new ones.
+func decodeRecordInto(raw []byte, a *Attr, ev int, buf *RecordBuffer) (Record, error) {
 	typ := RecordType(le.Uint32(raw))
 	misc := Misc(le.Uint16(raw[4:]))
 	body := raw[recordHeaderSize:]
 	switch typ {
 	case RecordSample:
-		return decodeSample(body, misc, a, ev)
+		var s *Sample
+		if buf != nil {
+			s = buf.sample.reset()
+		} else {
+			s = new(Sample)
+		}
+		if err := decodeSample(s, body, misc, a, ev); err != nil {
+			return nil, err
+		}
+		return s, nil
 	case RecordFinishedRound:
 		return &FinishedRound{}, nil
 	case RecordMmap, RecordMmap2, RecordComm, RecordFork, RecordExit, RecordLost:
 	default:
-		return &Unknown{Raw: raw}, nil
+		u := into(buf, func(b *RecordBuffer) *Unknown { return &b.unknown })
+		u.Raw = raw
+		return u, nil
 	}
 	// Kernel records with a fixed part, maybe a string, then the trailer.
 	var trailer Trailer
@@ -352,7 +368,8 @@ func decodeRecord(raw []byte, a *Attr, ev int) (Record, error) {
 	var rec Record
 	switch typ {
 	case RecordMmap:
-		m := &Mmap{Misc: misc, Trailer: trailer}
+		m := into(buf, func(b *RecordBuffer) *Mmap { return &b.mmap })
+		m.Misc, m.Trailer = misc, trailer
 		m.Pid, m.Tid = d.u32(), d.u32() // pid, tid
 		m.Addr = d.u64()                // addr
 		m.Len = d.u64()                 // len
@@ -360,7 +377,8 @@ func decodeRecord(raw []byte, a *Attr, ev int) (Record, error) {
 		m.Filename = cstring(d.bytes(d.left()))
 		rec = m
 	case RecordMmap2:
-		m := &Mmap2{Misc: misc, Trailer: trailer}
+		m := into(buf, func(b *RecordBuffer) *Mmap2 { return &b.mmap2 })
+		m.Misc, m.Trailer = misc, trailer
 		m.Pid, m.Tid = d.u32(), d.u32() // pid, tid
 		m.Addr = d.u64()                // addr
 		m.Len = d.u64()                 // len
@@ -386,7 +404,8 @@ func decodeRecord(raw []byte, a *Attr, ev int) (Record, error) {
 		m.Filename = cstring(d.bytes(d.left()))
 		rec = m
 	case RecordComm:
-		c := &Comm{Misc: misc, Trailer: trailer}
+		c := into(buf, func(b *RecordBuffer) *Comm { return &b.comm })
+		c.Misc, c.Trailer = misc, trailer
 		c.Pid, c.Tid = d.u32(), d.u32() // pid, tid
 		c.Comm = cstring(d.bytes(d.left()))
 		rec = c
@@ -397,13 +416,17 @@ func decodeRecord(raw []byte, a *Attr, ev int) (Record, error) {
 		t.Tid, t.PTid = d.u32(), d.u32() // tid, ptid
 		t.Time = d.u64()                 // time
 		if typ == RecordExit {
-			e := Exit(t)
-			rec = &e
+			e := into(buf, func(b *RecordBuffer) *Exit { return &b.exit })
+			*e = Exit(t)
+			rec = e
 		} else {
-			rec = &t
+			f := into(buf, func(b *RecordBuffer) *Fork { return &b.fork })
+			*f = t
+			rec = f
 		}
 	case RecordLost:
-		l := &Lost{Misc: misc, Trailer: trailer}
+		l := into(buf, func(b *RecordBuffer) *Lost { return &b.lost })
+		l.Misc, l.Trailer = misc, trailer
 		l.ID = d.u64()   // id
 		l.Lost = d.u64() // lost
 		rec = l
@@ -535,11 +558,47 @@ func checkRawRecord(raw []byte) error {
 // of the single event a would hold it: for reading records as they are
 // made, without a file. Malformed input is an error, never a panic.
 func DecodeRecord(raw []byte, a *Attr) (Record, error) {
+	return DecodeRecordInto(raw, a, nil)
+}
+
+// RecordBuffer is what DecodeRecordInto decodes into: one record of each
+// kind, and the storage of the last sample's lists, reused by every call.
+// Its zero value is ready to use.
+type RecordBuffer struct {
+	sample  Sample
+	mmap    Mmap
+	mmap2   Mmap2
+	comm    Comm
+	fork    Fork
+	exit    Exit
+	lost    Lost
+	unknown Unknown
+}
+
+// DecodeRecordInto is DecodeRecord decoding into buf (nil: new records), as
+// cilium's perf.Reader.ReadInto reads: the record it returns is one of
+// buf's, valid until the next call with buf, and a sample's lists reuse the
+// last one's storage, so decoding a stream of records allocates only for
+// strings (names in COMM and MMAP records). Slices alias raw, as
+// DecodeRecord's do.
+func DecodeRecordInto(raw []byte, a *Attr, buf *RecordBuffer) (Record, error) {
 	if err := checkRawRecord(raw); err != nil {
 		return nil, err
 	}
 	if RecordType(le.Uint32(raw)) >= RecordUserTypeStart {
-		return decodeRecord(raw, &Attr{}, -1)
+		return decodeRecordInto(raw, &Attr{}, -1, buf)
 	}
-	return decodeRecord(raw, a, 0)
+	return decodeRecordInto(raw, a, 0, buf)
+}
+
+// into is buf's record of one kind (field picks it), cleared, or a new one
+// when buf is nil.
+func into[T any](buf *RecordBuffer, field func(*RecordBuffer) *T) *T {
+	if buf == nil {
+		return new(T)
+	}
+	r := field(buf)
+	var zero T
+	*r = zero
+	return r
 }

@@ -1,6 +1,9 @@
 package perfdata
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sample is PERF_RECORD_SAMPLE. Each field is set only if its PERF_SAMPLE_*
 // bit is in the event's Attr.SampleType; the comments give the uapi names.
@@ -121,14 +124,44 @@ func sampleIDOffset(st SampleType) int {
 	return off
 }
 
-// decodeSample decodes a SAMPLE body (after the header) in the order of
-// the kernel's perf_output_sample.
-func decodeSample(body []byte, misc Misc, a *Attr, ev int) (*Sample, error) {
+// SetSamplePeriod writes period into raw, a whole SAMPLE record (header
+// included) of an event with attr a, in place: where its PERF_SAMPLE_PERIOD
+// lies, after the fixed fields before it in perf_output_sample's order.
+func SetSamplePeriod(raw []byte, a *Attr, period uint64) error {
+	st := a.SampleType
+	if st&SamplePeriod == 0 {
+		return errors.New("SAMPLE: the event records no period")
+	}
+	off := recordHeaderSize
+	for _, f := range []SampleType{SampleIdentifier, SampleIP, SampleTID, SampleTime, SampleAddr, SampleID, SampleStreamID, SampleCPU} {
+		if st&f != 0 {
+			off += 8
+		}
+	}
+	if len(raw) < off+8 || RecordType(le.Uint32(raw)) != RecordSample {
+		return fmt.Errorf("SAMPLE: a record of %d bytes has no period at byte %d", len(raw), off)
+	}
+	le.PutUint64(raw[off:], period)
+	return nil
+}
+
+// reset clears s for decoding another sample into it, keeping the storage
+// of its lists.
+func (s *Sample) reset() *Sample {
+	*s = Sample{Callchain: s.Callchain[:0], Branches: s.Branches[:0], RegsUser: s.RegsUser[:0],
+		RegsIntr: s.RegsIntr[:0], Read: ReadValues{Counters: s.Read.Counters[:0]}}
+	return s
+}
+
+// decodeSample decodes a SAMPLE body (after the header) into s, a new or
+// reset Sample whose lists' storage it reuses, in the order of the
+// kernel's perf_output_sample.
+func decodeSample(s *Sample, body []byte, misc Misc, a *Attr, ev int) error {
 	st := a.SampleType
 	if st&^sampleKnown != 0 {
-		return nil, fmt.Errorf("SAMPLE: unknown sample_type bits %#x", uint64(st&^sampleKnown))
+		return fmt.Errorf("SAMPLE: unknown sample_type bits %#x", uint64(st&^sampleKnown))
 	}
-	s := &Sample{Event: ev, Misc: misc}
+	s.Event, s.Misc = ev, misc
 	d := &decoder{b: body}
 	if st&SampleIdentifier != 0 {
 		s.ID = d.u64() // id
@@ -159,10 +192,10 @@ func decodeSample(body []byte, misc Misc, a *Attr, ev int) (*Sample, error) {
 		s.Period = d.u64() // period
 	}
 	if st&SampleRead != 0 {
-		s.Read = decodeRead(d, a.ReadFormat)
+		s.Read = decodeRead(d, a.ReadFormat, s.Read.Counters)
 	}
 	if st&SampleCallchain != 0 {
-		s.Callchain = d.u64s(d.count(8)) // nr, ips[nr]
+		s.Callchain = d.u64s(s.Callchain, d.count(8)) // nr, ips[nr]
 	}
 	if st&SampleRaw != 0 {
 		s.Raw = d.bytes(int(d.u32())) // size, data[size]
@@ -176,14 +209,14 @@ func decodeSample(body []byte, misc Misc, a *Attr, ev int) (*Sample, error) {
 			}
 		}
 		if d.err == nil {
-			s.Branches = make([]BranchEntry, n)
+			s.Branches = grow(s.Branches, n)
 			for i := range s.Branches {
 				s.Branches[i] = BranchEntry{d.u64(), d.u64(), d.u64()} // from, to, flags
 			}
 		}
 	}
 	if st&SampleRegsUser != 0 {
-		s.RegsUserABI, s.RegsUser = decodeRegs(d, a.SampleRegsUser)
+		s.RegsUserABI, s.RegsUser = decodeRegs(d, a.SampleRegsUser, s.RegsUser)
 	}
 	if st&SampleStackUser != 0 {
 		s.StackUserSize = d.u64() // size
@@ -209,7 +242,7 @@ func decodeSample(body []byte, misc Misc, a *Attr, ev int) (*Sample, error) {
 		s.Transaction = d.u64() // transaction
 	}
 	if st&SampleRegsIntr != 0 {
-		s.RegsIntrABI, s.RegsIntr = decodeRegs(d, a.SampleRegsIntr)
+		s.RegsIntrABI, s.RegsIntr = decodeRegs(d, a.SampleRegsIntr, s.RegsIntr)
 	}
 	if st&SamplePhysAddr != 0 {
 		s.PhysAddr = d.u64() // phys_addr
@@ -232,13 +265,14 @@ func decodeSample(body []byte, misc Misc, a *Attr, ev int) (*Sample, error) {
 		}
 	}
 	if d.err != nil {
-		return nil, fmt.Errorf("SAMPLE: %w", d.err)
+		return fmt.Errorf("SAMPLE: %w", d.err)
 	}
-	return s, nil
+	return nil
 }
 
-// decodeRead decodes struct read_format for format f.
-func decodeRead(d *decoder, f ReadFormat) ReadValues {
+// decodeRead decodes struct read_format for format f, its counters into
+// the storage of into.
+func decodeRead(d *decoder, f ReadFormat, into []Counter) ReadValues {
 	var r ReadValues
 	per := 8 // bytes per value entry
 	if f&ReadID != 0 {
@@ -261,7 +295,7 @@ func decodeRead(d *decoder, f ReadFormat) ReadValues {
 		d.need(n * per) // records the error
 		return r
 	}
-	r.Counters = make([]Counter, n)
+	r.Counters = grow(into, n)
 	for i := range r.Counters {
 		v := &r.Counters[i]
 		v.Value = d.u64() // value
@@ -276,13 +310,13 @@ func decodeRead(d *decoder, f ReadFormat) ReadValues {
 }
 
 // decodeRegs decodes a REGS_USER/REGS_INTR block: abi, then one u64 per
-// bit of mask unless abi is RegsABINone.
-func decodeRegs(d *decoder, mask uint64) (uint64, []uint64) {
+// bit of mask unless abi is RegsABINone, into the storage of into.
+func decodeRegs(d *decoder, mask uint64, into []uint64) (uint64, []uint64) {
 	abi := d.u64() // abi
 	if abi == RegsABINone || d.err != nil {
 		return abi, nil
 	}
-	return abi, d.u64s(regsCount(mask)) // regs[weight(mask)]
+	return abi, d.u64s(into, regsCount(mask)) // regs[weight(mask)]
 }
 
 // appendSample appends the body of s for attr a, the mirror of decodeSample.

@@ -71,7 +71,7 @@ func TestSampleLayout(t *testing.T) {
 		Weight: 0x77, DataSrc: 0x88, Transaction: 0x99, RegsIntrABI: RegsABI64, RegsIntr: []uint64{13},
 		PhysAddr: 0xaaaa, Cgroup: 0xcc, DataPageSize: 4096, CodePageSize: 2 << 20, Aux: []byte("aux-data"),
 	}
-	got, err := decodeSample(b, MiscUser|MiscExactIP, a, 2)
+	got, err := decodeNewSample(b, MiscUser|MiscExactIP, a, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestSampleLayout(t *testing.T) {
 
 	// Every truncation of the body is an error, never a panic.
 	for n := 0; n < len(b); n++ {
-		if _, err := decodeSample(b[:n], 0, a, 0); err == nil {
+		if _, err := decodeNewSample(b[:n], 0, a, 0); err == nil {
 			t.Fatalf("a body cut at %d of %d bytes decoded", n, len(b))
 		}
 	}
@@ -97,7 +97,7 @@ func TestSampleNoRegs(t *testing.T) {
 	b := le.AppendUint64(nil, RegsABINone) // abi
 	b = le.AppendUint64(b, 0)              // stack size
 	b = le.AppendUint64(b, 42)             // phys_addr
-	s, err := decodeSample(b, 0, a, 0)
+	s, err := decodeNewSample(b, 0, a, 0)
 	if err != nil || s.RegsUser != nil || s.StackUser != nil || s.StackUserSize != 0 || s.PhysAddr != 42 {
 		t.Errorf("%+v %v", s, err)
 	}
@@ -120,5 +120,119 @@ func TestRawPadding(t *testing.T) {
 		if (4+size)%8 != 0 || size < n || size >= n+8 || len(b) != 8+4+size {
 			t.Errorf("raw of %d bytes: size %d, record body %d bytes", n, size, len(b))
 		}
+	}
+}
+
+// decodeNewSample is decodeSample into a new Sample.
+func decodeNewSample(body []byte, misc Misc, a *Attr, ev int) (*Sample, error) {
+	s := new(Sample)
+	if err := decodeSample(s, body, misc, a, ev); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// TestDecodeRecordInto: records decoded into one RecordBuffer, one after
+// another, are what DecodeRecord makes of each alone, whatever the buffer
+// held before; and a stream of samples decoded into it allocates nothing.
+func TestDecodeRecordInto(t *testing.T) {
+	a := &Attr{SampleType: SampleIP | SampleTID | SampleTime | SampleCPU | SamplePeriod | SampleCallchain | SampleRaw |
+		SampleRegsUser | SampleStackUser, SampleRegsUser: 0x7, Flags: FlagSampleIDAll}
+	sample := func(chain int) []byte {
+		s := &Sample{IP: 1, Pid: 2, Tid: 3, Time: 4, CPU: 1, Period: 5, Raw: []byte("raw\x00"), RegsUserABI: RegsABI64,
+			RegsUser: []uint64{7, 8, 9}, StackUser: []byte("stack!!!"), StackUserSize: 8}
+		for i := range chain {
+			s.Callchain = append(s.Callchain, uint64(0x1000+i))
+		}
+		b, err := appendRecord(nil, a, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	side := func(rec Record) []byte {
+		b, err := appendRecord(nil, a, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	stream := [][]byte{
+		sample(40), sample(3),
+		side(&Comm{Pid: 2, Tid: 3, Comm: "ruby", Trailer: Trailer{Pid: 2, Tid: 3, Time: 9}}),
+		sample(0),
+		side(&Mmap2{Pid: 2, Tid: 2, Addr: 0x1000, Len: 0x2000, Prot: 5, Filename: "/lib/libruby.so"}),
+		side(&Fork{Pid: 4, PPid: 2, Tid: 4, PTid: 2, Time: 10}), side(&Exit{Pid: 4, PPid: 2, Tid: 4, PTid: 2, Time: 11}),
+		side(&Lost{ID: 1, Lost: 7}), sample(100),
+	}
+	var buf RecordBuffer
+	for i, raw := range stream {
+		want, err := DecodeRecord(raw, a)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		got, err := DecodeRecordInto(raw, a, &buf)
+		if err != nil || !sameRecord(got, want) {
+			t.Errorf("record %d into the buffer: %+v (%v); alone: %+v", i, got, err, want)
+		}
+	}
+	small, large := sample(3), sample(100)
+	allocs := testing.AllocsPerRun(100, func() {
+		DecodeRecordInto(large, a, &buf)
+		DecodeRecordInto(small, a, &buf)
+	})
+	if allocs != 0 {
+		t.Errorf("decoding samples into a buffer allocates %.1f times a pair", allocs)
+	}
+}
+
+// sameRecord: a and b hold the same values, an empty list and none alike.
+func sameRecord(a, b Record) bool {
+	norm := func(r Record) Record {
+		s, ok := r.(*Sample)
+		if !ok {
+			return r
+		}
+		c := *s
+		for _, l := range []*[]uint64{&c.Callchain, &c.RegsUser, &c.RegsIntr} {
+			if len(*l) == 0 {
+				*l = nil
+			}
+		}
+		if len(c.Branches) == 0 {
+			c.Branches = nil
+		}
+		if len(c.Read.Counters) == 0 {
+			c.Read.Counters = nil
+		}
+		return &c
+	}
+	return reflect.DeepEqual(norm(a), norm(b))
+}
+
+// TestSetSamplePeriod: the period written in place is the one decoded, for
+// layouts with and without the fields before it.
+func TestSetSamplePeriod(t *testing.T) {
+	for _, st := range []SampleType{SamplePeriod, SampleIP | SampleTID | SampleTime | SampleCPU | SamplePeriod | SampleRaw,
+		SampleIdentifier | SampleIP | SampleTID | SampleTime | SampleAddr | SampleID | SampleStreamID | SampleCPU | SamplePeriod | SampleCallchain} {
+		a := &Attr{SampleType: st}
+		raw, err := appendRecord(nil, a, &Sample{IP: 1, Pid: 2, Tid: 3, Time: 4, Addr: 5, ID: 6, StreamID: 7, CPU: 1, Period: 1,
+			Callchain: []uint64{9}, Raw: []byte("raw\x00")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := SetSamplePeriod(raw, a, 12345); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := DecodeRecord(raw, a)
+		if s, ok := rec.(*Sample); err != nil || !ok || s.Period != 12345 || s.IP != 1 && st&SampleIP != 0 {
+			t.Errorf("sample_type %#x: %+v %v", uint64(st), rec, err)
+		}
+		if err := SetSamplePeriod(raw[:8], a, 1); err == nil {
+			t.Errorf("sample_type %#x: a header alone took a period", uint64(st))
+		}
+	}
+	if err := SetSamplePeriod(make([]byte, 64), &Attr{SampleType: SampleIP}, 1); err == nil {
+		t.Error("a period set where the event records none")
 	}
 }
