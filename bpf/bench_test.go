@@ -321,7 +321,7 @@ func (rd *benchReader) record(rec Record) error {
 	if rec.Header.Type != perf.RecordTypeSample {
 		return nil
 	}
-	smp, err := DecodeSample(rec.Data)
+	smp, err := sampleOf(rd.s, rec)
 	if err != nil {
 		return nil
 	}

@@ -63,7 +63,7 @@ func TestDecodePayloadVersions(t *testing.T) {
 		t.Error("4 labels in the room of 3: no error")
 	}
 	named := labelledSeed(1, 2)
-	if err := NameLabels(named, [][2]uint64{{2, 3}, {4, 5}}); err != nil {
+	if err := NameLabels(named, nil, [][2]uint64{{2, 3}, {4, 5}}); err != nil {
 		t.Fatal(err)
 	}
 	if p, err := DecodePayload(named); err != nil || p.Flags&PayloadLabelsNamed == 0 || p.Labels[1].Key != 4 || p.Labels[1].Value != 5 {
@@ -112,7 +112,7 @@ func FuzzNameLabels(f *testing.F) {
 		}
 		before, errBefore := DecodePayload(b)
 		raw := append([]byte(nil), b...)
-		if err := NameLabels(raw, names); err != nil {
+		if err := NameLabels(raw, nil, names); err != nil {
 			return
 		}
 		if errBefore != nil {
@@ -149,7 +149,7 @@ func FuzzNameFrames(f *testing.F) {
 		}
 		before, errBefore := DecodePayload(b)
 		raw := append([]byte(nil), b...)
-		if err := NameFrames(raw, ids); err != nil {
+		if err := NameFrames(raw, nil, ids); err != nil {
 			return
 		}
 		if errBefore != nil {
@@ -163,29 +163,6 @@ func FuzzNameFrames(f *testing.F) {
 			if after.Frames[i].Iseq != ids[i] || after.Frames[i].PC != before.Frames[i].PC || after.Frames[i].CME != before.Frames[i].CME {
 				t.Fatalf("frame %d: %+v, was %+v", i, after.Frames[i], before.Frames[i])
 			}
-		}
-	})
-}
-
-func FuzzDecodeSample(f *testing.F) {
-	seed := make([]byte, 0, 256)
-	seed = binary.LittleEndian.AppendUint64(seed, 0x401000)         // ip
-	seed = binary.LittleEndian.AppendUint64(seed, 7|7<<32)          // pid, tid
-	seed = binary.LittleEndian.AppendUint64(seed, 12345)            // time
-	seed = binary.LittleEndian.AppendUint64(seed, 1)                // cpu, res
-	seed = binary.LittleEndian.AppendUint64(seed, 10101010)         // period
-	seed = binary.LittleEndian.AppendUint64(seed, 1)                // callchain nr
-	seed = binary.LittleEndian.AppendUint64(seed, 0x401000)         //
-	raw := payloadSeed(1)                                           //
-	seed = binary.LittleEndian.AppendUint32(seed, uint32(len(raw))) // raw size
-	seed = append(seed, raw...)                                     //
-	seed = binary.LittleEndian.AppendUint64(seed, 0)                // regs abi: none
-	seed = binary.LittleEndian.AppendUint64(seed, 0)                // stack size 0
-	f.Add(seed)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := DecodeSample(b)
-		if err == nil && len(s.Callchain) > maxCallchain {
-			t.Fatalf("callchain of %d", len(s.Callchain))
 		}
 	})
 }

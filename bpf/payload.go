@@ -289,11 +289,11 @@ func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
 		return h, fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
 	}
 	// A header of an older version is shorter: what it lacks reads as 0.
-	var hb [unsafe.Sizeof(rubyPayloadHeader{})]byte
-	copy(hb[:], raw[:min(len(raw), headerSize, int(binary.LittleEndian.Uint16(raw[6:])))])
-	if _, err := binary.Decode(hb[:], binary.LittleEndian, &h); err != nil {
-		return h, fmt.Errorf("payload: %w", err)
-	}
+	// The header as the program's struct lays it out, little-endian as the
+	// hosts of the program's builds (bpfel) are: copied, not decoded field
+	// by field through reflection, which allocates for every sample.
+	hb := unsafe.Slice((*byte)(unsafe.Pointer(&h)), unsafe.Sizeof(h))
+	copy(hb, raw[:min(len(raw), headerSize, int(binary.LittleEndian.Uint16(raw[6:])))])
 	if h.Version < 6 {
 		h.Nlabels, h.LabelSize = 0, 0
 	}
@@ -335,20 +335,29 @@ func SetOffCPU(raw []byte, ns uint64) error {
 // names a recording decided for this sample travel with it. It changes
 // nothing and says why when the payload is not one it can read. It reads
 // only the header: the caller has decoded the payload already.
-func NameFrames(raw []byte, ids []uint64) error {
+//
+// p, when not nil, is raw decoded: it is given the same names, and reads
+// as raw decoded again would.
+func NameFrames(raw []byte, p *Payload, ids []uint64) error {
 	h, err := decodeHeader(raw)
 	if err != nil {
 		return err
 	}
 	hs, n := int(h.HeaderSize), int(h.Nframes)
-	if n != len(ids) {
+	if n != len(ids) || p != nil && len(p.Frames) != n {
 		return fmt.Errorf("payload: %d names for %d frames", len(ids), n)
 	}
 	iseq := int(unsafe.Offsetof(rubyFrame{}.Iseq))
 	for i, id := range ids {
 		binary.LittleEndian.PutUint64(raw[hs+i*frameSize+iseq:], id)
+		if p != nil {
+			p.Frames[i].Iseq = id
+		}
 	}
 	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|PayloadNamed)
+	if p != nil {
+		p.Flags |= PayloadNamed
+	}
 	return nil
 }
 
@@ -424,12 +433,13 @@ func toRawFrame(r *rubystack.Reader, f Frame) (rubystack.RawFrame, error) {
 // value with the ids of their names (names[i] for label i) and flags the
 // payload PayloadLabelsNamed: a recording carries what its labels said, not
 // addresses that mean something only in the live process.
-func NameLabels(raw []byte, names [][2]uint64) error {
+// p, when not nil, is raw decoded, and is given the same names.
+func NameLabels(raw []byte, p *Payload, names [][2]uint64) error {
 	h, err := decodeHeader(raw)
 	if err != nil {
 		return err
 	}
-	if int(h.Nlabels) != len(names) {
+	if int(h.Nlabels) != len(names) || p != nil && len(p.Labels) != len(names) {
 		return fmt.Errorf("payload: %d names for %d labels", len(names), h.Nlabels)
 	}
 	at := int(h.HeaderSize) + int(h.Nframes)*frameSize
@@ -437,7 +447,13 @@ func NameLabels(raw []byte, names [][2]uint64) error {
 	for i, n := range names {
 		binary.LittleEndian.PutUint64(raw[at+i*labelSize+key:], n[0])
 		binary.LittleEndian.PutUint64(raw[at+i*labelSize+value:], n[1])
+		if p != nil {
+			p.Labels[i].Key, p.Labels[i].Value = n[0], n[1]
+		}
 	}
 	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|PayloadLabelsNamed)
+	if p != nil {
+		p.Flags |= PayloadLabelsNamed
+	}
 	return nil
 }

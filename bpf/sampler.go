@@ -84,6 +84,29 @@ const MaxStackSize = 65528
 // 0xff0fff: AX..IP without the segment registers, R8..R15).
 const UserRegisters = 0xff0fff
 
+// outputAttr is the bpf-output event's attribute, but for its wake-ups.
+func outputAttr(opts Options) perf.Attr {
+	a := perf.Attr{
+		Label:  "ruby-cpu",
+		Type:   perf.SoftwareEvent,
+		Config: uint64(perf.BPFOutput),
+		SampleFormat: perf.SampleFormat{
+			IP: true, Tid: true, Time: true, CPU: true, Period: true, Callchain: true, Raw: true,
+			UserRegisters: opts.StackSize > 0, UserStack: opts.StackSize > 0,
+		},
+		// User frames come from unwinding the stack copy (as with perf's
+		// --call-graph dwarf): without frame pointers the kernel's user
+		// callchain is only the leaf, and perf would show it twice.
+		Options:         perf.Options{SampleIDAll: true, ExcludeUserCallchain: true},
+		SampleStackUser: opts.StackSize,
+	}
+	if opts.StackSize > 0 {
+		a.SampleRegistersUser = UserRegisters
+	}
+	a.SetSamplePeriod(1)
+	return a
+}
+
 // Sampler samples Ruby stacks on every CPU.
 type Sampler struct {
 	objs    rubyObjects
@@ -195,24 +218,7 @@ func Open(opts Options) (_ *Sampler, err error) {
 	sideBandPages := RingPagesFor(len(s.cpus), sideBandRingBudget, sideBandRingMin, sideBandRingMax)
 	urgentPages := RingPagesFor(len(s.cpus), urgentRingBudget, urgentRingMin, urgentRingMax)
 	page := os.Getpagesize()
-	s.attr = perf.Attr{
-		Label:  "ruby-cpu",
-		Type:   perf.SoftwareEvent,
-		Config: uint64(perf.BPFOutput),
-		SampleFormat: perf.SampleFormat{
-			IP: true, Tid: true, Time: true, CPU: true, Period: true, Callchain: true, Raw: true,
-			UserRegisters: opts.StackSize > 0, UserStack: opts.StackSize > 0,
-		},
-		// User frames come from unwinding the stack copy (as with perf's
-		// --call-graph dwarf): without frame pointers the kernel's user
-		// callchain is only the leaf, and perf would show it twice.
-		Options:         perf.Options{SampleIDAll: true, ExcludeUserCallchain: true},
-		SampleStackUser: opts.StackSize,
-	}
-	if opts.StackSize > 0 {
-		s.attr.SampleRegistersUser = UserRegisters
-	}
-	s.attr.SetSamplePeriod(1)
+	s.attr = outputAttr(opts)
 	// Run drains every ring on a timer: the kernel wakes it early only when a
 	// ring is half full, or for each urgent sample.
 	s.attr.SetWakeupWatermark(uint32(opts.RingPages * page / 2))
@@ -303,10 +309,6 @@ func mapRing(ev *perf.Event, pages int) error {
 	}
 	return err
 }
-
-// OutputAttr is the bpf-output event's attribute: the layout of every sample
-// record Run delivers.
-func (s *Sampler) OutputAttr() perf.Attr { return s.attr }
 
 // AddProcess makes pid a target.
 func (s *Sampler) AddProcess(pid int, cfg ProcessConfig) error {

@@ -98,11 +98,11 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 		if rec.Header.Type != perf.RecordTypeSample {
 			return nil
 		}
-		smp, err := DecodeSample(rec.Data)
+		smp, err := sampleOf(s, rec)
 		if err != nil {
 			return err
 		}
-		tid := int(smp.TID)
+		tid := int(smp.Tid)
 		p, err := DecodePayload(smp.Raw)
 		if err != nil {
 			return err
@@ -279,7 +279,7 @@ func TestTruncation(t *testing.T) {
 				if rec.Header.Type != perf.RecordTypeSample {
 					return nil
 				}
-				smp, err := DecodeSample(rec.Data)
+				smp, err := sampleOf(s, rec)
 				if err != nil {
 					return err
 				}
@@ -365,7 +365,7 @@ func TestSamplesCarryGCStamps(t *testing.T) {
 				if rec.Header.Type != perf.RecordTypeSample {
 					return nil
 				}
-				smp, err := DecodeSample(rec.Data)
+				smp, err := sampleOf(s, rec)
 				if err != nil {
 					return err
 				}

@@ -45,7 +45,7 @@ func (s *session) nameLabels(t *Target, p *bpf.Payload, raw []byte) {
 		names = append(names, [2]uint64{key, s.symtab.NameID(FrameInfo{Label: text})})
 	}
 	s.labelIDs = names
-	bpf.NameLabels(raw, names) // a payload it cannot read stays as it was: unnamed
+	bpf.NameLabels(raw, p, names) // a payload it cannot read stays as it was: unnamed
 }
 
 // labelsOf reads a sample's labels as the recorder named them.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/perfdata"
@@ -26,21 +27,32 @@ type Process struct {
 // or a live reader (Options.Stacks).
 type output interface {
 	AddEvent(attr perfdata.Attr, name string, ids []uint64) error
-	WriteRecord(raw []byte) error
+	// WriteRecord writes raw, one record (header and data). rec is raw
+	// decoded and p its sample's payload decoded, where the caller has them
+	// (else nil): a live reader takes them as they are.
+	WriteRecord(raw []byte, rec perfdata.Record, p *bpf.Payload) error
 	Synthesize(event int, rec perfdata.Record) error
 	SetFeature(f perfdata.Feature, data []byte) error
 	Flush() error
 	Close() error
 }
 
+// fileOutput is a recording written to a perf.data: its records as they came.
+type fileOutput struct{ *perfdata.Writer }
+
+func (f fileOutput) WriteRecord(raw []byte, _ perfdata.Record, _ *bpf.Payload) error {
+	return f.Writer.WriteRecord(raw)
+}
+
 // live reads a recording as it is made: each record is decoded and taken
 // as ReadStacks takes a file's, and each sample is merged and handed on
 // (Options.Stacks). Its methods run with the session's lock held.
 type live struct {
-	s    *session
-	attr perfdata.Attr
-	rd   *reader
-	fn   func(merge.Stack, *Process)
+	s      *session
+	attr   perfdata.Attr
+	record perfdata.RecordBuffer // what a record not decoded by the session is decoded into
+	rd     *reader
+	fn     func(merge.Stack, *Process)
 
 	// exits are the threads that exited, forgotten once liveGrace has
 	// passed: their last samples may still be in other rings.
@@ -102,25 +114,29 @@ func (l *live) AddEvent(a perfdata.Attr, _ string, _ []uint64) error {
 	return nil
 }
 
-func (l *live) WriteRecord(raw []byte) error {
-	rec, err := perfdata.DecodeRecord(raw, &l.attr)
-	if err != nil {
-		return nil // as ReadStacks would stop at it; a live reader goes on
+func (l *live) WriteRecord(raw []byte, rec perfdata.Record, p *bpf.Payload) error {
+	if rec == nil {
+		var err error
+		if rec, err = perfdata.DecodeRecordInto(raw, &l.attr, &l.record); err != nil {
+			return nil // as ReadStacks would stop at it; a live reader goes on
+		}
+		p = nil // not rec's
 	}
-	return l.take(rec)
+	return l.take(rec, p)
 }
 
-func (l *live) Synthesize(_ int, rec perfdata.Record) error { return l.take(rec) }
+func (l *live) Synthesize(_ int, rec perfdata.Record) error { return l.take(rec, nil) }
 
 func (l *live) SetFeature(perfdata.Feature, []byte) error { return nil }
 func (l *live) Flush() error                              { return nil }
 func (l *live) Close() error                              { return nil }
 
-// take applies a side-band record, or merges a sample and hands it on.
-func (l *live) take(rec perfdata.Record) error {
+// take applies a side-band record, or merges a sample (p: its payload,
+// decoded and named; nil: decoded from it here) and hands it on.
+func (l *live) take(rec perfdata.Record, p *bpf.Payload) error {
 	switch rec := rec.(type) {
 	case *perfdata.Sample:
-		st := l.rd.stack(rec)
+		st := l.rd.stack(rec, p)
 		l.rd.stats.Samples++
 		l.fn(st, l.s.process(int(rec.Pid)))
 	case *perfdata.Exit:

@@ -2,6 +2,7 @@ package recording
 
 import (
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/perfdata"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,6 +38,8 @@ type offCPU struct {
 	order []offCPUKey          // held, oldest first (may name released ones)
 	early map[offCPUKey]uint64 // ends whose samples have not been read
 	last  map[uint32]uint64    // each thread's latest off-CPU sample (its left)
+	// record is what weigh decodes a held record into.
+	record perfdata.RecordBuffer
 }
 
 // monotonicNow is CLOCK_MONOTONIC in ns, the program's bpf_ktime_get_ns.
@@ -50,16 +53,14 @@ func monotonicNow() uint64 {
 
 // weigh writes into an off-CPU sample record (header and data) the time its
 // thread stayed off the CPU: its period, and its payload's.
-func weigh(rec []byte, ns uint64) {
-	if len(rec) < 8 {
-		return
-	}
-	smp, err := bpf.DecodeSample(rec[8:])
-	if err != nil {
+func (s *session) weigh(rec []byte, ns uint64) {
+	r, err := perfdata.DecodeRecordInto(rec, &s.attr, &s.off.record)
+	smp, ok := r.(*perfdata.Sample)
+	if err != nil || !ok {
 		return
 	}
 	if bpf.SetOffCPU(smp.Raw, ns) == nil {
-		bpf.SetPeriod(rec[8:], ns)
+		perfdata.SetSamplePeriod(rec, &s.attr, ns)
 	}
 }
 
@@ -69,7 +70,7 @@ func (s *session) offCPUSample(p *bpf.Payload) error {
 	k := offCPUKey{p.TID, p.Period}
 	if end, ok := s.off.early[k]; ok {
 		delete(s.off.early, k)
-		weigh(s.raw, end-min(end, k.left))
+		s.weigh(s.raw, end-min(end, k.left))
 		return s.write(s.raw)
 	}
 	if s.off.held == nil || len(s.off.last) >= maxOffCPUThreads {
@@ -109,7 +110,7 @@ func (s *session) offCPUEnd(e *bpf.OffCPUEnd) error {
 	k := offCPUKey{e.Tid, e.Left}
 	if rec, ok := s.off.held[k]; ok {
 		delete(s.off.held, k)
-		weigh(rec, e.End-min(e.End, e.Left))
+		s.weigh(rec, e.End-min(e.End, e.Left))
 		return s.write(rec)
 	}
 	if s.off.early == nil || len(s.off.early) >= maxOffCPUEarly {
@@ -129,7 +130,7 @@ func (s *session) releaseOldestOffCPU() error {
 		if rec, ok := s.off.held[k]; ok {
 			delete(s.off.held, k)
 			s.sum.OffCPUCut++
-			weigh(rec, monotonicNow()-min(monotonicNow(), k.left))
+			s.weigh(rec, monotonicNow()-min(monotonicNow(), k.left))
 			return s.write(rec)
 		}
 	}
@@ -150,9 +151,9 @@ func (s *session) flushOffCPU() error {
 				// second). Its time off is not known: it weighs nothing
 				// rather than a guess.
 				s.sum.OffCPUUnknown++
-				weigh(rec, 0)
+				s.weigh(rec, 0)
 			} else {
-				weigh(rec, now-min(now, k.left))
+				s.weigh(rec, now-min(now, k.left))
 			}
 			if err := s.write(rec); err != nil {
 				return err

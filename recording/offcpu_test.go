@@ -50,10 +50,12 @@ func TestOffCPUPairing(t *testing.T) {
 	}
 	s := &session{symtab: NewSymbolTable(), checkpointed: time.Now().Add(time.Hour)}
 	s.opts.Output = path
-	if s.w, err = perfdata.NewWriter(f); err != nil {
+	w, err := perfdata.NewWriter(f)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.w.AddEvent(outputAttr(nil, bpf.Options{}), "ruby-cpu", nil); err != nil {
+	s.w, s.attr = fileOutput{w}, outputAttr(bpf.Options{})
+	if err := s.w.AddEvent(s.attr, "ruby-cpu", nil); err != nil {
 		t.Fatal(err)
 	}
 	sample := func(tid uint32, left uint64) {

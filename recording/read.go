@@ -166,7 +166,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 				rd.apply(side[next].rec)
 				next++
 			}
-			st := rd.stack(rec)
+			st := rd.stack(rec, nil)
 			rd.stats.Samples++
 			if err := fn(st); err != nil {
 				return &rd.stats, err
@@ -300,10 +300,15 @@ func (rd *reader) mapsOf(pid uint32) *native.Maps {
 	return m
 }
 
-func (rd *reader) stack(s *perfdata.Sample) merge.Stack {
+// stack merges sample s; p is its payload, decoded (and named) by a live
+// recording, or nil: decoded here from s.Raw.
+func (rd *reader) stack(s *perfdata.Sample, p *bpf.Payload) merge.Stack {
 	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
-	p := &rd.payload
-	perr := bpf.DecodePayloadInto(p, s.Raw)
+	var perr error
+	if p == nil {
+		p = &rd.payload
+		perr = bpf.DecodePayloadInto(p, s.Raw)
+	}
 	im := Image{PID: s.Pid}
 	if perr == nil {
 		im.Gen = p.Gen

@@ -74,6 +74,10 @@ type Options struct {
 	// MemoryBudget bounds, in bytes, what the recording holds that grows
 	// with its targets' shape (see budget.go); 0: DefaultMemoryBudget.
 	MemoryBudget int64
+
+	// wrapHandle, when set (by a benchmark), wraps what takes each record
+	// read from the rings.
+	wrapHandle func(func(bpf.Record) error) func(bpf.Record) error
 }
 
 // Progress is how a recording stands.
@@ -169,18 +173,9 @@ const (
 // commandGrace is how long a started command has to exit once told to.
 const commandGrace = 5 * time.Second
 
-// perf record types and misc bits copied from the kernel's rings.
-const (
-	recordMmap     = 1
-	recordLost     = 2
-	recordComm     = 3
-	recordExit     = 4
-	recordFork     = 7
-	recordSample   = 9
-	recordMmap2    = 10
-	miscCommExec   = 1 << 13
-	attachAttempts = 20 // tries to attach a newly exec'd process (-a) before giving up
-)
+// attachAttempts is how many times a newly exec'd process is tried (-a)
+// before it is given up on.
+const attachAttempts = 20
 
 // session is the state of one recording.
 type session struct {
@@ -222,9 +217,11 @@ type session struct {
 
 	// Reused from one record to the next: the hot path allocates nothing
 	// per sample but what it keeps.
-	payload bpf.Payload // the sample being handled
-	unseen  bpf.Payload // its frames newFrames did not skip
-	raw     []byte
+	attr    perfdata.Attr         // the layout of every record the rings bring (outputAttr)
+	records perfdata.RecordBuffer // the record being handled, decoded
+	payload bpf.Payload           // its sample's payload
+	unseen  bpf.Payload           // its frames newFrames did not skip
+	raw     []byte                // the record whole
 	// lastFrames is each thread's previous sample's frames. A thread's
 	// stacks share their bottom from one sample to the next, and the frames
 	// of its previous sample are in symtab already (it never forgets): only
@@ -401,11 +398,14 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		}
 		out.KeepOld = true // as perf keeps perf.data.old
 		defer out.Abort()
-		if s.w, err = perfdata.NewWriter(out.File); err != nil {
+		w, err := perfdata.NewWriter(out.File)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", opts.Output, err)
 		}
+		s.w = fileOutput{w}
 	}
-	if err := s.w.AddEvent(outputAttr(sampler, bo), "ruby-cpu", nil); err != nil {
+	s.attr = outputAttr(bo)
+	if err := s.w.AddEvent(s.attr, "ruby-cpu", nil); err != nil {
 		return nil, err
 	}
 	if err := s.synthesizeKernel(); err != nil {
@@ -525,7 +525,11 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		go s.status(runCtx, start)
 	}
 	s.started = time.Now()
-	runErr := sampler.Run(runCtx, s.handle)
+	handle := s.handle
+	if opts.wrapHandle != nil {
+		handle = opts.wrapHandle(handle)
+	}
+	runErr := sampler.Run(runCtx, handle)
 	sampler.Stop()
 	if cmd != nil {
 		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)
@@ -589,27 +593,6 @@ func (s *session) skipped(pid int, err error) {
 		msg = msg[len(p):]
 	}
 	fmt.Fprintf(s.opts.Warn, "rubyperf: pid %d (%s): skipped: %s\n", pid, ProcessName(pid), msg)
-}
-
-// outputAttr is the bpf-output event's attribute as perf.data records it.
-func outputAttr(s *bpf.Sampler, o bpf.Options) perfdata.Attr {
-	a := perfdata.Attr{
-		Type:   perfdata.TypeSoftware,
-		Config: perfdata.CountSWBPFOutput,
-		// The cpu-clock event samples at Frequency; each bpf-output record
-		// stands for one period of it (PERF_SAMPLE_PERIOD carries 1 for the
-		// bpf-output event itself).
-		SamplePeriodOrFreq: 1,
-		SampleType: perfdata.SampleIP | perfdata.SampleTID | perfdata.SampleTime | perfdata.SampleCPU | perfdata.SamplePeriod |
-			perfdata.SampleCallchain | perfdata.SampleRaw,
-		Flags: perfdata.FlagSampleIDAll | perfdata.FlagExcludeCallchainUser,
-	}
-	if o.StackSize > 0 {
-		a.SampleType |= perfdata.SampleRegsUser | perfdata.SampleStackUser
-		a.SampleRegsUser = bpf.UserRegisters
-		a.SampleStackUser = o.StackSize
-	}
-	return a
 }
 
 // add makes t a target: sampled from now on, with its threads and
@@ -677,129 +660,162 @@ func (s *session) handle(rec bpf.Record) error {
 	if rec.OffCPUEnd != nil {
 		return s.offCPUEnd(rec.OffCPUEnd)
 	}
-	offCPU := false
-	switch rec.Header.Type {
-	case recordSample:
-		smp, err := bpf.DecodeSample(rec.Data)
-		if err != nil {
-			return nil // a record we cannot read is not copied
-		}
-		if err := bpf.DecodePayloadInto(&s.payload, smp.Raw); err == nil {
-			p := &s.payload
-			// A sample of an image that has exec'd since is not read through
-			// the new one: its frames stay unnamed.
-			if t, ok := s.targets[int(p.PID)]; ok && t.Config.Gen == p.Gen {
-				if t.gcUnchecked {
-					s.checkGC(t)
-				}
-				walkEnvs(t, p)
-				unseen := s.newFrames(p)
-				ids, added, bad := s.symtab.Resolve(t.Reader, unseen, s.ids[:0])
-				if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
-					// It exec'd before its COMM record was read: what was
-					// just read may be the new program's. Unnamed is right.
-					s.symtab.Forget(p.PID, p.Gen, added)
-					ids = s.symtab.names(unseen, ids)
-					added, bad = nil, 0
-				}
-				s.checkPlausible(t, len(added), bad)
-				if len(added) > 0 {
-					// Their later samples may wait in the batched rings. A
-					// failure only keeps sending them to the urgent ones.
-					s.sampler.MarkNamed(p.PID, p.Gen, added)
-				}
-				s.nameSample(p, smp.Raw, ids)
-				s.nameLabels(t, p, smp.Raw)
-			} else {
-				s.countUnnamed(p)
-			}
-			if p.Thread.OffCPU {
-				offCPU = true
-				s.sum.OffCPU++
-			} else {
-				bpf.SetPeriod(rec.Data, p.Period)
-			}
-		}
+	// The record whole, as it is written: decoded where it lies, so that
+	// what the sample's payload is given (names, its period) is written.
+	s.raw = appendRawRecord(s.raw[:0], rec)
+	decoded, err := perfdata.DecodeRecordInto(s.raw, &s.attr, &s.records)
+	if err != nil {
+		return nil // a record we cannot read is not copied
+	}
+	var payload *bpf.Payload // the sample's, decoded
+	switch r := decoded.(type) {
+	case *perfdata.Sample:
 		s.sum.Samples++
-	case recordLost:
-		if len(rec.Data) >= 16 {
-			n := binary.LittleEndian.Uint64(rec.Data[8:]) // perf_record_lost: id, lost
-			if rec.SideBand {
-				s.sum.LostSideBand += n
-			} else {
-				// The program counts these samples too (OutputErrors),
-				// which replaces this running count at the end.
-				s.sum.Lost += n
-			}
+		if err := bpf.DecodePayloadInto(&s.payload, r.Raw); err != nil {
+			break // copied as it came: a reader shows its native frames
 		}
-	case recordComm, recordMmap, recordMmap2, recordFork, recordExit:
-		pid, tid := recordPID(rec)
-		exec := rec.Header.Type == recordComm && rec.Header.Misc&miscCommExec != 0
-		if exec && s.opts.All {
-			if _, ok := s.targets[pid]; !ok {
-				s.pending[pid] = attachAttempts
-			}
+		payload = &s.payload
+		s.takeSample(payload, r)
+		if payload.Thread.OffCPU {
+			s.sum.OffCPU++
+			return s.offCPUSample(payload)
 		}
-		if rec.Header.Type == recordFork {
-			s.forked(rec)
+	case *perfdata.Lost:
+		if rec.SideBand {
+			s.sum.LostSideBand += r.Lost
+		} else {
+			// The program counts these samples too (OutputErrors),
+			// which replaces this running count at the end.
+			s.sum.Lost += r.Lost
 		}
-		_, target := s.targets[pid]
-		if _, ok := s.execd[pid]; ok && rec.Header.Type != recordFork {
-			target = true // the records of its new image, until given up on
-			if exec {     // again (a wrapper script's exec of its Ruby): a new start
-				s.execd[pid], s.pending[pid] = commOf(rec), attachAttempts
-			}
-			if rec.Header.Type == recordExit && pid == tid {
-				if exiting(pid) {
-					s.giveUp(pid, "exited")
-				} else {
-					s.giveUp(pid, secureExec)
-				}
-			}
+	case *perfdata.Comm:
+		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
+			return nil
 		}
-		if !target {
-			return nil // not a target: keep the file small
+	case *perfdata.Mmap:
+		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
+			return nil
 		}
-		if rec.Header.Type == recordMmap2 {
-			if t := s.targets[pid]; t != nil && t.labels == nil {
-				t.labelsLook = true // an extension that keeps labels may have been loaded
-			}
+	case *perfdata.Mmap2:
+		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
+			return nil
 		}
-		switch {
-		case exec:
-			if t := s.targets[pid]; t != nil { // checkExecs decides
-				s.execSeen[pid] = execSeen{comm: commOf(rec), gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
-			}
-		case rec.Header.Type == recordExit && pid == tid && !exiting(pid):
-			// Still running: it exec'd a program the kernel hides from
-			// perf (the exec's COMM record came first).
-			comm := "a program"
-			if e, ok := s.execSeen[pid]; ok {
-				comm = e.comm
-			}
-			delete(s.execSeen, pid)
-			s.execd[pid] = comm
-			s.sampler.RemoveProcess(pid)
-			s.giveUp(pid, secureExec)
-		case rec.Header.Type == recordExit && pid == tid:
-			if pid == s.command {
-				s.commandExiting = true
-			}
-			s.targetExited(pid)
+	case *perfdata.Fork:
+		s.forked(int(r.Pid), int(r.PPid))
+		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
+			return nil
+		}
+	case *perfdata.Exit:
+		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
+			return nil
 		}
 	default:
 		return nil
 	}
-	s.raw = appendRawRecord(s.raw[:0], rec)
-	if offCPU {
-		return s.offCPUSample(&s.payload)
+	return s.writeDecoded(s.raw, decoded, payload)
+}
+
+// takeSample names the Ruby frames of a sample (p, its payload, decoded
+// from smp.Raw) in smp.Raw, and gives smp the period p stands for.
+func (s *session) takeSample(p *bpf.Payload, smp *perfdata.Sample) {
+	// A sample of an image that has exec'd since is not read through
+	// the new one: its frames stay unnamed.
+	if t, ok := s.targets[int(p.PID)]; ok && t.Config.Gen == p.Gen {
+		if t.gcUnchecked {
+			s.checkGC(t)
+		}
+		walkEnvs(t, p)
+		unseen := s.newFrames(p)
+		ids, added, bad := s.symtab.Resolve(t.Reader, unseen, s.ids[:0])
+		if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
+			// It exec'd before its COMM record was read: what was
+			// just read may be the new program's. Unnamed is right.
+			s.symtab.Forget(p.PID, p.Gen, added)
+			ids = s.symtab.names(unseen, ids)
+			added, bad = nil, 0
+		}
+		s.checkPlausible(t, len(added), bad)
+		if len(added) > 0 {
+			// Their later samples may wait in the batched rings. A
+			// failure only keeps sending them to the urgent ones.
+			s.sampler.MarkNamed(p.PID, p.Gen, added)
+		}
+		s.nameSample(p, smp.Raw, ids)
+		s.nameLabels(t, p, smp.Raw)
+	} else {
+		s.countUnnamed(p)
 	}
-	return s.write(s.raw)
+	if !p.Thread.OffCPU && perfdata.SetSamplePeriod(s.raw, &s.attr, p.Period) == nil {
+		smp.Period = p.Period
+	}
+}
+
+// sideBand takes a COMM, MMAP, MMAP2, FORK or EXIT record of thread tid of
+// process pid (s.mu held), and says whether to write it: only a target's.
+func (s *session) sideBand(pid, tid int, rec perfdata.Record) bool {
+	comm, _ := rec.(*perfdata.Comm)
+	exec := comm != nil && comm.Exec()
+	_, isExit := rec.(*perfdata.Exit)
+	threadExit := isExit && pid == tid
+	if exec && s.opts.All {
+		if _, ok := s.targets[pid]; !ok {
+			s.pending[pid] = attachAttempts
+		}
+	}
+	_, target := s.targets[pid]
+	if _, ok := s.execd[pid]; ok && rec.Type() != perfdata.RecordFork {
+		target = true // the records of its new image, until given up on
+		if exec {     // again (a wrapper script's exec of its Ruby): a new start
+			s.execd[pid], s.pending[pid] = comm.Comm, attachAttempts
+		}
+		if threadExit {
+			if exiting(pid) {
+				s.giveUp(pid, "exited")
+			} else {
+				s.giveUp(pid, secureExec)
+			}
+		}
+	}
+	if !target {
+		return false // not a target: keep the file small
+	}
+	if rec.Type() == perfdata.RecordMmap2 {
+		if t := s.targets[pid]; t != nil && t.labels == nil {
+			t.labelsLook = true // an extension that keeps labels may have been loaded
+		}
+	}
+	switch {
+	case exec:
+		if t := s.targets[pid]; t != nil { // checkExecs decides
+			s.execSeen[pid] = execSeen{comm: comm.Comm, gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
+		}
+	case threadExit && !exiting(pid):
+		// Still running: it exec'd a program the kernel hides from
+		// perf (the exec's COMM record came first).
+		name := "a program"
+		if e, ok := s.execSeen[pid]; ok {
+			name = e.comm
+		}
+		delete(s.execSeen, pid)
+		s.execd[pid] = name
+		s.sampler.RemoveProcess(pid)
+		s.giveUp(pid, secureExec)
+	case threadExit:
+		if pid == s.command {
+			s.commandExiting = true
+		}
+		s.targetExited(pid)
+	}
+	return true
 }
 
 // write writes one record (header and data) and checkpoints when due.
-func (s *session) write(rec []byte) error {
-	if err := s.w.WriteRecord(rec); err != nil {
+func (s *session) write(rec []byte) error { return s.writeDecoded(rec, nil, nil) }
+
+// writeDecoded is write of a record the session has decoded: rec, and its
+// sample's payload p (nil: not decoded), for a live output to take as they are.
+func (s *session) writeDecoded(raw []byte, rec perfdata.Record, p *bpf.Payload) error {
+	if err := s.w.WriteRecord(raw, rec, p); err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Output, err)
 	}
 	return s.checkpoint()
@@ -883,7 +899,7 @@ func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 		last.ids = append(last.ids[:0], ids...)
 		s.lastFrames[k] = last
 	}
-	bpf.NameFrames(raw, ids) // a payload it cannot read stays as it was: unnamed
+	bpf.NameFrames(raw, p, ids) // a payload it cannot read stays as it was: unnamed
 }
 
 // countUnnamed counts in the summary the frames of a sample the recorder
@@ -915,22 +931,6 @@ func (s *session) countNames(n int, kind func(i int) (unknown, replaced bool)) {
 	if unnamed {
 		s.sum.SamplesNotNamed++
 	}
-}
-
-// recordPID is the pid and tid a COMM, MMAP, MMAP2, FORK or EXIT record is about.
-func recordPID(rec bpf.Record) (pid, tid int) {
-	d := rec.Data
-	if len(d) < 8 {
-		return -1, -1
-	}
-	if rec.Header.Type == recordFork || rec.Header.Type == recordExit {
-		// perf_record_fork: pid, ppid, tid, ptid
-		if len(d) < 12 {
-			return -1, -1
-		}
-		return int(binary.LittleEndian.Uint32(d[0:])), int(binary.LittleEndian.Uint32(d[8:]))
-	}
-	return int(binary.LittleEndian.Uint32(d[0:])), int(binary.LittleEndian.Uint32(d[4:]))
 }
 
 // appendRawRecord appends rec as the kernel wrote it, header first.
@@ -1026,12 +1026,7 @@ func (s *session) giveUp(pid int, why string) {
 // forked takes a FORK record (s.mu held): a child of a target that
 // follows forks is sampled from its first instant (the program copied its
 // parent's configuration); here it gets its Target to be named through.
-func (s *session) forked(rec bpf.Record) {
-	d := rec.Data
-	if len(d) < 8 {
-		return
-	}
-	child, parent := int(binary.LittleEndian.Uint32(d[0:])), int(binary.LittleEndian.Uint32(d[4:])) // pid, ppid
+func (s *session) forked(child, parent int) {
 	pt, ok := s.targets[parent]
 	if child == parent || !ok || !s.opts.FollowForks || s.gone[parent] {
 		return
@@ -1046,18 +1041,6 @@ func (s *session) forked(rec bpf.Record) {
 	}
 	s.register(t)
 	s.event(fmt.Sprintf("pid %d forked pid %d: recorded", parent, child))
-}
-
-// commOf is the name in a COMM record (perf_record_comm: pid, tid, comm).
-func commOf(rec bpf.Record) string {
-	if len(rec.Data) <= 8 {
-		return "?"
-	}
-	b := rec.Data[8:]
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	return string(b)
 }
 
 // discover attaches to Ruby processes that exec: a target that exec'd

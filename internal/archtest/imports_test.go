@@ -63,9 +63,10 @@ var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfo
 
 // testImports lists, for a package's test files only, project packages they
 // may import beyond its rules: bpf's benchmark finds the request labels'
-// thread-local variable with threadlocal, as recording does for the program;
-// agent's tests ask bpf whether they can run.
-var testImports = map[string][]string{"bpf": {"threadlocal"}, "agent": {"bpf"}}
+// thread-local variable with threadlocal, as recording does for the program,
+// and bpf's tests read the records Run delivers with perfdata, as recording
+// does; agent's tests ask bpf whether they can run.
+var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata"}, "agent": {"bpf"}}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).

@@ -1,0 +1,76 @@
+package recording
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/merge"
+	"golang.org/x/sys/unix"
+)
+
+// errBenchDone ends the recording BenchmarkLiveSample runs inside.
+var errBenchDone = errors.New("benchmark done")
+
+// BenchmarkLiveSample measures what a live recording (the agent's) does
+// with each sample the rings bring: decode it, name its Ruby frames, unwind
+// and merge it, and hand the stack on. It records the bundled workload live
+// until it holds liveBenchSamples samples, then takes them again, in turn,
+// b.N times, inside the recording (its target attached, its names read):
+// the steady state of a long recording. Run with -benchmem: allocations per
+// sample are the number to watch.
+//
+//	go test -run '^$' -bench LiveSample -benchmem ./recording
+func BenchmarkLiveSample(b *testing.B) {
+	testruby.Privileged(b, bpf.Supported())
+	r := testruby.Get(b, "debian-3.3")
+	cmd := testruby.Start(b, r, filepath.Join("..", "testdata", "ruby", "shares.rb"))
+	const liveBenchSamples = 500
+	var (
+		held    []bpf.Record
+		buf     []byte
+		stacks  int
+		benched bool
+	)
+	wrap := func(handle func(bpf.Record) error) func(bpf.Record) error {
+		return func(rec bpf.Record) error {
+			if err := handle(rec); err != nil {
+				return err
+			}
+			if rec.Header.Type != unix.PERF_RECORD_SAMPLE || rec.SideBand || rec.OffCPUEnd != nil {
+				return nil
+			}
+			held = append(held, bpf.Record{CPU: rec.CPU, Header: rec.Header, Data: append([]byte(nil), rec.Data...)})
+			if len(held) < liveBenchSamples {
+				return nil
+			}
+			stacks = 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				h := held[i%len(held)]
+				// handle names the payload in place: take a fresh copy.
+				buf = append(buf[:0], h.Data...)
+				rec := bpf.Record{CPU: h.CPU, Header: h.Header, Data: buf}
+				if err := handle(rec); err != nil {
+					return err
+				}
+			}
+			b.StopTimer()
+			benched = true
+			return errBenchDone
+		}
+	}
+	_, err := Record(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, Frequency: 999,
+		Stacks:     func(merge.Stack, *Process) { stacks++ },
+		wrapHandle: wrap})
+	if !errors.Is(err, errBenchDone) || !benched {
+		b.Fatalf("recording ended before the benchmark ran: %v", err)
+	}
+	if stacks < b.N {
+		b.Fatalf("%d stacks handed on for %d samples", stacks, b.N)
+	}
+}
