@@ -14,6 +14,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/debuginfodtest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -128,7 +129,7 @@ func staticFuncs(t *testing.T, debug, stripped string) map[string]bool {
 // stripped; report names libruby's static functions once debuginfod serves
 // the debug file, and cannot without it.
 func TestReportStrippedRubyDebuginfod(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	sr, pid := startStrippedRuby(t, "source-3.1-shared", workload(t), "30")
 	file := filepath.Join(t.TempDir(), "rubyperf.data")
 	if _, err := recording.Record(context.Background(), recording.Options{PIDs: []int{pid}, Frequency: 299,

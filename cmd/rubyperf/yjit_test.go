@@ -14,6 +14,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestRecordUnderJIT: on every test Ruby built with YJIT or ZJIT, a process
@@ -121,7 +122,7 @@ func (rec jitRecording) throughJIT(name string) (inJIT, leaf, toStart int) {
 // record -p, and hands check that and what rubyperf script prints. It
 // returns how many Rubies ran.
 func forEachJIT(t *testing.T, c jitCase, check func(t *testing.T, rec jitRecording)) int {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	path, err := filepath.Abs(filepath.Join("..", "..", "testdata", "ruby", c.script))
 	if err != nil {
 		t.Fatal(err)
