@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/bits"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // workload is the program perf records: a shell loop of about 0.3 s.
@@ -42,12 +45,10 @@ func perfRecord(t *testing.T, pipe bool, args ...string) string {
 	}
 	if err := cmd.Run(); err != nil {
 		msg := stderr.String()
+		// perf's stderr is all there is to tell a refusal of perf_event_open by.
 		for _, refused := range []string{"perf_event_paranoid", "ermission", "not permitted", "Access to performance monitoring"} {
 			if strings.Contains(msg, refused) {
-				if os.Getenv("RUBYPERF_REQUIRE_BPF") == "1" {
-					t.Fatalf("perf record refused with RUBYPERF_REQUIRE_BPF=1: %v\n%s", err, msg)
-				}
-				t.Skipf("perf_event_open not permitted: %s", msg)
+				testskip.Privileged(t, fmt.Errorf("perf record: %w: %s", fs.ErrPermission, msg))
 			}
 		}
 		t.Fatalf("perf record %v: %v\n%s", args, err, msg)

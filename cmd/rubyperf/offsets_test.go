@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // offsetsJSON runs `rubyperf offsets --format json ARGS` in-process.
@@ -31,13 +31,7 @@ func offsetsJSON(t *testing.T, args ...string) offsetsReport {
 // TestOffsetsMatchPahole checks every struct size and member offset that
 // `offsets --format json` reports against pahole, an independent DWARF reader.
 func TestOffsetsMatchPahole(t *testing.T) {
-	pahole, err := exec.LookPath("pahole")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("pahole not installed (Debian dwarves); scripts/deps.sh installs it")
-		}
-		t.Skip("pahole not installed (Debian dwarves)")
-	}
+	pahole := testskip.Command(t, "pahole", "dwarves")
 	for _, name := range []string{"source-3.1-shared", "source-3.3-static"} {
 		t.Run(name, func(t *testing.T) {
 			r := testruby.Get(t, name)

@@ -64,14 +64,7 @@ func perfScript(t *testing.T, file string) []scriptSample {
 
 func perfBinary(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("perf")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("perf is not installed (Debian linux-perf); scripts/deps.sh installs it")
-		}
-		t.Skip("perf is not installed")
-	}
-	return p
+	return testskip.Command(t, "perf", "linux-perf")
 }
 
 var summaryLine = regexp.MustCompile(`rubyperf: (\d+) samples, (\d+) lost, (\d+) truncated stacks, (\d+) unknown frames, (\d+) targets`)
