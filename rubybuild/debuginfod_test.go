@@ -121,7 +121,7 @@ func TestDebuginfodOpenBinary(t *testing.T) {
 	t.Run("ruby", func(t *testing.T) {
 		r := testruby.Get(t, "source-3.1-shared")
 		if !r.DWARF {
-			t.Skipf("%s has no DWARF", r.Name)
+			t.Fatalf("%s has no DWARF: its manifest says so", r.Name)
 		}
 		check(t, r.VM, filepath.Base(r.VM), true)
 	})
