@@ -56,6 +56,12 @@ func probeTrees(t *testing.T) []probeTree {
 		out = append(out, probeTree{filepath.Base(dir), obj, strings.TrimSpace(string(flags))})
 	}
 	if len(out) == 0 {
+		// The one skip outside internal/testskip's rule, so that CI does not
+		// fail on it: make test prepares no tree (configuring one takes
+		// minutes and Debian's source of the version), so under make test
+		// the table checks below do not run (issue 28). The committed tables
+		// are compared with the test Rubies' DWARF by
+		// cmd/rubyperf's TestOffsetsTableMatchesDWARF meanwhile.
 		t.Skip("no configured source tree under $RUBYPERF_CACHE/tables: run scripts/gen-tables.sh prepare")
 	}
 	return out
@@ -177,7 +183,8 @@ func TestProbeEqualsFullBuild(t *testing.T) {
 		compared++
 	}
 	if compared == 0 {
-		t.Skip("no full source build of a version with a configured tree (scripts/test-rubies.sh)")
+		testskip.IfNotSupported(t, testskip.Missing("a full source build of a version with a configured tree",
+			"scripts/test-rubies.sh builds them; scripts/gen-tables.sh prepare VERSION configures a tree", nil))
 	}
 }
 
