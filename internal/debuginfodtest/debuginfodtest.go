@@ -302,36 +302,51 @@ func Refusing(t testing.TB) string {
 	return u
 }
 
-// Silent returns a URL on 127.0.0.1 whose server accepts connections and
-// never answers: a server that hangs.
-func Silent(t testing.TB) string {
+// A SilentServer accepts connections on 127.0.0.1 and never answers: a
+// server that hangs. It counts the connections, so that a test can tell
+// whether it was asked again without timing it.
+type SilentServer struct {
+	URL string
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// Accepted is the number of connections the server has accepted.
+func (s *SilentServer) Accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Silent starts a SilentServer; it stops when the test ends.
+func Silent(t testing.TB) *SilentServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var conns []net.Conn
+	s := &SilentServer{URL: "http://" + ln.Addr().String()}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range s.conns {
 			c.Close()
 		}
 	})
-	return "http://" + ln.Addr().String()
+	return s
 }
 
 type syncBuffer struct {
