@@ -21,8 +21,8 @@ import (
 var workload = []string{"/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"}
 
 // perfRecord runs `perf record args -- workload` and returns the output
-// file. When perf_event_open is refused it skips the test, or fails it
-// when RUBYPERF_REQUIRE_BPF=1.
+// file. When perf_event_open is refused it skips the test under
+// internal/testskip's rule.
 func perfRecord(t *testing.T, pipe bool, args ...string) string {
 	t.Helper()
 	perf := perfBinary(t)
