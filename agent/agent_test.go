@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 )
 
@@ -30,7 +32,7 @@ func script(name string) string { return filepath.Join("..", "testdata", "ruby",
 // returns its stats.
 func startAgent(t *testing.T, opts Options) (stop func() *Stats, log *testruby.Log) {
 	t.Helper()
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	log = &testruby.Log{}
 	opts.Log = log
 	if opts.Select == nil {
@@ -297,13 +299,16 @@ func fakeContainer(t *testing.T) (procs, id string) {
 	t.Helper()
 	id = fmt.Sprintf("%064x", time.Now().UnixNano())
 	// cgroup v2 (one hierarchy), or v1's pids controller.
+	var errs []error
 	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified"} {
 		dir := filepath.Join(root, "rubyperf-test", "docker-"+id+".scope")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		procs = filepath.Join(dir, "cgroup.procs")
 		if _, err := os.Stat(procs); err != nil {
+			errs = append(errs, err)
 			os.Remove(dir)
 			continue
 		}
@@ -319,7 +324,7 @@ func fakeContainer(t *testing.T) (procs, id string) {
 		})
 		return procs, id
 	}
-	testruby.Privileged(t, fmt.Errorf("cannot make a cgroup under /sys/fs/cgroup"))
+	testskip.Privileged(t, fmt.Errorf("make a cgroup under /sys/fs/cgroup: %w", errors.Join(errs...)))
 	return "", ""
 }
 

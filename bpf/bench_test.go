@@ -18,6 +18,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/internal/profilerstate"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/rubystack"
 	"github.com/rubyperf/rubyperf/threadlocal"
 )
@@ -39,7 +40,7 @@ import (
 // the peer's and the paired difference (each variant window less the peer
 // window beside it) are reported beside them.
 func BenchmarkBPFRunTime(b *testing.B) {
-	testruby.Privileged(b, Supported())
+	testskip.Privileged(b, Supported())
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		b.Fatalf("enable BPF stats: %v", err)
@@ -191,7 +192,7 @@ func BenchmarkBPFRunTime(b *testing.B) {
 // after every slice of work (thousands), where off-CPU samples outnumber
 // the program's other runs.
 func BenchmarkOffCPU(b *testing.B) {
-	testruby.Privileged(b, Supported())
+	testskip.Privileged(b, Supported())
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		b.Fatalf("enable BPF stats: %v", err)

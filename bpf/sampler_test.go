@@ -15,6 +15,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -41,7 +42,7 @@ func prepareTB(t testing.TB, pid int) target {
 		t.Fatal(err)
 	}
 	tp, err := rubystack.ThreadPointer(pid, pid)
-	testruby.Privileged(t, err)
+	testskip.Privileged(t, err)
 	off, err := p.CurrentECOffset(mem, p.Binary.Anchors(r.Layout).CurrentEC, tp)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ type frameCounts struct{ svars, envs int }
 // sampleSvars is sample, and also counts frames by frameCounts.
 func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target) (map[int][][]rubystack.Frame, Counts, frameCounts) {
 	t.Helper()
-	testruby.Privileged(t, Supported())
+	testskip.Privileged(t, Supported())
 	s, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestBPFStacksEqualSnapshot(t *testing.T) {
 					t.Error("no frame came with its environment chain left to user space")
 				}
 				thaw, err := rubystack.Freeze(tg.pid)
-				testruby.Privileged(t, err)
+				testskip.Privileged(t, err)
 				stacks, err := tg.reader.Snapshot()
 				thaw()
 				if err != nil {
@@ -254,7 +255,7 @@ func labels(fs []rubystack.Frame) string {
 // frames with the truncation flag, and the program counts it; a stack just
 // under the limit is whole.
 func TestTruncation(t *testing.T) {
-	testruby.Privileged(t, Supported())
+	testskip.Privileged(t, Supported())
 	r := testruby.Get(t, "source-3.3-static")
 	script, _ := filepath.Abs("../testdata/ruby/depth.rb")
 	for _, c := range []struct {
@@ -332,7 +333,7 @@ func TestRingPagesFor(t *testing.T) {
 // before the count when recording began nor past the count after, never
 // going back on a thread, the epoch never past the count.
 func TestSamplesCarryGCStamps(t *testing.T) {
-	testruby.Privileged(t, Supported())
+	testskip.Privileged(t, Supported())
 	for _, r := range testruby.WithDWARF(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			cmd := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush

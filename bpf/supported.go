@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/cilium/ebpf"
@@ -11,8 +12,14 @@ import (
 )
 
 // ErrNotPermitted means this process may not load BPF programs or open
-// perf events.
-var ErrNotPermitted = errors.New("not permitted")
+// perf events. It is an fs.ErrPermission too (errors.Is), as the EPERM it
+// stands for was: a caller that asks only that sees it.
+var ErrNotPermitted error = notPermitted{}
+
+type notPermitted struct{}
+
+func (notPermitted) Error() string        { return "not permitted" }
+func (notPermitted) Is(target error) bool { return target == fs.ErrPermission }
 
 // Supported tries to load a trivial perf_event program, the least rubyperf
 // record needs. It returns an error wrapping ErrNotPermitted, with what to

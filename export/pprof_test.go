@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 )
 
@@ -172,18 +173,11 @@ func TestPprofEmpty(t *testing.T) {
 	writeTestPprof(t, nil)
 }
 
-// goTool returns the go command, skipping the test without it (failing
-// under CI=true, where it must be).
+// goTool returns the go command, skipping the test without it under
+// internal/testskip's rule.
 func goTool(t *testing.T) string {
 	t.Helper()
-	g, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("go is not in PATH (CI=true): %v", err)
-		}
-		t.Skipf("go is not in PATH: %v", err)
-	}
-	return g
+	return testskip.Command(t, "go", "golang-go")
 }
 
 // TestPprofGoTool reads the profile with go tool pprof, the consumer, and
@@ -229,7 +223,7 @@ func TestPprofGoTool(t *testing.T) {
 func TestPprofListLines(t *testing.T) {
 	text, err := os.ReadFile(filepath.Join("testdata", "pprof-list.txt"))
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err) // committed: TestPprofGoTool writes it with -update
 	}
 	for _, want := range []string{
 		"50.51ms      9:    @items.each do |x|",

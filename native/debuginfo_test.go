@@ -67,21 +67,22 @@ func TestDebugFileSymbols(t *testing.T) {
 	})
 	t.Run("debuginfod-down", func(t *testing.T) {
 		var reports []string
-		down := debuginfodtest.Refusing(t)
-		f := &debuginfo.Finder{URLs: []string{down}, CacheDir: t.TempDir(), Timeout: time.Second,
+		// A server that hangs, and counts who asks it.
+		silent := debuginfodtest.Silent(t)
+		down := silent.URL
+		f := &debuginfo.Finder{URLs: []string{down}, CacheDir: t.TempDir(), Timeout: 200 * time.Millisecond,
 			Report: func(s string) { reports = append(reports, s) }}
 		o := LoadObjectWith(sp.Stripped, LoadOptions{Debuginfo: f})
-		start := time.Now()
 		for i := 0; i < 100; i++ { // many misses, one lookup
 			o.Symbol(inside + uint64(i%4))
 		}
-		if took := time.Since(start); took > time.Second {
-			t.Errorf("100 misses took %s", took)
+		if n := silent.Accepted(); n != 1 {
+			t.Errorf("100 misses asked the server %d times, want once", n)
 		}
 		if !named(o, exported, debuginfodtest.ExportedFunc) {
 			t.Errorf("the exported function is no longer named")
 		}
-		if len(reports) != 1 || !strings.Contains(reports[0], "debuginfod "+down+": connection refused") {
+		if len(reports) != 1 || !strings.Contains(reports[0], "debuginfod "+down+": ") {
 			t.Errorf("reports %q", reports)
 		}
 	})

@@ -10,22 +10,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// perfBinary returns the path of perf, skipping the test without it
-// (failing instead when CI=true).
+// perfBinary returns the path of perf, skipping the test without it under
+// internal/testskip's rule.
 func perfBinary(t testing.TB) string {
 	t.Helper()
-	p, err := exec.LookPath("perf")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("perf is not installed (CI=true): %v", err)
-		}
-		t.Skipf("perf is not installed: %v", err)
-	}
-	return p
+	return testskip.Command(t, "perf", "linux-perf")
 }
 
 // runPerf runs perf with args and returns its stdout; it fails the test

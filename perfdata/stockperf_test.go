@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/bits"
 	"os"
 	"os/exec"
@@ -12,14 +13,16 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // workload is the program perf records: a shell loop of about 0.3 s.
 var workload = []string{"/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"}
 
 // perfRecord runs `perf record args -- workload` and returns the output
-// file. When perf_event_open is refused it skips the test, or fails it
-// when RUBYPERF_REQUIRE_BPF=1.
+// file. When perf_event_open is refused it skips the test under
+// internal/testskip's rule.
 func perfRecord(t *testing.T, pipe bool, args ...string) string {
 	t.Helper()
 	perf := perfBinary(t)
@@ -42,12 +45,10 @@ func perfRecord(t *testing.T, pipe bool, args ...string) string {
 	}
 	if err := cmd.Run(); err != nil {
 		msg := stderr.String()
+		// perf's stderr is all there is to tell a refusal of perf_event_open by.
 		for _, refused := range []string{"perf_event_paranoid", "ermission", "not permitted", "Access to performance monitoring"} {
 			if strings.Contains(msg, refused) {
-				if os.Getenv("RUBYPERF_REQUIRE_BPF") == "1" {
-					t.Fatalf("perf record refused with RUBYPERF_REQUIRE_BPF=1: %v\n%s", err, msg)
-				}
-				t.Skipf("perf_event_open not permitted: %s", msg)
+				testskip.Privileged(t, fmt.Errorf("perf record: %w: %s", fs.ErrPermission, msg))
 			}
 		}
 		t.Fatalf("perf record %v: %v\n%s", args, err, msg)

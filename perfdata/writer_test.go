@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // The process a synthetic file describes: two threads of one process.
@@ -50,7 +52,7 @@ func mapELF(t *testing.T) textMapping {
 		}
 	}
 	if path == "" {
-		t.Skip("no libc.so.6 or perf binary to map")
+		testskip.IfNotSupported(t, testskip.Missing("libc.so.6 or perf at a path the test knows", "Debian's libc6 or linux-perf", nil))
 	}
 	f, err := elf.Open(path)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 const testPid = 4242
@@ -52,9 +54,7 @@ func lines(entries []Entry) string {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give files to another user")
-	}
+	testskip.Root(t, "to give files to another user")
 }
 
 func statOf(t *testing.T, path string) *syscall.Stat_t {
@@ -331,11 +331,17 @@ func TestRefuses(t *testing.T) {
 		checkRefused(t, err, path, "named pipe")
 	})
 	t.Run("socket", func(t *testing.T) {
-		dir := t.TempDir()
+		// A short directory: a socket's path has at most 107 bytes, and
+		// t.TempDir's names the test.
+		dir, err := os.MkdirTemp("", "perfmap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
 		path := Path(dir, testPid)
 		l, err := net.Listen("unix", path)
 		if err != nil {
-			t.Skip(err)
+			t.Fatal(err)
 		}
 		defer l.Close()
 		_, err = openWithin(t, dir, nil)

@@ -14,24 +14,19 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // The tests here check the maps against the installed perf, which reads
 // only /tmp/perf-<pid>.map: they write there, for pids no process can
 // have, and remove the files.
 
-// perfBinary returns the path of perf, skipping the test without it
-// (failing instead when CI=true).
+// perfBinary returns the path of perf, skipping the test without it under
+// internal/testskip's rule.
 func perfBinary(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("perf")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("perf is not installed (CI=true): %v", err)
-		}
-		t.Skipf("perf is not installed: %v", err)
-	}
-	return p
+	return testskip.Command(t, "perf", "linux-perf")
 }
 
 // unusedPid returns a pid above PID_MAX_LIMIT (2^22), which no process can

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/threadlocal"
 )
@@ -23,10 +24,7 @@ func BenchmarkAttach(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		t, err := AttachWhenReady(ctx, pid, rubybuild.OpenOptions{}, nil)
 		cancel()
-		testruby.Privileged(b, permissionOnly(err))
-		if err != nil {
-			b.Fatal(err)
-		}
+		testskip.Privileged(b, err)
 		t.Close()
 		for _, seen := range []bool{false, true} {
 			name := flavor + "/first"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -54,7 +55,7 @@ var blockPrefix = regexp.MustCompile(`^block (\(\d+ levels\) )?in `)
 // few GCs after it (the program's word on which objects were old then),
 // where before a GC between the sample and the read lost the name.
 func TestNamesUnderGCPressure(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	runs := testruby.Runs(t)
 	script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", "gcpressure.rb"))
 	var shares []float64

@@ -14,6 +14,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 )
 
@@ -25,7 +26,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // like Ruby's backtrace, and between them the C functions each C method
 // called.
 func TestMergedStacksGolden(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	t.Setenv("RUBYPERF_SPIN", "1")
 	r := testruby.Get(t, "source-3.1-shared")
 	for _, sc := range []string{"methods", "dynamic", "deep", "fiber", "threads"} {

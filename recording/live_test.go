@@ -9,6 +9,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 )
 
@@ -16,7 +17,7 @@ import (
 // days) merges each sample of every process it finds as it reads it, and
 // forgets a process once it has exited: its target and its frames go.
 func TestLiveForgetsExitedProcesses(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.3")
 	script := filepath.Join("..", "testdata", "ruby", "shares.rb")
 	var (

@@ -12,6 +12,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 )
 
@@ -24,7 +25,7 @@ import (
 // bare block label, or unknown, before the recorder walked on from where the
 // program stopped.
 func TestRecordedStacksMatchRuby(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	t.Setenv("RUBYPERF_SPIN", "1")
 	runs := testruby.Runs(t)
 	for _, ru := range runs {

@@ -14,13 +14,14 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 )
 
 // recordWorkload records the bundled workload for d and returns the file.
 func recordWorkload(t *testing.T, ruby string, d time.Duration) string {
 	t.Helper()
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, ruby)
 	script, _ := filepath.Abs("../testdata/ruby/workload.rb")
 	out := filepath.Join(t.TempDir(), "rubyperf.data")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // BenchmarkLayoutFromDWARF measures opening a Ruby and resolving its Layout
@@ -52,10 +53,7 @@ func BenchmarkLayoutFromTable(b *testing.B) {
 // DWARF reader the tests use as an oracle, printing the same structs from
 // the same binary (a process start included, as a user would run it).
 func BenchmarkPaholePeer(b *testing.B) {
-	pahole, err := exec.LookPath("pahole")
-	if err != nil {
-		b.Skip("pahole not installed")
-	}
+	pahole := testskip.Command(b, "pahole", "dwarves")
 	var names []string
 	for n := range wantedStructs {
 		names = append(names, n)

@@ -8,16 +8,14 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // splitDebug makes, under root, a libruby without DWARF (with a
 // .gnu_debuglink) and its separate debug file, from the 3.1.2 shared build.
 func splitDebug(t *testing.T, root string) (lib, dbg, buildID string) {
 	t.Helper()
-	objcopy, err := exec.LookPath("objcopy")
-	if err != nil {
-		t.Skip("objcopy (binutils) not installed")
-	}
+	objcopy := testskip.Command(t, "objcopy", "binutils")
 	src := testruby.Get(t, "source-3.1-shared").VM
 	dir := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

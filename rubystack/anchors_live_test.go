@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
@@ -68,7 +69,7 @@ func TestAnchorsLiveDebian(t *testing.T) {
 
 			// ruby_current_ec: the main thread's EC names the main Thread.
 			tp, err := ThreadPointer(pid, pid)
-			testruby.Privileged(t, err)
+			testskip.Privileged(t, err)
 			off, err := p.CurrentECOffset(mem, a.CurrentEC, tp)
 			if err != nil {
 				t.Fatal(err)

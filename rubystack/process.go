@@ -130,8 +130,14 @@ func (p *Process) loaded(addr uint64) error {
 }
 
 // ErrNotPermitted says this process may not read the target's files or
-// memory.
-var ErrNotPermitted = errors.New("permission denied")
+// memory. It is an fs.ErrPermission too (errors.Is), as the EACCES or
+// EPERM it stands for was: a caller that asks only that sees it.
+var ErrNotPermitted error = notPermitted{}
+
+type notPermitted struct{}
+
+func (notPermitted) Error() string        { return "permission denied" }
+func (notPermitted) Is(target error) bool { return target == fs.ErrPermission }
 
 // ErrNoProcess says the process does not exist (any more).
 var ErrNoProcess = errors.New("no such process")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
@@ -28,10 +29,7 @@ func TestDeletedBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := OpenProcess(cmd.Process.Pid, rubybuild.OpenOptions{})
-	testruby.Privileged(t, permissionOnly(err))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testskip.Privileged(t, err)
 	defer p.Close()
 	if p.MappedPath != exe || !strings.Contains(p.Binary.File(), "map_files") {
 		t.Errorf("mapped %q opened through %q", p.MappedPath, p.Binary.File())
@@ -57,10 +55,7 @@ func TestProcMemFallback(t *testing.T) {
 	addr := p.Bias + start
 	a, b := make([]byte, 4096), make([]byte, 4096)
 	err = m.ReadAt(a, addr)
-	testruby.Privileged(t, permissionOnly(err))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testskip.Privileged(t, err)
 	if err := m.readProcMem(b, addr); err != nil {
 		t.Fatal(err)
 	}

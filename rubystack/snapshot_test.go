@@ -6,12 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
@@ -176,22 +176,11 @@ func snapshot(t *testing.T, pid int) []ThreadStack {
 	t.Helper()
 	r := liveReader(t, pid)
 	stacks, err := r.Snapshot()
-	testruby.Privileged(t, permissionOnly(err))
-	if err != nil {
-		t.Fatal(err)
-	}
+	testskip.Privileged(t, err)
 	if r.Stats.UnknownFrames != 0 {
 		t.Errorf("%d unknown frames in a parked process", r.Stats.UnknownFrames)
 	}
 	return stacks
-}
-
-// permissionOnly passes on an error only if it is about permissions.
-func permissionOnly(err error) error {
-	if err != nil && (strings.Contains(err.Error(), "permission") || strings.Contains(err.Error(), "operation not permitted")) {
-		return err
-	}
-	return nil
 }
 
 func compareFrames(t *testing.T, who string, got []Frame, want oracleAnswer) {

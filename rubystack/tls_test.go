@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
@@ -31,7 +32,7 @@ func TestCurrentECLive(t *testing.T) {
 			}
 			a := p.Binary.Anchors(l)
 			tp, err := ThreadPointer(pid, pid)
-			testruby.Privileged(t, err)
+			testskip.Privileged(t, err)
 			mem := &ProcessMemory{PID: pid}
 			defer mem.Close()
 			off, err := p.CurrentECOffset(mem, a.CurrentEC, tp)

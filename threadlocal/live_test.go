@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"golang.org/x/sys/unix"
 )
 
@@ -210,7 +210,7 @@ func threadPointer(t *testing.T, pid, tid int) uint64 {
 	t.Helper()
 	tp, err := ptraceThreadPointer(tid)
 	if err != nil {
-		testruby.Privileged(t, fmt.Errorf("pid %d thread %d: %w", pid, tid, err))
+		testskip.Privileged(t, fmt.Errorf("pid %d thread %d: %w", pid, tid, err))
 	}
 	return tp
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestAgentLeastPrivilege: `rubyperf agent` run as a user of its own
@@ -31,7 +32,7 @@ import (
 // CAP_IPC_LOCK.
 func TestAgentLeastPrivilege(t *testing.T) {
 	ruby := leastPrivilegeRuby(t)
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	bin := rubyperfBinary(t)
 	col := otelcoltest.Start(t)
 
@@ -387,7 +388,7 @@ func sysctlInt(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		testruby.Privileged(t, err)
+		testskip.Privileged(t, err)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {

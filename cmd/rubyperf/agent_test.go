@@ -19,6 +19,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestAgentUsage: the agent's command line is checked before anything runs.
@@ -100,7 +101,7 @@ func procHWM(t *testing.T, pid int) int64 {
 // few seconds has profiles, and the agent's memory does not grow. With
 // RUBYPERF_AGENT_SOAK=10m it is the acceptance run.
 func TestAgentSoak(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	soak := soakDuration(t)
 	if d, ok := t.Deadline(); ok && time.Until(d) < soak+3*time.Minute {
 		t.Fatalf("a soak of %s needs go test -timeout %s or more", soak, (soak + 5*time.Minute).Round(time.Minute))

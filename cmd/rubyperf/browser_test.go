@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // The browser tests open what convert writes in the viewer it is for, in
@@ -44,26 +46,12 @@ const (
 // thread's and the serializer thread's.
 var workloadMethods = []string{"Fib.fib", "Workload#step", "Workload#serialize"}
 
-// needViewer skips a browser test whose browser or viewer is not installed,
-// or fails it under RUBYPERF_REQUIRE_BPF=1 (as testruby.Privileged does):
-// CI, which sets it, cannot pass by skipping.
-func needViewer(t *testing.T, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	if os.Getenv("RUBYPERF_REQUIRE_BPF") == "1" {
-		t.Fatalf("%v (RUBYPERF_REQUIRE_BPF=1)", err)
-	}
-	t.Skip(err)
-}
-
 // needChromium checks for the browser before a test spends seconds
 // recording.
 func needChromium(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
-		needViewer(t, fmt.Errorf("chromium is not installed (%s): run make test, which installs it (scripts/deps.sh)", chromiumPath))
+		testskip.IfNotSupported(t, testskip.Missing("chromium at "+chromiumPath, "Debian chromium; scripts/deps.sh installs it (make test does)", err))
 	}
 }
 

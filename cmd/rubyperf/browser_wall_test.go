@@ -14,6 +14,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -25,7 +26,7 @@ import (
 // under (blocked). The screenshot is the README's wall-clock picture.
 func TestBrowserWallSVG(t *testing.T) {
 	needChromium(t)
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "source-3.3-static")
 	dir := t.TempDir()
 	data := filepath.Join(dir, "rubyperf.data")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -22,7 +23,7 @@ import (
 // workloadRecording records the bundled workload on the stripped 3.3.8 Ruby.
 func workloadRecording(tb testing.TB, d time.Duration) (file string, pid int) {
 	tb.Helper()
-	testruby.Privileged(tb, bpf.Supported())
+	testskip.Privileged(tb, bpf.Supported())
 	r := testruby.Get(tb, "source-3.3-static-stripped")
 	script, _ := filepath.Abs("../../testdata/ruby/workload.rb")
 	file = filepath.Join(tb.TempDir(), "rubyperf.data")

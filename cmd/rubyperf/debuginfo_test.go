@@ -14,6 +14,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/debuginfodtest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -50,12 +51,12 @@ type StrippedRuby struct {
 }
 
 // startStrippedRuby makes a StrippedRuby of a shared test Ruby with DWARF and
-// starts it on args; it skips when the loader does not take the copy.
+// starts it on args.
 func startStrippedRuby(t *testing.T, flavor string, args ...string) (*StrippedRuby, int) {
 	t.Helper()
 	r := testruby.Get(t, flavor)
 	if !r.DWARF || !r.Symtab {
-		t.Skipf("%s has no DWARF and .symtab to split off", r.Name)
+		t.Fatalf("%s has no DWARF and .symtab to split off: its manifest says so", r.Name)
 	}
 	soname := sonameOf(t, r.VM)
 	dir := t.TempDir()
@@ -73,7 +74,7 @@ func startStrippedRuby(t *testing.T, flavor string, args ...string) (*StrippedRu
 	cmd := testruby.Start(t, run, append(sr.Args, args...)...)
 	maps, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/maps")
 	if !strings.Contains(string(maps), sp.Stripped) {
-		t.Skipf("the loader did not map the stripped copy %s", sp.Stripped)
+		t.Fatalf("the loader did not map the stripped copy %s", sp.Stripped)
 	}
 	return sr, cmd.Process.Pid
 }
@@ -87,7 +88,7 @@ func sonameOf(t *testing.T, path string) string {
 	defer f.Close()
 	names, err := f.DynString(elf.DT_SONAME)
 	if err != nil || len(names) != 1 {
-		t.Skipf("%s has no SONAME (a static Ruby?): %v", path, err)
+		t.Fatalf("%s has no SONAME (a static Ruby?): %v", path, err)
 	}
 	return names[0]
 }
@@ -128,7 +129,7 @@ func staticFuncs(t *testing.T, debug, stripped string) map[string]bool {
 // stripped; report names libruby's static functions once debuginfod serves
 // the debug file, and cannot without it.
 func TestReportStrippedRubyDebuginfod(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	sr, pid := startStrippedRuby(t, "source-3.1-shared", workload(t), "30")
 	file := filepath.Join(t.TempDir(), "rubyperf.data")
 	if _, err := recording.Record(context.Background(), recording.Options{PIDs: []int{pid}, Frequency: 299,

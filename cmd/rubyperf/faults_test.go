@@ -15,6 +15,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -242,7 +243,7 @@ func TestTargetThreadChurn(t *testing.T) {
 // carries (bpf.MaxFrames): the summary counts truncated stacks, and each
 // shows its innermost frames under a root that says it was cut.
 func TestTargetDeepRecursion(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	cmd := exec.Command(r.Exe, "-e", `def down(n) = n.zero? ? (puts "ready"; STDOUT.flush; loop { }) : down(n - 1); down(10_000)`)
 	cmd.Env = append(os.Environ(), "RUBY_THREAD_VM_STACK_SIZE=16777216")
@@ -339,7 +340,7 @@ func TestTargetKilled(t *testing.T) {
 // pid that does not exist are each refused in one line naming the pid,
 // exit status 1, with no file left behind.
 func TestTargetNotRecordable(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	sleeper := exec.Command("sleep", "30")
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
@@ -386,7 +387,7 @@ func TestTargetNotRecordable(t *testing.T) {
 // few ms after they start, at different moments) give a valid recording
 // or a one-line error naming the pid, never a crash or a hang.
 func TestTargetExitsDuringAttach(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	bin := rubyperfBinary(t)
 	outcomes := map[string]int{}

@@ -14,14 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/bpf"
-	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestRecordSecureExec: a target run by an unprivileged user that execs a
 // setuid program runs on, but the kernel ends perf's events of it with an
 // exit record. The summary says so, rather than that it exited.
 func TestRecordSecureExec(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	ruby, err := exec.LookPath("ruby3.1") // a system Ruby: nobody can run it
 	if err != nil {
 		t.Fatalf("ruby3.1: %v (make test installs it)", err)

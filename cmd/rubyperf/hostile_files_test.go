@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // nobodysDir is a directory of uid 65534's under /tmp, as a user's own would
@@ -105,7 +106,7 @@ func runBounded(t *testing.T, bin string, args ...string) (string, string, int) 
 // library's native frames unnamed, and one line naming the FIFO.
 func TestFIFOInPlaceOfReadFiles(t *testing.T) {
 	ruby := leastPrivilegeRuby(t)
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	bin := rubyperfBinary(t)
 
 	dir := nobodysDir(t)
@@ -198,7 +199,7 @@ func TestFIFOInPlaceOfReadFiles(t *testing.T) {
 // SIGTERM.
 func TestAgentFIFOAtExtensionPath(t *testing.T) {
 	ruby := leastPrivilegeRuby(t)
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	bin := rubyperfBinary(t)
 	col := otelcoltest.Start(t)
 	token := fmt.Sprintf("rubyperf-fifo-%d", time.Now().UnixNano())

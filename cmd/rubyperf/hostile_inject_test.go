@@ -13,6 +13,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/perfmap"
 	"github.com/rubyperf/rubyperf/recording"
@@ -22,7 +23,7 @@ import (
 // its hottest frame's class name holds a newline, ESC and NUL.
 func hostileRecording(t *testing.T) (file string, pid int) {
 	t.Helper()
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "source-3.3-static") // set_temporary_name is 3.3's
 	script, err := filepath.Abs("../../testdata/ruby/hostile_names.rb")
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -64,7 +65,7 @@ var overBudgetLine = regexp.MustCompile(`rubyperf: warning: (\d+) frames of samp
 // within that one, and its summary counts the frames it named coarser for
 // it. `report` reads the first recording within a bound.
 func TestRecordMemoryBudget(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	bin := rubyperfBinary(t)
 	target := startManyFrames(t, "record", 60)
 	pid := strconv.Itoa(target.Process.Pid)
@@ -112,7 +113,7 @@ func TestRecordMemoryBudget(t *testing.T) {
 // shape, stays well inside its systemd unit's MemoryMax=256M at its
 // default budget, and its log counts what the budget cost.
 func TestAgentMemoryBudget(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	bin := rubyperfBinary(t)
 	col := otelcoltest.Start(t)
 	token := fmt.Sprintf("rubyperf-budget-%d", time.Now().UnixNano())

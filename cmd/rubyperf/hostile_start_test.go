@@ -13,6 +13,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestRecordFailedStart: nothing `record -- CMD` starts outlives a
@@ -21,7 +22,7 @@ import (
 // refused before the command starts; a command that never becomes a Ruby
 // is ended with the processes it started.
 func TestRecordFailedStart(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 
 	t.Run("planted .old directory", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // The names testdata/ruby/hostile_names.rb gives its class, its eval'd
@@ -52,7 +53,7 @@ func requireClean(t *testing.T, what string, text []byte) {
 // folded: no output holds a raw control byte, each frame is one line, and
 // the names show escaped, the same in every output.
 func TestHostileNamesInTextOutputs(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "source-3.3-static") // set_temporary_name is 3.3's
 	script, err := filepath.Abs("../../testdata/ruby/hostile_names.rb")
 	if err != nil {

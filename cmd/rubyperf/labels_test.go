@@ -15,6 +15,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/profilerstate"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -38,7 +39,7 @@ type labelsWorkload struct {
 // request_id a sample names is one the workload served on that endpoint;
 // pprof carries them as labels, folded --group-by splits by them.
 func TestRequestLabels(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	// The DWARF Rubies, and a stripped one (a built-in table; dynamic
 	// Symbols named through what rb_sym2id's code says).
 	type labelRun struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestRecordReportEveryRuby: on every Ruby of the test matrix (Debian's
@@ -16,7 +17,7 @@ import (
 // followed by `report` and `script` names the workload's own methods, and
 // no more than a few frames are unknown.
 func TestRecordReportEveryRuby(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	for _, r := range testruby.All(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "rubyperf.data")

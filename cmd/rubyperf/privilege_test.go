@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestRecordLeastPrivilege: the least privilege that records is CAP_BPF and
@@ -59,12 +60,12 @@ func TestRecordLeastPrivilege(t *testing.T) {
 	paranoid := "/proc/sys/kernel/perf_event_paranoid"
 	was, err := os.ReadFile(paranoid)
 	if err != nil {
-		testruby.Privileged(t, err)
+		testskip.Privileged(t, err)
 	}
 	t.Cleanup(func() { os.WriteFile(paranoid, was, 0o644) })
 	for _, level := range []string{strings.TrimSpace(string(was)), "3"} {
 		if err := os.WriteFile(paranoid, []byte(level), 0o644); err != nil {
-			testruby.Privileged(t, fmt.Errorf("set %s to %s: %w", paranoid, level, err))
+			testskip.Privileged(t, fmt.Errorf("set %s to %s: %w", paranoid, level, err))
 		}
 		if msg, err := record(mine, nobody(unix.CAP_BPF, unix.CAP_PERFMON)); err != nil {
 			t.Errorf("paranoid %s: CAP_BPF and CAP_PERFMON do not record a process of the same user: %v: %s", level, err, msg)
@@ -90,14 +91,8 @@ func TestRecordLeastPrivilege(t *testing.T) {
 // tests need root, to run processes as another user.
 func leastPrivilegeRuby(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testruby.Privileged(t, errorString("needs root to run processes as another user"))
-	}
-	ruby, err := exec.LookPath("ruby3.1")
-	if err != nil {
-		testruby.Privileged(t, fmt.Errorf("Debian's ruby3.1 (scripts/deps.sh installs it): %w", err))
-	}
-	return ruby
+	testskip.Root(t, "to run processes as another user")
+	return testskip.Command(t, "ruby3.1", "ruby3.1")
 }
 
 // nobody runs a process as uid and gid 65534 (nobody) with capabilities caps.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -63,14 +64,7 @@ func perfScript(t *testing.T, file string) []scriptSample {
 
 func perfBinary(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("perf")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("perf is not installed (Debian linux-perf); scripts/deps.sh installs it")
-		}
-		t.Skip("perf is not installed")
-	}
-	return p
+	return testskip.Command(t, "perf", "linux-perf")
 }
 
 var summaryLine = regexp.MustCompile(`rubyperf: (\d+) samples, (\d+) lost, (\d+) truncated stacks, (\d+) unknown frames, (\d+) targets`)
@@ -97,7 +91,7 @@ func record(t *testing.T, args ...string) summary {
 // recordOutput is record that also returns everything printed on stderr.
 func recordOutput(t *testing.T, args ...string) (summary, string) {
 	t.Helper()
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	var stdout, stderr bytes.Buffer
 	if code := run(append([]string{"record"}, args...), &stdout, &stderr); code != 0 {
 		t.Fatalf("rubyperf record %v: exit %d: %s", args, code, stderr.String())
@@ -294,7 +288,7 @@ func rubyperfBinary(t *testing.T) string {
 // TestRecordInterrupted: a recording stopped by SIGINT (Ctrl-C) or SIGTERM
 // after 2 s is a valid file with every sample it reported.
 func TestRecordInterrupted(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	target := testruby.Start(t, r, workload(t), "60")
 	bin := rubyperfBinary(t)
@@ -352,7 +346,7 @@ func TestRecordTargetExits(t *testing.T) {
 // TestRecordAll: -a records the Rubies running at the start and one that
 // starts during the recording.
 func TestRecordAll(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	spin := `STDOUT.puts "ready"; STDOUT.flush; t = Time.now; nil while Time.now - t < 6`
 	a := testruby.Start(t, r, "-e", spin)
@@ -388,9 +382,7 @@ func TestRecordAll(t *testing.T) {
 // TestRecordNoPermission: without privileges, one line naming the
 // capabilities and the sysctl, exit 1.
 func TestRecordNoPermission(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testruby.Privileged(t, errorString("needs root to run a process as another user"))
-	}
+	testskip.Root(t, "to run a process as another user")
 	c := exec.Command(rubyperfBinary(t), "record", "-p", "1", "-d", "1", "-o", "/tmp/never")
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var stderr bytes.Buffer
@@ -540,7 +532,7 @@ func TestRecordDurationEndsCommand(t *testing.T) {
 // needed, and lost its status. Several runs, since that race is a matter
 // of a few microseconds.
 func TestRecordCommandStatus(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	spin := `t = Process.clock_gettime(Process::CLOCK_MONOTONIC); x = 0; x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t < 0.3; `
 	for _, c := range []struct {
@@ -580,7 +572,7 @@ func TestRecordCommandStatus(t *testing.T) {
 // record waits and records; a tracer that stays (a debugger) is named in a
 // one-line refusal.
 func TestRecordWhileTraced(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	target := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; x = 0; loop { x += 1 }`)
 	pid := target.Process.Pid
@@ -646,7 +638,7 @@ func reportSamples(t *testing.T, report string) int {
 // stock perf script reads the samples too. A finished recording leaves no
 // such copy.
 func TestRecordKilled(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	target := testruby.Start(t, r, workload(t), "30")
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
@@ -697,7 +689,7 @@ func TestRecordKilled(t *testing.T) {
 // reached the disk in it, and nothing else beside it. On a read-only mount
 // it refuses in one line naming the output.
 func TestRecordFullOrReadOnlyDisk(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	target := testruby.Start(t, r, workload(t), "30")
 	pid := strconv.Itoa(target.Process.Pid)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // oneLine checks a refusal: exit 1 and one line on stderr, starting
@@ -53,8 +56,8 @@ func TestRefuseUnknowableLayout(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"snapshot", "-p", ps}, &stdout, &stderr)
-	if code != 0 && strings.Contains(stderr.String(), "permission") {
-		testruby.Privileged(t, errorString(stderr.String()))
+	if err := reportedError(stderr.String()); code != 0 && errors.Is(err, fs.ErrPermission) {
+		testskip.Privileged(t, err)
 	}
 	oneLine(t, "snapshot", code, stderr.String(), pid, wants...)
 	if stdout.Len() > 0 {
@@ -66,7 +69,7 @@ func TestRefuseUnknowableLayout(t *testing.T) {
 	code = run([]string{"offsets", "-p", ps}, &stdout, &stderr)
 	oneLine(t, "offsets -p", code, stderr.String(), pid, wants...)
 
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	dir := t.TempDir()
 	out := filepath.Join(dir, "rubyperf.data")
 	if err := os.WriteFile(out, []byte("an earlier recording"), 0o600); err != nil {
@@ -91,7 +94,7 @@ func TestRefuseUnknowableLayout(t *testing.T) {
 // TestRecordAllNamesSkips: -a records the Rubies it can read and names each
 // one it skips, with the reason, on one line.
 func TestRecordAllNamesSkips(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	bad := testruby.Get(t, "source-3.3-shifted-stripped")
 	good := testruby.Get(t, "source-3.3-static-stripped")
 	spin := `STDOUT.puts "ready"; STDOUT.flush; t = Time.now; nil while Time.now - t < 6`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -84,7 +85,7 @@ func collapsePerfScript(t *testing.T, text []byte) map[string]uint64 {
 // stackcollapse-perf.pl does gives exactly the merged stacks and periods of
 // the recording: every Ruby name survives whole.
 func TestScriptFeedsFlameGraphTools(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "source-3.3-static")
 	script, _ := filepath.Abs("../../testdata/ruby/workload.rb")
 	out := filepath.Join(t.TempDir(), "rubyperf.data")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 const parkScript = `def park = (STDOUT.puts("ready"); STDOUT.flush; sleep); park`
@@ -22,8 +24,7 @@ func TestSnapshotJSON(t *testing.T) {
 	pid := strconv.Itoa(cmd.Process.Pid)
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"snapshot", "-p", pid, "--format", "json"}, &stdout, &stderr); code != 0 {
-		testruby.Privileged(t, errorString(stderr.String()))
-		t.Fatalf("exit %d: %s", code, stderr.String())
+		testskip.Privileged(t, fmt.Errorf("exit %d: %w", code, reportedError(stderr.String())))
 	}
 	var doc snapshotJSON
 	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
@@ -77,9 +78,7 @@ func TestSnapshotErrors(t *testing.T) {
 // TestSnapshotNoPermission runs rubyperf as user nobody against a Ruby owned
 // by root: one line naming the pid and what to do, exit 1.
 func TestSnapshotNoPermission(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testruby.Privileged(t, errorString("needs root to run a process as another user"))
-	}
+	testskip.Root(t, "to run a process as another user")
 	r := testruby.Get(t, "debian-3.1")
 	cmd := testruby.Start(t, r, "-e", parkScript)
 	dir, err := os.MkdirTemp("", "rubyperf-nobody-")

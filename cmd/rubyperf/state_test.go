@@ -12,6 +12,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -102,7 +103,7 @@ func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol }
 // its phase, in the share of its CPU time Ruby's own GC.stat(:time) says
 // the GC took.
 func TestStateGC(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	for _, r := range stateRubies(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			facts, w := recordStates(t, r, "gc", false, 999)
@@ -126,7 +127,7 @@ func TestStateGC(t *testing.T) {
 // comes from a built-in table cannot tell waiting for the GVL from being
 // blocked off the CPU: there that time is "off the CPU", never either.
 func TestStateGVL(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	for _, r := range stateRubies(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			facts, w := recordStates(t, r, "gvl", true, 99)
@@ -160,7 +161,7 @@ func TestStateGVL(t *testing.T) {
 // time the workload measured (off the CPU there, on a layout from a
 // built-in table).
 func TestStateBlocked(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	for _, r := range stateRubies(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			facts, w := recordStates(t, r, "block", true, 99)

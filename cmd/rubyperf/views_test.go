@@ -14,6 +14,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 )
@@ -26,7 +27,7 @@ import (
 // between them. A sample whose native unwinding stopped early hangs under
 // one root that says so, and the counts agree.
 func TestViewsOfStrippedRuby(t *testing.T) {
-	testruby.Privileged(t, bpf.Supported())
+	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, "debian-3.1")
 	script, _ := filepath.Abs("../../testdata/ruby/workload.rb")
 	file := filepath.Join(t.TempDir(), "rubyperf.data")

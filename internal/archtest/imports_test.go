@@ -36,9 +36,12 @@ var allowed = map[string][]string{
 	// profiles; nothing imports it but the CLI.
 	"agent":             {"recording", "merge", "export", "debuginfo"},
 	"cmd/rubyperf":      {"*"},
-	"internal/testruby": {},
+	"internal/testruby": {"internal/testskip"},
 	// internal/debuginfodtest serves debug files with a real debuginfod.
-	"internal/debuginfodtest": {},
+	"internal/debuginfodtest": {"internal/testskip"},
+	// internal/testskip is the one rule for when a test may skip; it knows
+	// no test's needs.
+	"internal/testskip": {},
 	// internal/rubyoracle builds the C extension that asks Ruby for its own
 	// stack, into the test Rubies' cache.
 	"internal/rubyoracle": {"internal/rubyext"},
@@ -59,7 +62,8 @@ var allowed = map[string][]string{
 
 // testHelpers are the packages any test file may import.
 var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfodtest": true, "internal/rubyoracle": true,
-	"internal/profilerstate": true, "internal/rubyext": true, "internal/otelcoltest": true}
+	"internal/profilerstate": true, "internal/rubyext": true, "internal/otelcoltest": true,
+	"internal/testskip": true}
 
 // testImports lists, for a package's test files only, project packages they
 // may import beyond its rules: bpf's benchmark finds the request labels'
@@ -70,7 +74,8 @@ var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata"}, "agent
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
-var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true}
+var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true,
+	"internal/testskip": true}
 
 // externalOnly packages may import, outside the standard library, only
 // what starts with one of the listed prefixes.

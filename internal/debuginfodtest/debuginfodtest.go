@@ -6,7 +6,7 @@
 // The server runs in a network namespace of its own (debuginfod listens on
 // every address and has no flag to choose one); the test reaches it through
 // a forwarder listening on 127.0.0.1. That needs root; without it, or
-// without debuginfod, the test is skipped (failed under CI=true).
+// without debuginfod, the test skips under internal/testskip's rule.
 package debuginfodtest
 
 import (
@@ -25,17 +25,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// missing skips the test, or fails it under CI=true: CI must not pass by
-// skipping.
-func missing(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
+	"github.com/rubyperf/rubyperf/internal/testskip"
+)
 
 // CSource is the library CLib builds: a Ruby-looking version string, an
 // exported function, and a static one that only .symtab (not .dynsym)
@@ -63,10 +55,7 @@ const (
 // returns its path.
 func CLib(t testing.TB, dir string) string {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		missing(t, "gcc not installed")
-	}
+	gcc := testskip.Command(t, "gcc", "gcc")
 	src := filepath.Join(dir, "fake.c")
 	if err := os.WriteFile(src, []byte(CSource), 0o644); err != nil {
 		t.Fatal(err)
@@ -90,10 +79,7 @@ type Split struct {
 // .gnu_debuglink (the link names debug's base name).
 func SplitDebug(t testing.TB, src, stripped, debug string) Split {
 	t.Helper()
-	objcopy, err := exec.LookPath("objcopy")
-	if err != nil {
-		missing(t, "objcopy (binutils) not installed")
-	}
+	objcopy := testskip.Command(t, "objcopy", "binutils")
 	for _, p := range []string{stripped, debug} {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -181,18 +167,10 @@ const innerPort = "8002"
 // what it has scanned.
 func Serve(t testing.TB, dirs ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("debuginfod")
-	if err != nil {
-		missing(t, "debuginfod (Debian package debuginfod) not installed; scripts/deps.sh installs it")
-	}
-	for _, tool := range []string{"unshare", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing(t, "%s not installed", tool)
-		}
-	}
-	if os.Geteuid() != 0 {
-		missing(t, "serving debuginfod in its own network namespace needs root")
-	}
+	bin := testskip.Command(t, "debuginfod", "debuginfod")
+	testskip.Command(t, "unshare", "util-linux")
+	testskip.Command(t, "ip", "iproute2")
+	testskip.Root(t, "to serve debuginfod in a network namespace of its own")
 	db := filepath.Join(t.TempDir(), "debuginfod.sqlite")
 	args := []string{"--net", "--", "sh", "-c", `ip link set lo up && exec "$0" "$@"`,
 		bin, "-F", "-p", innerPort, "-d", db, "-t", "0", "-g", "0", "-c", "1"}
@@ -324,36 +302,51 @@ func Refusing(t testing.TB) string {
 	return u
 }
 
-// Silent returns a URL on 127.0.0.1 whose server accepts connections and
-// never answers: a server that hangs.
-func Silent(t testing.TB) string {
+// A SilentServer accepts connections on 127.0.0.1 and never answers: a
+// server that hangs. It counts the connections, so that a test can tell
+// whether it was asked again without timing it.
+type SilentServer struct {
+	URL string
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// Accepted is the number of connections the server has accepted.
+func (s *SilentServer) Accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Silent starts a SilentServer; it stops when the test ends.
+func Silent(t testing.TB) *SilentServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var conns []net.Conn
+	s := &SilentServer{URL: "http://" + ln.Addr().String()}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range s.conns {
 			c.Close()
 		}
 	})
-	return "http://" + ln.Addr().String()
+	return s
 }
 
 type syncBuffer struct {

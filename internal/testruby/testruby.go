@@ -1,8 +1,8 @@
 // Package testruby gives tests the real Rubies that scripts/test-rubies.sh
 // builds into $RUBYPERF_CACHE, and starts Ruby processes for them.
 //
-// A missing Ruby skips the test, except under CI=true, where it fails: CI
-// must not pass by skipping.
+// A missing Ruby skips the test under internal/testskip's rule: it fails
+// instead where the run must not skip (CI).
 package testruby
 
 import (
@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // Ruby is one test Ruby, as scripts/test-rubies.sh describes it in the
@@ -56,7 +58,7 @@ func matrix(t testing.TB) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(rubyDir(), "matrix"))
 	if err != nil {
-		missing(t, "no test Rubies in %s; run scripts/test-rubies.sh (make test does): %v", rubyDir(), err)
+		testskip.IfNotSupported(t, testskip.Missing("the test Rubies in "+rubyDir(), "scripts/test-rubies.sh builds them (make test does)", err))
 		return nil
 	}
 	var out []string
@@ -101,7 +103,7 @@ func Get(t testing.TB, name string) Ruby {
 	if found {
 		return best
 	}
-	missing(t, "test Ruby %s is not built in %s; run scripts/test-rubies.sh (make test does)", name, rubyDir())
+	testskip.IfNotSupported(t, testskip.Missing("test Ruby "+name+" in "+rubyDir(), "scripts/test-rubies.sh builds it (make test does)", nil))
 	return Ruby{}
 }
 
@@ -162,14 +164,6 @@ func versionLess(a, b string) bool {
 		}
 	}
 	return len(as) < len(bs)
-}
-
-func missing(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // A JIT is one of Ruby's JIT compilers as the tests run it: compiling every
@@ -236,8 +230,8 @@ func Runs(t testing.TB) []JITRun {
 
 // WithJIT returns each Ruby of All with each JIT it has (jits: the JITs
 // wanted, by name; none means every one). Debian's Ruby 3.1 has YJIT, so
-// no Ruby with YJIT means the matrix is broken: it fails under CI=true and
-// skips elsewhere.
+// no Ruby with YJIT means the matrix is broken: it skips under
+// internal/testskip's rule (fails under CI).
 func WithJIT(t testing.TB, jits ...string) []JITRun {
 	var out []JITRun
 	yjit := false
@@ -250,7 +244,7 @@ func WithJIT(t testing.TB, jits ...string) []JITRun {
 		}
 	}
 	if !yjit && (len(jits) == 0 || slices.Contains(jits, "yjit")) {
-		missing(t, "no test Ruby has YJIT (Debian's ruby3.1 should)")
+		testskip.IfNotSupported(t, testskip.Missing("a test Ruby with YJIT", "Debian's ruby3.1 has it; scripts/test-rubies.sh", nil))
 	}
 	return out
 }
