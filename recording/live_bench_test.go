@@ -8,6 +8,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ var errBenchDone = errors.New("benchmark done")
 //
 //	go test -run '^$' -bench LiveSample -benchmem ./recording
 func BenchmarkLiveSample(b *testing.B) {
-	testruby.Privileged(b, bpf.Supported())
+	testskip.Privileged(b, bpf.Supported())
 	r := testruby.Get(b, "debian-3.3")
 	cmd := testruby.Start(b, r, filepath.Join("..", "testdata", "ruby", "shares.rb"))
 	const liveBenchSamples = 500
