@@ -4,7 +4,7 @@ export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
 FUZZTIME ?=
 
-.PHONY: build deps rubies viewers lint test fuzz fuzz-long soak demo tables bench bench-micro clean generate check-generated
+.PHONY: build deps rubies viewers lint test fuzz fuzz-long soak demo tables tables-check bench bench-micro clean generate check-generated
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rubyperf
@@ -27,8 +27,11 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 
+# Every test, through internal/cmd/testsummary: failures whole, then a line counting
+# tests passed, failed and skipped, naming each skip. Under CI=true or
+# RUBYPERF_REQUIRE_BPF=1 (.ci/run) a skip fails the run.
 test: rubies viewers lint check-generated
-	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) run ./internal/cmd/testsummary $(GO) test -json -count=1 -timeout 25m ./...
 	@$(MAKE) --no-print-directory fuzz
 
 # The BPF program's generated Go and object files (committed; clang only here).
@@ -65,6 +68,11 @@ demo: rubies build
 # noted and left out. `scripts/gen-tables.sh prepare [VERSION..]` makes the trees, once.
 tables: build
 	@bash scripts/gen-tables.sh tables
+
+# The committed tables against configured source trees (scripts/gen-tables.sh prepare
+# VERSION): a developer's check, outside make test, which prepares no tree.
+tables-check:
+	$(GO) test -count=1 -tags tables -run 'TestTablesUpToDate|TestProbeEquals' ./rubybuild
 
 # One table of ratios against peers measured in the same run (bench/; about 10 minutes, root):
 # target slowdown vs stackprof and perf record, BPF cost, post-processing vs perf script,

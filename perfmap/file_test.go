@@ -607,20 +607,28 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 }
 
-// TestHelperWriter is run as a child process by TestConcurrentProcesses.
-func TestHelperWriter(t *testing.T) {
-	dir, id := os.Getenv("PERFMAP_HELPER_DIR"), os.Getenv("PERFMAP_HELPER_ID")
-	if dir == "" {
-		t.Skip("only run by TestConcurrentProcesses")
+// TestMain runs the test binary as one of TestConcurrentProcesses's
+// writers when it is started as one, else the tests.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("PERFMAP_HELPER_DIR"); dir != "" {
+		os.Exit(helperWriter(dir, os.Getenv("PERFMAP_HELPER_ID")))
 	}
+	os.Exit(m.Run())
+}
+
+// helperWriter is one process of TestConcurrentProcesses: it writes 30
+// maps into dir and prints where each went.
+func helperWriter(dir, id string) int {
 	for c := range 30 {
 		in := frames(fmt.Sprintf("p%s-c%d-", id, c), 60, 16)
 		_, base, err := WriteSynthetic(dir, testPid, in, nil)
 		if err != nil {
-			t.Fatal(err)
+			fmt.Println(err)
+			return 1
 		}
 		fmt.Printf("BASE %d %x\n", c, base)
 	}
+	return 0
 }
 
 func TestConcurrentProcesses(t *testing.T) {
@@ -629,7 +637,7 @@ func TestConcurrentProcesses(t *testing.T) {
 	outs := make([]bytes.Buffer, procs)
 	cmds := make([]*exec.Cmd, procs)
 	for i := range procs {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWriter$", "-test.count=1")
+		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), "PERFMAP_HELPER_DIR="+dir, "PERFMAP_HELPER_ID="+strconv.Itoa(i))
 		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
 		if err := cmd.Start(); err != nil {

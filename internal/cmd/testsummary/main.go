@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
+)
+
+// event is one line of go test -json (cmd/test2json's TestEvent).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+// key names a test, or a package (Test empty).
+type key struct{ pkg, test string }
+
+// summary is what a run of go test -json said.
+type summary struct {
+	out     io.Writer
+	output  map[key][]string // each test's and package's output, until it ends
+	passed  int
+	failed  []key
+	skipped []skip
+}
+
+type skip struct {
+	test   key
+	reason string
+}
+
+func newSummary(out io.Writer) *summary {
+	return &summary{out: out, output: map[key][]string{}}
+}
+
+// take reads one line of go test's output: an event, or text go test
+// printed outside any (a build error).
+func (s *summary) take(line string) {
+	var e event
+	if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &e) != nil {
+		fmt.Fprintln(s.out, line)
+		return
+	}
+	k := key{e.Package, e.Test}
+	switch e.Action {
+	case "output", "build-output":
+		s.output[k] = append(s.output[k], e.Output)
+		if e.Action == "build-output" {
+			fmt.Fprint(s.out, e.Output)
+		}
+	case "pass":
+		if e.Test != "" {
+			s.passed++
+		} else {
+			fmt.Fprintf(s.out, "ok  \t%s\t%.3fs\n", e.Package, e.Elapsed)
+		}
+		delete(s.output, k)
+	case "skip":
+		if e.Test != "" {
+			s.skipped = append(s.skipped, skip{k, skipReason(s.output[k])})
+		}
+		delete(s.output, k)
+	case "fail":
+		if e.Test != "" {
+			s.failed = append(s.failed, k)
+		}
+		for _, l := range s.output[k] {
+			fmt.Fprint(s.out, l)
+		}
+		if e.Test == "" {
+			fmt.Fprintf(s.out, "FAIL\t%s\t%.3fs\n", e.Package, e.Elapsed)
+		}
+		delete(s.output, k)
+	}
+}
+
+// skipReason is what a skipped test said last before its --- SKIP line.
+func skipReason(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l != "" && !strings.HasPrefix(l, "--- SKIP") && !strings.HasPrefix(l, "=== ") {
+			return l
+		}
+	}
+	return "(no reason given)"
+}
+
+// finish prints the counts and the skips, and says whether the run passed:
+// no failure, and no skip where skips are failures (mustRun).
+func (s *summary) finish(mustRun bool) bool {
+	sort.Slice(s.skipped, func(i, j int) bool {
+		a, b := s.skipped[i].test, s.skipped[j].test
+		return a.pkg < b.pkg || a.pkg == b.pkg && a.test < b.test
+	})
+	for _, sk := range s.skipped {
+		fmt.Fprintf(s.out, "skipped: %s %s: %s\n", sk.test.pkg, sk.test.test, sk.reason)
+	}
+	fmt.Fprintf(s.out, "tests: %d passed, %d failed, %d skipped\n", s.passed, len(s.failed), len(s.skipped))
+	if mustRun && len(s.skipped) > 0 {
+		fmt.Fprintln(s.out, "testsummary: tests skipped under CI=true or RUBYPERF_REQUIRE_BPF=1, where every test must run")
+		return false
+	}
+	return len(s.failed) == 0
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testsummary go test -json [flags] [packages]")
+		os.Exit(2)
+	}
+	cmd := exec.Command(os.Args[1], os.Args[2:]...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testsummary:", err)
+		os.Exit(2)
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "testsummary:", err)
+		os.Exit(2)
+	}
+	s := newSummary(os.Stdout)
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
+	for sc.Scan() {
+		s.take(sc.Text())
+	}
+	runErr := cmd.Wait()
+	if !s.finish(testskip.MustRun()) || runErr != nil || sc.Err() != nil {
+		if runErr != nil {
+			fmt.Fprintln(os.Stderr, "testsummary:", os.Args[1], runErr)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSummary: a run's passes, failures and skips are counted, a failed
+// test's output is printed whole, a skip's reason is its last words, and a
+// skip fails the run only where every test must run.
+func TestSummary(t *testing.T) {
+	lines := []string{
+		`{"Action":"run","Package":"p","Test":"TestA"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}`,
+		`{"Action":"pass","Package":"p","Test":"TestA"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:9: not this way\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"--- FAIL: TestB (0.00s)\n"}`,
+		`{"Action":"fail","Package":"p","Test":"TestB"}`,
+		`{"Action":"output","Package":"p","Test":"TestC","Output":"    c_test.go:3: needs privileges: operation not permitted\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestC","Output":"--- SKIP: TestC (0.00s)\n"}`,
+		`{"Action":"skip","Package":"p","Test":"TestC"}`,
+		`{"Action":"fail","Package":"p","Elapsed":1.5}`,
+		`# q`,
+		`q/x.go:1:1: syntax error`,
+	}
+	for _, mustRun := range []bool{false, true} {
+		var out strings.Builder
+		s := newSummary(&out)
+		for _, l := range lines {
+			s.take(l)
+		}
+		passed := s.finish(mustRun)
+		got := out.String()
+		for _, want := range []string{"b_test.go:9: not this way", "FAIL\tp\t1.500s", "q/x.go:1:1: syntax error",
+			"skipped: p TestC: c_test.go:3: needs privileges: operation not permitted", "tests: 1 passed, 1 failed, 1 skipped"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("mustRun %v: no %q in\n%s", mustRun, want, got)
+			}
+		}
+		if strings.Contains(got, "=== RUN   TestA") {
+			t.Errorf("a passed test's output printed:\n%s", got)
+		}
+		if passed {
+			t.Errorf("mustRun %v: a run with a failure passed", mustRun)
+		}
+	}
+	// Skips alone: a failure only where every test must run.
+	for _, mustRun := range []bool{false, true} {
+		var out strings.Builder
+		s := newSummary(&out)
+		s.take(`{"Action":"skip","Package":"p","Test":"TestC"}`)
+		if passed := s.finish(mustRun); passed == mustRun {
+			t.Errorf("mustRun %v: a run with only a skip passed = %v", mustRun, passed)
+		}
+	}
+}
