@@ -34,7 +34,7 @@ type Identity struct {
 // and a symbol table. It never panics on a malformed file.
 func ReadIdentity(f *elf.File) Identity {
 	var id Identity
-	_ = guard(func() error {
+	_ = Guard(func() error {
 		if s := f.Section(".note.gnu.build-id"); s != nil {
 			if b, err := sectionBytes(s); err == nil {
 				id.BuildID = parseBuildIDNote(b, f.ByteOrder)
@@ -145,9 +145,10 @@ func ValidBuildID(s string) bool {
 	return true
 }
 
-// guard turns a panic inside fn (debug/elf can panic on malformed input)
-// into an error.
-func guard(fn func() error) (err error) {
+// Guard runs fn and turns a panic inside it into an error: debug/elf and
+// debug/dwarf panic on some malformed files, and every package that reads
+// a file another user may have written calls them through Guard.
+func Guard(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("malformed input: %v", r)
@@ -214,7 +215,7 @@ func NewELF(f *os.File) (*elf.File, error) {
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	var ef *elf.File
-	if err := guard(func() error {
+	if err := Guard(func() error {
 		var err error
 		ef, err = elf.NewFile(f)
 		return err

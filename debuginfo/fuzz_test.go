@@ -28,7 +28,7 @@ func FuzzReadIdentity(f *testing.F) {
 			t.Errorf("checkHeaders: %q is not one line", err)
 		}
 		var id Identity
-		err := guard(func() error {
+		err := Guard(func() error {
 			ef, err := elf.NewFile(bytes.NewReader(data))
 			if err != nil {
 				return err

@@ -56,7 +56,7 @@ func (o *Object) frameAt(vaddr uint64) *frame.FrameContext {
 		return ctx
 	}
 	if fde := o.fde(vaddr); fde != nil {
-		if guard(func() error {
+		if debuginfo.Guard(func() error {
 			var err error
 			ctx, err = fde.EstablishFrame(vaddr)
 			return err
@@ -100,7 +100,7 @@ func LoadObject(path string) *Object { return LoadObjectWith(path, LoadOptions{}
 // LoadObjectWith is LoadObject, with where to look for a debug file.
 func LoadObjectWith(path string, opts LoadOptions) *Object {
 	o := &Object{Path: path, opts: opts}
-	o.err = guard(func() error { return o.load() })
+	o.err = debuginfo.Guard(func() error { return o.load() })
 	return o
 }
 
@@ -115,15 +115,6 @@ func (o *Object) BuildID() string {
 
 // Err says why the object cannot unwind, if it cannot.
 func (o *Object) Err() error { return o.err }
-
-func guard(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("malformed input: %v", r)
-		}
-	}()
-	return fn()
-}
 
 func (o *Object) load() error {
 	f, err := safefile.Open(o.Path)
@@ -156,7 +147,7 @@ func (o *Object) load() error {
 		if name == ".eh_frame" {
 			ehAddr = s.Addr
 		}
-		if err := guard(func() error {
+		if err := debuginfo.Guard(func() error {
 			var err error
 			fdes, err = frame.Parse(data, order, 0, 8, ehAddr)
 			return err
@@ -256,7 +247,7 @@ func (o *Object) loadDebugSymbols() {
 		return
 	}
 	var syms []symbol
-	if guard(func() error {
+	if debuginfo.Guard(func() error {
 		var err error
 		syms, err = funcSymbolsOf(path, o.id.BuildID)
 		return err

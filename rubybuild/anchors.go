@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rubyperf/rubyperf/debuginfo"
 )
 
 // Anchor is a symbol the profiler needs, with how it was found.
@@ -244,7 +246,7 @@ func (b *Binary) relocationAt(off uint64) (relocation, bool) {
 // dynsymValue returns st_value of dynamic symbol index i.
 func (b *Binary) dynsymValue(i uint32) (uint64, bool) {
 	var syms []elf.Symbol
-	if err := guard(func() error {
+	if err := debuginfo.Guard(func() error {
 		var err error
 		syms, err = b.elf.f.DynamicSymbols()
 		return err

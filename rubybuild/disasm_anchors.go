@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rubyperf/rubyperf/debuginfo"
 	"golang.org/x/arch/x86/x86asm"
 )
 
@@ -59,7 +60,7 @@ func (e *elfEnv) load() {
 			}
 		}
 	}
-	_ = guard(func() error {
+	_ = debuginfo.Guard(func() error {
 		var err error
 		e.dynsyms, err = e.b.elf.f.DynamicSymbols()
 		return err

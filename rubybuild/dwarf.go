@@ -13,6 +13,7 @@ import (
 
 	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
+	"github.com/rubyperf/rubyperf/debuginfo"
 )
 
 // maxDWARFBytes caps the decompressed size of all DWARF sections loaded from
@@ -90,7 +91,7 @@ func (e *elfFile) loadDWARF() (*dwarf.Data, int, error) {
 		return nil, 0, errNoDWARF
 	}
 	var d *dwarf.Data
-	err := guard(func() error {
+	err := debuginfo.Guard(func() error {
 		var err error
 		d, err = dwarf.New(data["abbrev"], nil, nil, data["info"], nil, nil, nil, data["str"])
 		if err != nil {
@@ -125,7 +126,7 @@ func (e *elfFile) readDebugSection(s *elf.Section, legacy bool, budget uint64) (
 		return nil, fmt.Errorf("section %s: %d bytes is larger than the file", s.Name, s.FileSize)
 	}
 	var b []byte
-	err := guard(func() error {
+	err := debuginfo.Guard(func() error {
 		r, done, err := e.openSection(s)
 		if err != nil {
 			return err
@@ -253,7 +254,7 @@ func structsFromDWARF(d *dwarf.Data, wantStructs map[string]bool, wantConstants 
 	structs := Structs{}
 	consts := map[string]int64{}
 	done := func() bool { return len(structs) == len(wantStructs) && len(consts) == len(wantConstants) }
-	err := guard(func() error {
+	err := debuginfo.Guard(func() error {
 		r := d.Reader()
 		for !done() {
 			if budget--; budget < 0 {

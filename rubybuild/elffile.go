@@ -54,17 +54,6 @@ func openELF(path string) (ef *elfFile, err error) {
 
 func (e *elfFile) Close() error { return e.osf.Close() }
 
-// guard runs fn and turns a panic inside it (debug/elf and debug/dwarf panic on
-// some malformed inputs) into an error.
-func guard(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("malformed input: %v", r)
-		}
-	}()
-	return fn()
-}
-
 // arch names the machine in the words users know.
 func (e *elfFile) arch() string {
 	switch e.f.Machine {
@@ -85,7 +74,7 @@ func (e *elfFile) sectionData(s *elf.Section) ([]byte, error) {
 		return nil, fmt.Errorf("section %s: %d bytes is over the %d limit", s.Name, s.Size, maxSectionBytes)
 	}
 	var b []byte
-	err := guard(func() error {
+	err := debuginfo.Guard(func() error {
 		r := io.LimitReader(s.Open(), int64(s.Size))
 		var err error
 		b, err = io.ReadAll(r)
@@ -174,7 +163,7 @@ func (e *elfFile) symbols(want map[string]bool, from symbolTable) (map[string]sy
 			return nil, fmt.Errorf("%s: %w", e.path, err)
 		}
 		var syms []elf.Symbol
-		err := guard(func() error {
+		err := debuginfo.Guard(func() error {
 			var err error
 			if tab.typ == elf.SHT_DYNSYM {
 				syms, err = e.f.DynamicSymbols()

@@ -6,6 +6,8 @@ import (
 	"debug/elf"
 	"fmt"
 	"strings"
+
+	"github.com/rubyperf/rubyperf/debuginfo"
 )
 
 // Relocatable objects (ET_REL) are what scripts/gen-tables.sh feeds to
@@ -30,7 +32,7 @@ func (e *elfFile) relocatableVersion() (Version, error) {
 		return Version{}, fmt.Errorf("%s: %s has more than %d symbols", e.path, s.Name, maxSymbols)
 	}
 	var syms []elf.Symbol
-	if err := guard(func() error {
+	if err := debuginfo.Guard(func() error {
 		var err error
 		syms, err = e.f.Symbols()
 		return err
@@ -92,7 +94,7 @@ func (e *elfFile) loadRelocatedDWARF() (*dwarf.Data, int, error) {
 		return nil, 0, errNoDWARF
 	}
 	var d *dwarf.Data
-	err := guard(func() error {
+	err := debuginfo.Guard(func() error {
 		var err error
 		d, err = e.f.DWARF()
 		return err

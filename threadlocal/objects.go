@@ -136,12 +136,6 @@ func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfI
 		}
 	}()
 	want := wanted(symbol)
-	// debug/elf panics on some malformed files.
-	defer func() {
-		if r := recover(); r != nil {
-			info, err = nil, fmt.Errorf("%s: malformed ELF: %v", path, r)
-		}
-	}()
 	ef, err := debuginfo.NewELF(f)
 	if err != nil {
 		return nil, err
@@ -169,8 +163,12 @@ func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfI
 	if err := debuginfo.CheckSymbolTable(ef, elf.SHT_DYNSYM); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	syms, err := ef.DynamicSymbols()
-	if err != nil {
+	var syms []elf.Symbol
+	if err := debuginfo.Guard(func() error {
+		var err error
+		syms, err = ef.DynamicSymbols()
+		return err
+	}); err != nil {
 		return info, nil
 	}
 	for _, s := range syms {
