@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/perfdata"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -103,7 +103,7 @@ func (s *session) noteBuildID(pid int, m rubystack.Mapping) {
 		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End),
 		filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.Path),
 	} {
-		if id, err := rubybuild.BuildID(p); err == nil && id != "" {
+		if id, err := debuginfo.BuildIDOf(p); err == nil && id != "" {
 			b, _ := hex.DecodeString(id)
 			s.buildIDs[m.Path] = b
 			return

@@ -63,7 +63,7 @@ func OpenBinary(path string, opts OpenOptions) (*Binary, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Binary{Path: path, elf: e, Arch: e.arch(), BuildID: e.buildID(), cache: opts.Cache}
+	b := &Binary{Path: path, elf: e, Arch: e.arch(), BuildID: debuginfo.ReadIdentity(e.f).BuildID, cache: opts.Cache}
 	if opts.MappedAs != "" {
 		b.Path = opts.MappedAs
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 )
@@ -36,7 +37,7 @@ func splitDebug(t *testing.T, root string) (lib, dbg, buildID string) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	return lib, dbg, e.buildID()
+	return lib, dbg, debuginfo.ReadIdentity(e.f).BuildID
 }
 
 func TestDebugFiles(t *testing.T) {

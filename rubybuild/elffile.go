@@ -3,7 +3,6 @@ package rubybuild
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 const (
 	maxSymbols      = 4 << 20   // symbols per table; libruby has ~20k
 	maxSectionBytes = 256 << 20 // one non-DWARF section read into memory
-	maxNoteBytes    = 64 << 10  // .note.gnu.build-id and .gnu_debuglink
 )
 
 // elfFile is an opened ELF object with its symbol tables. It never panics on a
@@ -88,35 +86,6 @@ func (e *elfFile) sectionData(s *elf.Section) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// buildID returns the GNU build-id as hex, or "".
-func (e *elfFile) buildID() string {
-	s := e.f.Section(".note.gnu.build-id")
-	if s == nil || s.Size > maxNoteBytes {
-		return ""
-	}
-	b, err := e.sectionData(s)
-	if err != nil {
-		return ""
-	}
-	// Elf64_Nhdr: namesz, descsz, type (4 bytes each), then "GNU\0", then desc.
-	for len(b) >= 12 {
-		namesz := uint64(e.f.ByteOrder.Uint32(b[0:]))
-		descsz := uint64(e.f.ByteOrder.Uint32(b[4:]))
-		typ := e.f.ByteOrder.Uint32(b[8:])
-		name := align4(namesz)
-		if 12+name+align4(descsz) > uint64(len(b)) {
-			return ""
-		}
-		if typ == 3 /* NT_GNU_BUILD_ID */ && namesz == 4 && string(b[12:15]) == "GNU" {
-			return hex.EncodeToString(b[12+name : 12+name+descsz])
-		}
-		b = b[12+name+align4(descsz):]
-	}
-	return ""
-}
-
-func align4(n uint64) uint64 { return (n + 3) &^ 3 }
 
 // symbolTable names where a symbol was found.
 type symbolTable string
@@ -266,15 +235,4 @@ func (e *elfFile) sectionAt(addr uint64) string {
 		}
 	}
 	return ""
-}
-
-// BuildID returns the GNU build-id of the ELF file at path, as hex, or ""
-// if it has none.
-func BuildID(path string) (string, error) {
-	e, err := openELF(path)
-	if err != nil {
-		return "", err
-	}
-	defer e.Close()
-	return e.buildID(), nil
 }
