@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
@@ -39,7 +40,7 @@ func TestRecordSecureExec(t *testing.T) {
 	// A setuid copy of the Ruby: what it execs is a Ruby the recorder
 	// would attach again, were the kernel not hiding it.
 	suid := filepath.Join(dir, "suidruby")
-	copyFile(t, ruby, suid)
+	testruby.CopyFile(t, ruby, suid)
 	if err := os.Chmod(suid, 0o755|os.ModeSetuid); err != nil {
 		t.Fatal(err)
 	}
@@ -75,25 +76,6 @@ exec ARGV[0], ARGV[1]`, suid, script)
 	}
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); err != nil || strings.TrimSpace(string(b)) != "suidruby" {
 		t.Errorf("the target no longer runs suidruby (%q, %v): the test proves nothing", b, err)
-	}
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	src, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
 
