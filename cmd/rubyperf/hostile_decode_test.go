@@ -118,61 +118,6 @@ func framesBomb(t *testing.T, size int) []byte {
 	return gzipBomb(t, size, `{"version":3,"frames":[{}`, `,{}`, `]}`)
 }
 
-// rewriteRecording copies the recording src to dst with the feature
-// sections in feats replacing its own. Unfinished, it writes no feature
-// section at all, as a recorder killed after a checkpoint leaves it.
-func rewriteRecording(t *testing.T, src, dst string, feats map[perfdata.Feature][]byte, unfinished bool) {
-	t.Helper()
-	r, err := perfdata.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	f, err := os.Create(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := perfdata.NewWriter(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range r.Events() {
-		if err := w.AddEvent(e.Attr, e.Name, e.IDs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for r.Next() {
-		if err := w.WriteRecord(r.Raw()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := r.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if unfinished {
-		if err := w.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	for _, feat := range r.Features() {
-		if b, _ := r.Feature(feat); feat != perfdata.FeatEventDesc && feats[feat] == nil {
-			if err := w.SetFeature(feat, b); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for feat, b := range feats {
-		if err := w.SetFeature(feat, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // checkBombRead: report read the bombed recording within the bounds, every
 // sample of it, and said in one line, naming file, what it refused.
 func checkBombRead(t *testing.T, clean, got measured, file string, says ...string) {
@@ -246,7 +191,7 @@ func TestHostileSymbolTableBombs(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bomb := filepath.Join(t.TempDir(), "bomb.data")
-			rewriteRecording(t, file, bomb, map[perfdata.Feature][]byte{c.feat: c.data}, false)
+			rewriteRecording(t, file, bomb, recordingRewrite{feats: map[perfdata.Feature][]byte{c.feat: c.data}})
 			checkBombRead(t, clean, runMeasured(t, bin, "report", "-i", bomb), bomb, c.says...)
 		})
 	}
@@ -272,7 +217,7 @@ func TestHostileSymbolsBeside(t *testing.T) {
 		t.Fatal(err)
 	}
 	unfinished := filepath.Join(shared, "rubyperf.data")
-	rewriteRecording(t, file, unfinished, nil, true)
+	rewriteRecording(t, file, unfinished, recordingRewrite{unfinished: true})
 	clean := runMeasured(t, bin, "report", "-i", unfinished)
 	if clean.code != 0 {
 		t.Fatalf("report of the unfinished recording: exit %d: %s", clean.code, clean.stderr)

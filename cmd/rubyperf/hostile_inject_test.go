@@ -110,60 +110,27 @@ func TestInjectCraftedPIDs(t *testing.T) {
 // recording can write.
 func craftPIDs(t *testing.T, in, out string, pids []uint32) {
 	t.Helper()
-	src, err := perfdata.Open(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := perfdata.NewWriter(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range src.Events() {
-		if err := w.AddEvent(ev.Attr, ev.Name, ev.IDs); err != nil {
-			t.Fatal(err)
+	n := 0
+	rewriteRecording(t, in, out, recordingRewrite{record: func(r *perfdata.Reader) []byte {
+		if _, ok := r.Record().(*perfdata.Sample); !ok {
+			return r.Raw()
 		}
-	}
-	for _, feat := range src.Features() {
-		if b, ok := src.Feature(feat); ok && feat != perfdata.FeatEventDesc {
-			if err := w.SetFeature(feat, b); err != nil {
-				t.Fatal(err)
+		// The pid follows the header, the sample id and the ip, when present.
+		st := r.Events()[0].Attr.SampleType
+		if st&perfdata.SampleTID == 0 {
+			t.Fatal("samples carry no pid")
+		}
+		off := 8
+		for _, f := range []perfdata.SampleType{perfdata.SampleIdentifier, perfdata.SampleIP} {
+			if st&f != 0 {
+				off += 8
 			}
 		}
-	}
-	// The pid follows the header, the sample id and the ip, when present.
-	st := src.Events()[0].Attr.SampleType
-	if st&perfdata.SampleTID == 0 {
-		t.Fatal("samples carry no pid")
-	}
-	off := 8
-	for _, f := range []perfdata.SampleType{perfdata.SampleIdentifier, perfdata.SampleIP} {
-		if st&f != 0 {
-			off += 8
-		}
-	}
-	n := 0
-	for src.Next() {
-		raw := bytes.Clone(src.Raw())
-		if _, ok := src.Record().(*perfdata.Sample); ok {
-			binary.LittleEndian.PutUint32(raw[off:], pids[n%len(pids)])
-			n++
-		}
-		if err := w.WriteRecord(raw); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := src.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+		raw := bytes.Clone(r.Raw())
+		binary.LittleEndian.PutUint32(raw[off:], pids[n%len(pids)])
+		n++
+		return raw
+	}})
 	if n < 2*len(pids) {
 		t.Fatalf("only %d samples to craft", n)
 	}
