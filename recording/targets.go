@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -211,14 +212,11 @@ func goneFromProc(err error) bool {
 	return errors.As(err, &pe) && errors.Is(pe.Err, fs.ErrNotExist) && strings.HasPrefix(pe.Path, "/proc/")
 }
 
+// alive says whether pid is a process that has not exited: its
+// /proc/PID/stat is there, and its state is not zombie or dead.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised comm; Z is a zombie.
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+	f, err := procStat(pid)
+	return err == nil && f[0] != "Z" && f[0] != "X"
 }
 
 // secureExec says why a process that exec'd is no longer recorded while
@@ -234,21 +232,31 @@ const pfExiting = 0x4
 // exiting says whether pid is exiting or gone, rather than running on
 // after an exit record the kernel wrote for a secure exec.
 func exiting(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	// pid (comm) state ppid pgrp session tty_nr tpgid flags ...
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return true
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 7 || f[0] == "Z" || f[0] == "X" {
+	f, err := procStat(pid)
+	if err != nil || f[0] == "Z" || f[0] == "X" {
 		return true
 	}
 	flags, err := strconv.ParseUint(f[6], 10, 64)
 	return err != nil || flags&pfExiting != 0
+}
+
+// procStat reads /proc/PID/stat: the fields after the command name (which
+// may hold spaces and ')'), from the state on: state ppid pgrp session
+// tty_nr tpgid flags ... At least those seven are there.
+func procStat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return nil, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
+	}
+	return f, nil
 }
 
 // RubyPIDs lists the processes that look like Ruby: a ruby executable or a
