@@ -375,8 +375,11 @@ func startLabelled(b *testing.B, r testruby.Ruby) (tg target, labelled ProcessCo
 	})
 	// The workload sleeps a second after loading the extension, then
 	// burns CPU: sampling starts once it has burnt some.
-	cpu0 := processCPU(pid)
-	waitFor(b, 30*time.Second, "labels.rb's work", func() bool { return processCPU(pid)-cpu0 >= 200*time.Millisecond })
+	cpu0, _ := testruby.ProcessCPU(pid)
+	waitFor(b, 30*time.Second, "labels.rb's work", func() bool {
+		cpu, _ := testruby.ProcessCPU(pid)
+		return cpu-cpu0 >= 200*time.Millisecond
+	})
 	tg = prepareTB(b, pid)
 	labelled = tg.config
 	err := labelled.ReadLabels(LabelsTLS{ModID: v.ModID, Offset: v.Offset, DTVPointer: v.DTVPointer,
@@ -396,22 +399,6 @@ func waitFor(b *testing.B, limit time.Duration, what string, ok func() bool) {
 			b.Fatalf("no %s within %v", what, limit)
 		}
 	}
-}
-
-// processCPU is pid's CPU time so far (utime + stime of /proc/PID/stat).
-func processCPU(pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ ticks
 }
 
 // threadsNamed counts pid's threads whose name starts with prefix.

@@ -68,18 +68,6 @@ func soakDuration(t *testing.T) time.Duration {
 	return 40 * time.Second
 }
 
-// procCPU is the CPU time process pid has used, from /proc/PID/stat.
-func procCPU(t *testing.T, pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64) // fields 14 and 15, in clock ticks
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100
-}
-
 // procHWM is process pid's peak resident memory (VmHWM).
 func procHWM(t *testing.T, pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -163,7 +151,11 @@ func TestAgentSoak(t *testing.T) {
 	}
 	wg.Wait()
 	time.Sleep(time.Until(start.Add(soak)))
-	cpu, wall := procCPU(t, agent.Process.Pid), time.Since(start)
+	cpu, err := testruby.ProcessCPU(agent.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall := time.Since(start)
 	hwm := procHWM(t, agent.Process.Pid)
 	agent.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)

@@ -358,7 +358,7 @@ func TestTargetNotRecordable(t *testing.T) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent.Process.Pid, parent.Process.Pid))
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
-			if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(st), ") Z ") {
+			if st, err := testruby.ProcStat(pid); err == nil && st[0] == "Z" {
 				zombie = pid
 			}
 		}

@@ -73,14 +73,13 @@ func checkGone(t *testing.T, marker string) {
 		t.Fatalf("%s holds %q", marker, b)
 	}
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		i := bytes.LastIndexByte(st, ')')
-		if err != nil || i < 0 || i+3 < len(st) && st[i+2] == 'Z' {
+		st, err := testruby.ProcStat(pid)
+		if err != nil || st[0] == "Z" {
 			return
 		}
 		if time.Now().After(deadline) {
 			syscall.Kill(pid, syscall.SIGKILL)
-			t.Errorf("pid %d, started by the command, outlived the failed recording: %s", pid, st)
+			t.Errorf("pid %d, started by the command, outlived the failed recording: state %s", pid, st[0])
 			return
 		}
 	}
