@@ -29,12 +29,8 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	format := fs.String("f", "", "folded, pprof, speedscope or svg")
 	out := fs.String("o", "", "output file, - for stdout (default: stdout for folded, rubyperf.pb.gz, rubyperf.speedscope.json, rubyperf.svg)")
 	groupBy := fs.String("group-by", "", "put each stack under a frame naming its request label KEY (\"KEY=value\"): folded, svg, speedscope")
-	pos, err := in.parse(fs, args)
-	if err != nil {
+	if err := in.parse(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
 	def, ok := convertDefaults[*format]
 	if !ok {

@@ -28,12 +28,8 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 	in := addInputFlags(fs)
 	out := fs.String("o", "", "the perf.data to write")
 	mapDir := fs.String("map-dir", perfmap.DefaultDir, "where perf-PID.map files go (perf reads /tmp)")
-	pos, err := in.parse(fs, args)
-	if err != nil {
+	if err := in.parse(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
 	if *out == "" {
 		return usageError{"give -o OUT"}

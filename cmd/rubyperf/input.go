@@ -51,14 +51,16 @@ func (f inputFlags) view() merge.View {
 	return merge.ViewRuby
 }
 
-// parse parses args as parseFlags does, and refuses input flags that
+// parse parses args as parseFlagsOnly does, and refuses input flags that
 // contradict each other.
-func (f inputFlags) parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	pos, err := parseFlags(fs, args)
-	if err == nil && *f.native && *f.rubyOnly {
-		err = usageError{"--native and --ruby-only ask for opposite views: give one"}
+func (f inputFlags) parse(fs *flag.FlagSet, args []string) error {
+	if err := parseFlagsOnly(fs, args); err != nil {
+		return err
 	}
-	return pos, err
+	if *f.native && *f.rubyOnly {
+		return usageError{"--native and --ruby-only ask for opposite views: give one"}
+	}
+	return nil
 }
 
 // stacks reads every merged stack of the recording into memory.

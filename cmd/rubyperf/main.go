@@ -90,6 +90,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// parseFlagsOnly is parseFlags for a command that takes no positional
+// argument: it refuses one.
+func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
+	pos, err := parseFlags(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	return err
+}
+
 // parseFlags parses interspersed flags and positional arguments. After
 // "--" everything is positional: `record -- ruby -e CODE` passes -e on.
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {

@@ -25,12 +25,8 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	in := addInputFlags(fs)
 	threads := fs.Bool("threads", false, "one table per thread")
 	top := fs.Int("n", 30, "rows per table")
-	pos, err := in.parse(fs, args)
-	if err != nil {
+	if err := in.parse(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
 	// Each table is counted as the stacks are read: no stack is kept.
 	whole := newReportTable()

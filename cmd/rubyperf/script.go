@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"flag"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -18,15 +17,11 @@ func runScript(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("script", flag.ContinueOnError)
 	in := addInputFlags(fs)
 	groupBy := fs.String("group-by", "", "put each stack on a frame naming its request label KEY (\"KEY=value\"), for flame graphs split by it")
-	pos, err := in.parse(fs, args)
-	if err != nil {
+	if err := in.parse(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
-	}
 	w := bufio.NewWriterSize(stdout, 1<<16)
-	_, err = recording.ReadStacks(*in.input, in.readOptions(stderr),
+	_, err := recording.ReadStacks(*in.input, in.readOptions(stderr),
 		func(s merge.Stack) error {
 			if *groupBy != "" {
 				merge.GroupBy(&s, *groupBy)

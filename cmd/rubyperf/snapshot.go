@@ -17,13 +17,10 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	format := fs.String("format", "text", "text or json")
 	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
 	nonblocking := fs.Bool("nonblocking", false, "do not stop the process while reading it (frames of running threads may come out [unknown])")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case len(pos) > 0:
-		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	case *pid == 0:
 		return usageError{"give -p PID"}
 	case *format != "text" && *format != "json":
