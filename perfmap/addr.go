@@ -1,6 +1,7 @@
 package perfmap
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -70,15 +71,7 @@ func freeBase(used []span, size uint64) (uint64, error) {
 	if b := alignUp(top); b <= Ceiling-size {
 		return b, nil
 	}
-	slices.SortFunc(used, func(a, b span) int {
-		switch {
-		case a.lo < b.lo:
-			return -1
-		case a.lo > b.lo:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(used, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 	cur := Floor
 	for _, s := range used {
 		if b := alignUp(cur); b < s.lo && s.lo-b >= size {

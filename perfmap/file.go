@@ -1,6 +1,7 @@
 package perfmap
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -456,15 +457,7 @@ func checkEntries(entries []Entry, base uint64) error {
 // sortedByStart returns a copy of entries sorted by Start.
 func sortedByStart(entries []Entry) []Entry {
 	s := slices.Clone(entries)
-	slices.SortFunc(s, func(a, b Entry) int {
-		switch {
-		case a.Start < b.Start:
-			return -1
-		case a.Start > b.Start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s, func(a, b Entry) int { return cmp.Compare(a.Start, b.Start) })
 	return s
 }
 
