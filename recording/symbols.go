@@ -540,20 +540,26 @@ type vmExecJSON struct {
 	End   uint64 `json:"end"`
 }
 
+// nameOf is the name entry of v.
+func nameOf(v FrameInfo) nameJSON {
+	return nameJSON{Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop}
+}
+
+// info is the name n holds.
+func (n nameJSON) info() FrameInfo {
+	return FrameInfo{Label: n.Label, Path: n.Path, HasPath: n.HasPath, Line: n.Line, CFunc: n.CFunc, Unknown: n.Unknown, Drop: n.Drop}
+}
+
+// frameJSON is a frame key and its name (version 1): the name's fields
+// follow the key's in the same object.
 type frameJSON struct {
-	PID     uint32 `json:"pid"`
-	Gen     uint32 `json:"gen,omitempty"`
-	Iseq    uint64 `json:"iseq,omitempty"`
-	PC      uint64 `json:"pc,omitempty"`
-	CME     uint64 `json:"cme,omitempty"`
-	CFrame  bool   `json:"cframe,omitempty"`
-	Label   string `json:"label,omitempty"`
-	Path    string `json:"path,omitempty"`
-	HasPath bool   `json:"has_path,omitempty"`
-	Line    int64  `json:"line,omitempty"`
-	CFunc   bool   `json:"cfunc,omitempty"`
-	Unknown bool   `json:"unknown,omitempty"`
-	Drop    bool   `json:"drop,omitempty"`
+	PID      uint32 `json:"pid"`
+	Gen      uint32 `json:"gen,omitempty"`
+	Iseq     uint64 `json:"iseq,omitempty"`
+	PC       uint64 `json:"pc,omitempty"`
+	CME      uint64 `json:"cme,omitempty"`
+	CFrame   bool   `json:"cframe,omitempty"`
+	nameJSON        // its fields, as if they were frameJSON's
 }
 
 // Encode is the table as the FeatureRubySymbols section (see Write).
@@ -576,9 +582,8 @@ func (t *SymbolTable) Write(w io.Writer) error {
 		// A table read from a version 1 recording: its samples name their
 		// frames by key, each key one name for every sample.
 		for k, names := range t.Frames {
-			v := names[0]
 			frames = append(frames, frameJSON{PID: k.PID, Gen: k.Gen, Iseq: k.Iseq, PC: k.PC, CME: k.CME, CFrame: k.CFrame,
-				Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop})
+				nameJSON: nameOf(names[0].FrameInfo)})
 		}
 		sort.Slice(frames, func(i, j int) bool { return frameLess(frames[i], frames[j]) })
 	}
@@ -594,10 +599,7 @@ func (t *SymbolTable) Write(w io.Writer) error {
 	bw := bufio.NewWriterSize(zw, 64<<10)
 	fmt.Fprintf(bw, `{"version":%d`, symbolTableVersion)
 	writeList(bw, "frames", len(frames), func(i int) any { return frames[i] })
-	writeList(bw, "names", len(t.Names), func(i int) any {
-		v := t.Names[i]
-		return nameJSON{Label: v.Label, Path: v.Path, HasPath: v.HasPath, Line: v.Line, CFunc: v.CFunc, Unknown: v.Unknown, Drop: v.Drop}
-	})
+	writeList(bw, "names", len(t.Names), func(i int) any { return nameOf(t.Names[i]) })
 	writeList(bw, "vm_exec", len(vmExec), func(i int) any { return vmExec[i] })
 	bw.WriteString("}\n")
 	if err := bw.Flush(); err != nil {
@@ -679,7 +681,7 @@ func decodeSymbolTable(b []byte) (*SymbolTable, error) {
 		case "names":
 			var n nameJSON
 			err = entries(dec, key, &n, func() error {
-				info := FrameInfo{Label: n.Label, Path: n.Path, HasPath: n.HasPath, Line: n.Line, CFunc: n.CFunc, Unknown: n.Unknown, Drop: n.Drop}
+				info := n.info()
 				if _, dup := t.nameIDs[info]; dup {
 					return errors.New("a name given twice (a recorder gives each once)")
 				}
@@ -707,8 +709,7 @@ func decodeSymbolTable(b []byte) (*SymbolTable, error) {
 					return nil // version 1 named every call's IFUNC apart: the first name serves
 				}
 				t.decodedFrames = true
-				t.Frames[k] = []Named{{Span: bpf.FullSpan, FrameInfo: FrameInfo{
-					Label: f.Label, Path: f.Path, HasPath: f.HasPath, Line: f.Line, CFunc: f.CFunc, Unknown: f.Unknown, Drop: f.Drop}}}
+				t.Frames[k] = []Named{{Span: bpf.FullSpan, FrameInfo: f.info()}}
 				return nil
 			})
 		case "vm_exec":
