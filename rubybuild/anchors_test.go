@@ -68,10 +68,10 @@ func TestDisassemblyOnSharedLibruby(t *testing.T) {
 	b, l := openLayout(t, testruby.Get(t, "source-3.1-shared").VM)
 	syms := b.Anchors(l)
 	var ec, gs Anchor
-	if err := b.currentECByDisassembly(&ec); err != nil {
+	if err := b.currentECFromCode(newELFEnv(b), &ec, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.globalSymbolsByDisassembly(&gs, l); err != nil {
+	if err := b.globalSymbolsFromCode(newELFEnv(b), &gs, l); err != nil {
 		t.Fatal(err)
 	}
 	if ec.TLSOffset != syms.CurrentEC.TLSOffset || ec.TLSModuleGOT == 0 {
@@ -81,7 +81,7 @@ func TestDisassemblyOnSharedLibruby(t *testing.T) {
 		t.Errorf("ruby_global_symbols: disassembly %#x, symtab %#x", gs.Address, syms.GlobalSymbols.Address)
 	}
 	var vm, exec Anchor
-	if err := b.vmPtrByDisassembly(&vm, l); err != nil {
+	if err := b.vmPtrFromCode(newELFEnv(b), &vm, l); err != nil {
 		t.Fatal(err)
 	}
 	if vm.Address != syms.VMPtr.Address {
@@ -97,7 +97,7 @@ func TestDisassemblyOnSharedLibruby(t *testing.T) {
 func TestVMPtrByDisassemblyDebian(t *testing.T) {
 	b, l := openLayout(t, testruby.Get(t, "debian-3.1").VM)
 	var vm Anchor
-	if err := b.vmPtrByDisassembly(&vm, l); err != nil {
+	if err := b.vmPtrFromCode(newELFEnv(b), &vm, l); err != nil {
 		t.Fatal(err)
 	}
 	if s := b.syms["ruby_current_vm_ptr"]; vm.Address != s.Value {

@@ -308,14 +308,9 @@ func errNotX86(name string) error {
 	return fmt.Errorf("no symbol, and the disassembly fallback for %s supports x86_64 only", name)
 }
 
-// currentECByDisassembly finds ruby_current_ec without a Layout (any field
-// read through the EC confirms it).
-func (b *Binary) currentECByDisassembly(dst *Anchor) error {
-	return b.currentECFromCode(newELFEnv(b), dst, nil)
-}
-
-// currentECFromCode fills dst from findCurrentEC: the offset in the module's
-// TLS block, and for an executable the offset from the thread pointer.
+// currentECFromCode fills dst from findCurrentEC (with no Layout, any
+// field read through the EC confirms it): the offset in the module's TLS
+// block, and for an executable the offset from the thread pointer.
 func (b *Binary) currentECFromCode(env codeEnv, dst *Anchor, l *Layout) error {
 	if b.elf.f.Machine != elf.EM_X86_64 {
 		return errNotX86(dst.Name)
@@ -466,7 +461,9 @@ func findPointerGlobal(env codeEnv, cands []candidate) (uint64, string, error) {
 	return addr, v.how(fmt.Sprintf("then %s at %d", cands[0].what, cands[0].field)), nil
 }
 
-func (b *Binary) pointerAnchor(dst *Anchor, find func() (uint64, string, error)) error {
+// globalAnchor fills dst with the address of a global, size bytes (0:
+// not known), that find finds in the code.
+func (b *Binary) globalAnchor(dst *Anchor, size uint64, find func() (uint64, string, error)) error {
 	if b.elf.f.Machine != elf.EM_X86_64 {
 		return errNotX86(dst.Name)
 	}
@@ -474,18 +471,14 @@ func (b *Binary) pointerAnchor(dst *Anchor, find func() (uint64, string, error))
 	if err != nil {
 		return err
 	}
-	*dst = Anchor{Name: dst.Name, Found: true, Address: addr, Size: 8, How: how}
+	*dst = Anchor{Name: dst.Name, Found: true, Address: addr, Size: size, How: how}
 	return nil
 }
 
-// vmPtrByDisassembly finds ruby_current_vm_ptr: GC entry points load it and
+// vmPtrFromCode finds ruby_current_vm_ptr: GC entry points load it and
 // read vm->objspace (≤3.3 objspace, 3.4+ gc.objspace) at the Layout's offset.
-func (b *Binary) vmPtrByDisassembly(dst *Anchor, l *Layout) error {
-	return b.vmPtrFromCode(newELFEnv(b), dst, l)
-}
-
 func (b *Binary) vmPtrFromCode(env codeEnv, dst *Anchor, l *Layout) error {
-	return b.pointerAnchor(dst, func() (uint64, string, error) { return findVMPtr(env, l) })
+	return b.globalAnchor(dst, 8, func() (uint64, string, error) { return findVMPtr(env, l) })
 }
 
 func findVMPtr(env codeEnv, l *Layout) (uint64, string, error) {
@@ -499,14 +492,10 @@ func findVMPtr(env codeEnv, l *Layout) (uint64, string, error) {
 	return findPointerGlobal(env, cands)
 }
 
-// shapeTreeByDisassembly finds rb_shape_tree_ptr: rb_shape_get_shape_by_id
+// shapeTreeFromCode finds rb_shape_tree_ptr: rb_shape_get_shape_by_id
 // and rb_shape_id load it and read shape_list at the Layout's offset.
-func (b *Binary) shapeTreeByDisassembly(dst *Anchor, l *Layout) error {
-	return b.shapeTreeFromCode(newELFEnv(b), dst, l)
-}
-
 func (b *Binary) shapeTreeFromCode(env codeEnv, dst *Anchor, l *Layout) error {
-	return b.pointerAnchor(dst, func() (uint64, string, error) { return findShapeTree(env, l) })
+	return b.globalAnchor(dst, 8, func() (uint64, string, error) { return findShapeTree(env, l) })
 }
 
 func findShapeTree(env codeEnv, l *Layout) (uint64, string, error) {
@@ -520,24 +509,12 @@ func findShapeTree(env codeEnv, l *Layout) (uint64, string, error) {
 	return findPointerGlobal(env, cands)
 }
 
-// globalSymbolsByDisassembly finds ruby_global_symbols: rb_id2str (through
+// globalSymbolsFromCode finds ruby_global_symbols: rb_id2str (through
 // its tail call) compares an ID's serial with the table's 32-bit counter and
 // then loads the ids array, the Layout's distance apart; rb_sym_immortal_count
 // returns the counter.
-func (b *Binary) globalSymbolsByDisassembly(dst *Anchor, l *Layout) error {
-	return b.globalSymbolsFromCode(newELFEnv(b), dst, l)
-}
-
 func (b *Binary) globalSymbolsFromCode(env codeEnv, dst *Anchor, l *Layout) error {
-	if b.elf.f.Machine != elf.EM_X86_64 {
-		return errNotX86(dst.Name)
-	}
-	addr, how, err := findGlobalSymbols(env, l)
-	if err != nil {
-		return err
-	}
-	*dst = Anchor{Name: dst.Name, Found: true, Address: addr, How: how}
-	return nil
+	return b.globalAnchor(dst, 0, func() (uint64, string, error) { return findGlobalSymbols(env, l) })
 }
 
 func findGlobalSymbols(env codeEnv, l *Layout) (uint64, string, error) {

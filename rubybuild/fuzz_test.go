@@ -54,7 +54,7 @@ func TestFakeRuby(t *testing.T) {
 			}
 			sym := b.syms["ruby_current_ec"]
 			var dis Anchor
-			if err := b.currentECByDisassembly(&dis); err != nil {
+			if err := b.currentECFromCode(newELFEnv(b), &dis, nil); err != nil {
 				t.Fatal(err)
 			}
 			if dis.TLSOffset != int64(sym.Value) || dis.TLSModuleGOT == 0 {
@@ -92,7 +92,7 @@ func FuzzOpenBinary(f *testing.F) {
 		l, _ := b.Layout()
 		b.Anchors(l)
 		var a Anchor
-		b.currentECByDisassembly(&a)
+		b.currentECFromCode(newELFEnv(b), &a, nil)
 	})
 }
 
