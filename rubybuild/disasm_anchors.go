@@ -282,6 +282,18 @@ func (v *verdict) add(fn string, value string, checked bool) bool {
 
 func (v *verdict) fail(fn, why string) { v.failed = append(v.failed, fn+": "+why) }
 
+// trace tries candidate fn: the accesses of fn (traceFunc), or false when
+// it cannot be traced, as v records.
+func (v *verdict) trace(env codeEnv, fn string) ([]access, bool) {
+	v.tried = append(v.tried, fn)
+	acc, err := traceFunc(env, fn)
+	if err != nil {
+		v.fail(fn, err.Error())
+		return nil, false
+	}
+	return acc, true
+}
+
 // err is nil when the candidates agree and one was checked.
 func (v *verdict) err() error {
 	switch {
@@ -360,10 +372,8 @@ func findCurrentEC(env codeEnv, l *Layout) (tlsVar, string, error) {
 	v := verdict{}
 	var tv tlsVar
 	for _, c := range cands {
-		v.tried = append(v.tried, c.fn)
-		acc, err := traceFunc(env, c.fn)
-		if err != nil {
-			v.fail(c.fn, err.Error())
+		acc, ok := v.trace(env, c.fn)
+		if !ok {
 			continue
 		}
 		t, ok, why := firstTLSRead(acc, c)
@@ -440,10 +450,8 @@ func findPointerGlobal(env codeEnv, cands []candidate) (uint64, string, error) {
 	v := verdict{}
 	var addr uint64
 	for _, c := range cands {
-		v.tried = append(v.tried, c.fn)
-		acc, err := traceFunc(env, c.fn)
-		if err != nil {
-			v.fail(c.fn, err.Error())
+		acc, ok := v.trace(env, c.fn)
+		if !ok {
 			continue
 		}
 		a, ok, why := globalValueRead(env, acc, c)
@@ -529,10 +537,8 @@ func findGlobalSymbols(env codeEnv, l *Layout) (uint64, string, error) {
 	v := verdict{}
 	var table uint64
 	for _, fn := range []string{"rb_id2str", "rb_sym_immortal_count"} {
-		v.tried = append(v.tried, fn)
-		acc, err := traceFunc(env, fn)
-		if err != nil {
-			v.fail(fn, err.Error())
+		acc, ok := v.trace(env, fn)
+		if !ok {
 			continue
 		}
 		// Accesses to a known address: RIP-relative, or through a register
