@@ -135,15 +135,11 @@ func (f *Finder) fetch(id string) (string, error) {
 // hit; an empty one younger than cache_miss_s is a negative hit (done, no
 // path, no error); an older empty one is removed and the servers asked.
 func (f *Finder) cached(target, id string) (path string, done bool, err error) {
-	fd, err := safefile.Open(target)
+	fd, st, err := safefile.OpenStat(target)
 	if err != nil {
 		return "", false, nil
 	}
 	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return "", false, nil
-	}
 	if st.Size() > 0 {
 		if got := fileBuildID(fd); got != id {
 			f.report(fmt.Sprintf("debuginfod cache: %s has build-id %q, not %s; fetching it again", target, got, id))

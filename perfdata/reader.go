@@ -88,13 +88,8 @@ const (
 
 // Open opens the perf.data at path, in file or pipe mode.
 func Open(path string) (*Reader, error) {
-	f, err := safefile.Open(path)
+	f, st, err := safefile.OpenStat(path)
 	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	r, err := newReader(f, st.Size(), path)

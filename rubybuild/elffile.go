@@ -29,13 +29,8 @@ type elfFile struct {
 }
 
 func openELF(path string) (ef *elfFile, err error) {
-	osf, err := safefile.Open(path)
+	osf, st, err := safefile.OpenStat(path)
 	if err != nil {
-		return nil, err
-	}
-	st, err := osf.Stat()
-	if err != nil {
-		osf.Close()
 		return nil, err
 	}
 	defer func() {

@@ -111,15 +111,11 @@ func readELF(pid int, m procmaps.Mapping, symbol string, c *Files) (*elfInfo, er
 }
 
 func readELFFile(path string, inode uint64, symbol string, c *Files) (info *elfInfo, err error) {
-	f, err := safefile.Open(path)
+	f, st, err := safefile.OpenStat(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != inode {
 		return nil, fmt.Errorf("%s: inode %d, not the mapped %d (replaced?)", path, sys.Ino, inode)
 	}

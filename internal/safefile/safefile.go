@@ -27,13 +27,23 @@ func (e *NotRegularError) Is(target error) bool { return target == ErrNotRegular
 
 // Open opens path read-only, following symbolic links, and returns it only
 // if it is a regular file.
-func Open(path string) (*os.File, error) { return open(path, 0) }
+func Open(path string) (*os.File, error) {
+	f, _, err := open(path, 0)
+	return f, err
+}
+
+// OpenStat is Open that also returns what the opened file's fstat said
+// (its size, its inode, its owner), which Open reads anyway.
+func OpenStat(path string) (*os.File, os.FileInfo, error) { return open(path, 0) }
 
 // OpenNoFollow is Open refusing a symbolic link at path itself (its
 // directories may still be links).
-func OpenNoFollow(path string) (*os.File, error) { return open(path, syscall.O_NOFOLLOW) }
+func OpenNoFollow(path string) (*os.File, error) {
+	f, _, err := open(path, syscall.O_NOFOLLOW)
+	return f, err
+}
 
-func open(path string, extra int) (*os.File, error) {
+func open(path string, extra int) (*os.File, os.FileInfo, error) {
 	// Refused before opening where the path names something else already:
 	// opening a device can act (a tape rewinds, a terminal is taken).
 	stat := os.Stat
@@ -42,7 +52,7 @@ func open(path string, extra int) (*os.File, error) {
 	}
 	if st, err := stat(path); err == nil {
 		if kind := kindOf(st); kind != "" {
-			return nil, &NotRegularError{path, kind}
+			return nil, nil, &NotRegularError{path, kind}
 		}
 	}
 	// O_NONBLOCK: what the path names may have changed since; an open of a
@@ -50,28 +60,35 @@ func open(path string, extra int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|extra, 0)
 	if err != nil {
 		if extra&syscall.O_NOFOLLOW != 0 && errors.Is(err, syscall.ELOOP) {
-			return nil, &NotRegularError{path, Kind(syscall.S_IFLNK)}
+			return nil, nil, &NotRegularError{path, Kind(syscall.S_IFLNK)}
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	if err := Check(f); err != nil {
+	st, err := check(f)
+	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return f, nil
+	return f, st, nil
 }
 
 // Check refuses an opened file that is not a regular file, for a caller
 // that opened it some other way (openat2, say) but with O_NONBLOCK.
 func Check(f *os.File) error {
+	_, err := check(f)
+	return err
+}
+
+// check is Check returning the file's fstat.
+func check(f *os.File) (os.FileInfo, error) {
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if kind := kindOf(st); kind != "" {
-		return &NotRegularError{f.Name(), kind}
+		return nil, &NotRegularError{f.Name(), kind}
 	}
-	return nil
+	return st, nil
 }
 
 // ReadAll reads the regular file at path whole, refusing one over limit
@@ -82,15 +99,11 @@ func ReadAll(path string, limit int64) ([]byte, error) { return ReadOwned(path, 
 // owner when uid is negative): the file opened, not what the path names
 // before or after.
 func ReadOwned(path string, limit int64, uid int) ([]byte, error) {
-	f, err := Open(path)
+	f, st, err := OpenStat(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); uid >= 0 && (!ok || int(sys.Uid) != uid) {
 		owner := "unknown"
 		if ok {
