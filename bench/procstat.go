@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rubyperf/rubyperf/internal/procstat"
 )
 
 // procSample is a process's CPU time and context switches at one moment,
@@ -17,29 +19,15 @@ type procSample struct {
 	voluntary, involuntary int64
 }
 
-// clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux).
-const clockTick = 10 * time.Millisecond
-
 // sampleProc reads /proc/PID/stat (utime, stime) and every thread's
 // context switches from /proc/PID/task/*/status.
 func sampleProc(pid int) (procSample, error) {
 	s := procSample{at: time.Now()}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	cpu, err := procstat.CPU(pid)
 	if err != nil {
 		return s, err
 	}
-	// The command name may hold spaces: fields start after its ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return s, fmt.Errorf("/proc/%d/stat: no ')'", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return s, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64) // field 14
-	stime, _ := strconv.ParseInt(f[12], 10, 64) // field 15
-	s.cpu = time.Duration(utime+stime) * clockTick
+	s.cpu = cpu
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
 	for _, t := range tasks {
 		b, err := os.ReadFile(t)

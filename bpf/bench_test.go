@@ -16,6 +16,7 @@ import (
 	perf "github.com/elastic/go-perf"
 	"golang.org/x/sys/unix"
 
+	"github.com/rubyperf/rubyperf/internal/procstat"
 	"github.com/rubyperf/rubyperf/internal/profilerstate"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
@@ -375,9 +376,9 @@ func startLabelled(b *testing.B, r testruby.Ruby) (tg target, labelled ProcessCo
 	})
 	// The workload sleeps a second after loading the extension, then
 	// burns CPU: sampling starts once it has burnt some.
-	cpu0, _ := testruby.ProcessCPU(pid)
+	cpu0, _ := procstat.CPU(pid)
 	waitFor(b, 30*time.Second, "labels.rb's work", func() bool {
-		cpu, _ := testruby.ProcessCPU(pid)
+		cpu, _ := procstat.CPU(pid)
 		return cpu-cpu0 >= 200*time.Millisecond
 	})
 	tg = prepareTB(b, pid)

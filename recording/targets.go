@@ -1,7 +1,6 @@
 package recording
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/procstat"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 	"github.com/rubyperf/rubyperf/threadlocal"
@@ -215,8 +215,8 @@ func goneFromProc(err error) bool {
 // alive says whether pid is a process that has not exited: its
 // /proc/PID/stat is there, and its state is not zombie or dead.
 func alive(pid int) bool {
-	f, err := procStat(pid)
-	return err == nil && f[0] != "Z" && f[0] != "X"
+	f, err := procstat.Fields(pid)
+	return err == nil && f[procstat.State] != "Z" && f[procstat.State] != "X"
 }
 
 // secureExec says why a process that exec'd is no longer recorded while
@@ -232,31 +232,12 @@ const pfExiting = 0x4
 // exiting says whether pid is exiting or gone, rather than running on
 // after an exit record the kernel wrote for a secure exec.
 func exiting(pid int) bool {
-	f, err := procStat(pid)
-	if err != nil || f[0] == "Z" || f[0] == "X" {
+	f, err := procstat.Fields(pid)
+	if err != nil || f[procstat.State] == "Z" || f[procstat.State] == "X" {
 		return true
 	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
+	flags, err := strconv.ParseUint(f[procstat.Flags], 10, 64)
 	return err != nil || flags&pfExiting != 0
-}
-
-// procStat reads /proc/PID/stat: the fields after the command name (which
-// may hold spaces and ')'), from the state on: state ppid pgrp session
-// tty_nr tpgid flags ... At least those seven are there.
-func procStat(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 7 {
-		return nil, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
-	}
-	return f, nil
 }
 
 // RubyPIDs lists the processes that look like Ruby: a ruby executable or a

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
+	"github.com/rubyperf/rubyperf/internal/procstat"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 )
@@ -151,7 +152,7 @@ func TestAgentSoak(t *testing.T) {
 	}
 	wg.Wait()
 	time.Sleep(time.Until(start.Add(soak)))
-	cpu, err := testruby.ProcessCPU(agent.Process.Pid)
+	cpu, err := procstat.CPU(agent.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/procstat"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
@@ -358,7 +359,7 @@ func TestTargetNotRecordable(t *testing.T) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent.Process.Pid, parent.Process.Pid))
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
-			if st, err := testruby.ProcStat(pid); err == nil && st[0] == "Z" {
+			if st, err := procstat.Fields(pid); err == nil && st[procstat.State] == "Z" {
 				zombie = pid
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/procstat"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 )
@@ -73,13 +74,13 @@ func checkGone(t *testing.T, marker string) {
 		t.Fatalf("%s holds %q", marker, b)
 	}
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st, err := testruby.ProcStat(pid)
-		if err != nil || st[0] == "Z" {
+		st, err := procstat.Fields(pid)
+		if err != nil || st[procstat.State] == "Z" {
 			return
 		}
 		if time.Now().After(deadline) {
 			syscall.Kill(pid, syscall.SIGKILL)
-			t.Errorf("pid %d, started by the command, outlived the failed recording: state %s", pid, st[0])
+			t.Errorf("pid %d, started by the command, outlived the failed recording: state %s", pid, st[procstat.State])
 			return
 		}
 	}

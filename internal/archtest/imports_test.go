@@ -23,7 +23,7 @@ var allowed = map[string][]string{
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile"},
+	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
 	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).
@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 	// profiles; nothing imports it but the CLI.
 	"agent":             {"recording", "merge", "export", "debuginfo"},
 	"cmd/rubyperf":      {"*"},
-	"internal/testruby": {"internal/testskip"},
+	"internal/testruby": {"internal/testskip", "internal/procstat"},
 	// internal/debuginfodtest serves debug files with a real debuginfod.
 	"internal/debuginfodtest": {"internal/testskip"},
 	// internal/testskip is the one rule for when a test may skip; it knows
@@ -56,11 +56,14 @@ var allowed = map[string][]string{
 	// internal/safefile opens what another user may have put at a path
 	// (a FIFO, a device) without blocking, for every package that reads one.
 	"internal/safefile": {},
+	// internal/procstat reads /proc/PID/stat for the recorder, the
+	// benchmarks and the tests.
+	"internal/procstat": {},
 	// internal/otelcoltest builds a real OpenTelemetry Collector
 	// (testdata/collector) into $RUBYPERF_CACHE and runs it for tests.
 	"internal/otelcoltest": {"internal/testruby"},
 	// bench runs the rubyperf binary and its peers as a user would.
-	"bench": {},
+	"bench": {"internal/procstat"},
 }
 
 // testHelpers are the packages any test file may import.
@@ -72,13 +75,14 @@ var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfo
 // may import beyond its rules: bpf's benchmark finds the request labels'
 // thread-local variable with threadlocal, as recording does for the program,
 // and bpf's tests read the records Run delivers with perfdata, as recording
-// does; agent's tests ask bpf whether they can run.
-var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata"}, "agent": {"bpf"}}
+// does; agent's tests ask bpf whether they can run; bpf's benchmark waits
+// for the workload's CPU time through procstat.
+var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata", "internal/procstat"}, "agent": {"bpf"}}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
 var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true,
-	"internal/testskip": true}
+	"internal/testskip": true, "internal/procstat": true}
 
 // externalOnly packages may import, outside the standard library, only
 // what starts with one of the listed prefixes.
