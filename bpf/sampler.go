@@ -234,47 +234,31 @@ func Open(opts Options) (_ *Sampler, err error) {
 	clock := perf.Attr{Type: perf.SoftwareEvent, Config: uint64(perf.CPUClock), Options: perf.Options{Disabled: true}}
 	clock.SetSampleFreq(uint64(opts.Frequency))
 	for _, cpu := range s.cpus {
-		out, err := perf.Open(&s.attr, perf.AllThreads, cpu, nil)
+		out, err := openRing(&s.attr, cpu, opts.RingPages, "bpf-output")
 		if err != nil {
-			return nil, fmt.Errorf("open bpf-output event on CPU %d: %w", cpu, err)
+			return nil, err
 		}
 		s.outputs = append(s.outputs, out)
-		if err := mapRing(out, opts.RingPages); err != nil {
-			return nil, fmt.Errorf("map ring of CPU %d: %w", cpu, err)
-		}
-		fd, err := out.FD()
-		if err != nil {
+		if err := setOutput(s.objs.Events, "events", cpu, out); err != nil {
 			return nil, err
 		}
-		if err := s.objs.Events.Update(uint32(cpu), uint32(fd), ebpf.UpdateAny); err != nil {
-			return nil, fmt.Errorf("events map, CPU %d: %w", cpu, err)
-		}
-		ur, err := perf.Open(&urgent, perf.AllThreads, cpu, nil)
+		ur, err := openRing(&urgent, cpu, urgentPages, "urgent bpf-output")
 		if err != nil {
-			return nil, fmt.Errorf("open urgent bpf-output event on CPU %d: %w", cpu, err)
+			return nil, err
 		}
 		s.urgent = append(s.urgent, ur)
-		if err := mapRing(ur, urgentPages); err != nil {
-			return nil, fmt.Errorf("map urgent ring of CPU %d: %w", cpu, err)
-		}
-		if fd, err = ur.FD(); err != nil {
+		if err := setOutput(s.objs.UrgentEvents, "urgent events", cpu, ur); err != nil {
 			return nil, err
 		}
-		if err := s.objs.UrgentEvents.Update(uint32(cpu), uint32(fd), ebpf.UpdateAny); err != nil {
-			return nil, fmt.Errorf("urgent events map, CPU %d: %w", cpu, err)
-		}
-		tr, err := perf.Open(&track, perf.AllThreads, cpu, nil)
-		if err != nil {
-			return nil, fmt.Errorf("open tracking event on CPU %d: %w", cpu, err)
-		}
-		s.trackers = append(s.trackers, tr)
 		// Every process on the machine writes here: process starts and
 		// library loads come in bursts, and a lost MMAP2 of a target leaves
 		// its native frames unnamed. 64 KiB lost records while a Ruby
 		// started; 1 MiB lost none.
-		if err := mapRing(tr, sideBandPages); err != nil {
-			return nil, fmt.Errorf("map tracking ring of CPU %d: %w", cpu, err)
+		tr, err := openRing(&track, cpu, sideBandPages, "tracking")
+		if err != nil {
+			return nil, err
 		}
+		s.trackers = append(s.trackers, tr)
 		ck, err := perf.Open(&clock, perf.AllThreads, cpu, nil)
 		if err != nil {
 			return nil, fmt.Errorf("open cpu-clock event on CPU %d: %w", cpu, err)
@@ -293,6 +277,33 @@ func Open(opts Options) (_ *Sampler, err error) {
 // mapRing maps ev's ring of pages. The rings are locked memory: past the
 // kernel's allowance (perf_event_mlock_kb per CPU) they count against
 // RLIMIT_MEMLOCK, unless the process has CAP_IPC_LOCK; a refusal says so.
+// openRing opens the event attr on cpu and maps its ring of pages; what
+// names the event in errors. An event it cannot map it closes.
+func openRing(attr *perf.Attr, cpu, pages int, what string) (*perf.Event, error) {
+	ev, err := perf.Open(attr, perf.AllThreads, cpu, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open %s event on CPU %d: %w", what, cpu, err)
+	}
+	if err := mapRing(ev, pages); err != nil {
+		ev.Close()
+		return nil, fmt.Errorf("map %s ring of CPU %d: %w", what, cpu, err)
+	}
+	return ev, nil
+}
+
+// setOutput makes ev, on cpu, where the program's writes to m (named
+// what in errors) go for cpu.
+func setOutput(m *ebpf.Map, what string, cpu int, ev *perf.Event) error {
+	fd, err := ev.FD()
+	if err != nil {
+		return err
+	}
+	if err := m.Update(uint32(cpu), uint32(fd), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("%s map, CPU %d: %w", what, cpu, err)
+	}
+	return nil
+}
+
 func mapRing(ev *perf.Event, pages int) error {
 	err := ev.MapRingNumPages(pages)
 	if errors.Is(err, unix.EPERM) {
