@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/rubyperf/rubyperf/internal/safefile"
 )
@@ -281,14 +282,7 @@ func (r *Reader) Feature(f Feature) ([]byte, bool) {
 }
 
 // Features lists the feature sections present, in ascending order.
-func (r *Reader) Features() []Feature {
-	list := make([]Feature, 0, len(r.feats))
-	for f := range r.feats {
-		list = append(list, f)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
-	return list
-}
+func (r *Reader) Features() []Feature { return slices.Sorted(maps.Keys(r.feats)) }
 
 // Next advances to the next record, which Record returns. It returns false
 // at the end of the data or on an error, which Err then returns.

@@ -3,9 +3,10 @@ package perfdata
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -441,14 +442,7 @@ func (w *Writer) writeHeader(h fileHeader) error {
 }
 
 // featureList returns the features set, in ascending bit order.
-func (w *Writer) featureList() []Feature {
-	list := make([]Feature, 0, len(w.features))
-	for f := range w.features {
-		list = append(list, f)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
-	return list
-}
+func (w *Writer) featureList() []Feature { return slices.Sorted(maps.Keys(w.features)) }
 
 // writeFeatures writes the section table at off (one perf_file_section per
 // feature, ascending) followed by the payloads not placed before the data.
