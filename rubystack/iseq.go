@@ -38,12 +38,8 @@ const (
 )
 
 func (r *Reader) iseq(addr uint64) (*iseq, error) {
-	typ, err := r.o.imemoType(addr)
-	if err != nil {
+	if err := r.o.checkImemo(addr, "imemo_iseq", "an iseq"); err != nil {
 		return nil, err
-	}
-	if typ != r.Layout.Constants["imemo_iseq"] {
-		return nil, fmt.Errorf("%w: %#x is imemo type %d, not an iseq", errTorn, addr, typ)
 	}
 	body, err := r.o.word(addr + uint64(r.Layout.Iseq.Body))
 	if err != nil {

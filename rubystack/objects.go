@@ -88,6 +88,19 @@ func (o *objects) imemoType(v uint64) (int64, error) {
 	return int64((f >> o.flUShift) & 0xf), nil // imemo_mask
 }
 
+// checkImemo refuses v unless it is an imemo of type kind (a Layout
+// constant, imemo_iseq), what in errors (an iseq).
+func (o *objects) checkImemo(v uint64, kind, what string) error {
+	typ, err := o.imemoType(v)
+	if err != nil {
+		return err
+	}
+	if typ != o.l.Constants[kind] {
+		return fmt.Errorf("%w: %#x is imemo type %d, not %s", errTorn, v, typ, what)
+	}
+	return nil
+}
+
 // str reads a String's bytes, at most maxStringBytes of them.
 func (o *objects) str(v uint64) (string, error) {
 	s, _, err := o.strN(v, maxStringBytes)

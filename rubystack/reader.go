@@ -197,12 +197,8 @@ type methodEntry struct {
 }
 
 func (r *Reader) methodEntry(cme uint64) (*methodEntry, error) {
-	typ, err := r.o.imemoType(cme)
-	if err != nil {
+	if err := r.o.checkImemo(cme, "imemo_ment", "a method entry"); err != nil {
 		return nil, err
-	}
-	if typ != r.Layout.Constants["imemo_ment"] {
-		return nil, fmt.Errorf("%w: %#x is imemo type %d, not a method entry", errTorn, cme, typ)
 	}
 	me := &r.Layout.MethodEntry
 	def, err := r.o.word(cme + uint64(me.Def))
