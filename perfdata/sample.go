@@ -3,6 +3,7 @@ package perfdata
 import (
 	"errors"
 	"fmt"
+	"iter"
 )
 
 // Sample is PERF_RECORD_SAMPLE. Each field is set only if its PERF_SAMPLE_*
@@ -105,6 +106,24 @@ const (
 	ContextGuestUser   uint64 = 1<<64 - 2560 // PERF_CONTEXT_GUEST_USER
 	ContextMax         uint64 = 1<<64 - 4095 // PERF_CONTEXT_MAX: entries at or above it are markers
 )
+
+// CallchainIn yields the addresses of callchain that lie in context ctx
+// (ContextKernel, ContextUser, ...): those after a ctx marker, up to the
+// next marker.
+func CallchainIn(callchain []uint64, ctx uint64) iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		in := false
+		for _, ip := range callchain {
+			if ip >= ContextMax {
+				in = ip == ctx
+				continue
+			}
+			if in && !yield(ip) {
+				return
+			}
+		}
+	}
+}
 
 // sampleIDOffset returns where a SAMPLE record body holds its event id
 // for sample type st, or -1 if it has none (perf's evsel id_pos).

@@ -3,6 +3,7 @@ package perfdata
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -234,5 +235,22 @@ func TestSetSamplePeriod(t *testing.T) {
 	}
 	if err := SetSamplePeriod(make([]byte, 64), &Attr{SampleType: SampleIP}, 1); err == nil {
 		t.Error("a period set where the event records none")
+	}
+}
+
+// TestCallchainIn: a context's addresses are those after its markers.
+func TestCallchainIn(t *testing.T) {
+	chain := []uint64{ContextKernel, 1, 2, ContextUser, 3, 4, ContextGuest, 5, ContextUser, 6}
+	for _, c := range []struct {
+		ctx  uint64
+		want []uint64
+	}{
+		{ContextKernel, []uint64{1, 2}},
+		{ContextUser, []uint64{3, 4, 6}},
+		{ContextHV, nil},
+	} {
+		if got := slices.Collect(CallchainIn(chain, c.ctx)); !slices.Equal(got, c.want) {
+			t.Errorf("context %#x: %v, want %v", c.ctx, got, c.want)
+		}
 	}
 }

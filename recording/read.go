@@ -385,15 +385,7 @@ func (rd *reader) stack(s *perfdata.Sample, p *bpf.Payload) merge.Stack {
 // kernelFrames names the kernel part of a callchain (the user part is
 // unwound from the stack copy).
 func (rd *reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Native {
-	inKernel := false
-	for _, ip := range chain {
-		if ip >= perfdata.ContextMax {
-			inKernel = ip == perfdata.ContextKernel
-			continue
-		}
-		if !inKernel {
-			continue
-		}
+	for ip := range perfdata.CallchainIn(chain, perfdata.ContextKernel) {
 		f := merge.Frame{Kind: merge.KindKernel, Name: rubystack.UnknownLabel, File: "[kernel.kallsyms]", Addr: ip}
 		if name, off, ok := rd.kernel.Symbol(ip); ok {
 			f.Name, f.SymOffset = name, off
@@ -494,15 +486,7 @@ func compilerClone(name string) string {
 // a native stack when a sample has no stack copy (perf record -g, or frame
 // pointers).
 func (rd *reader) callchainUserFrames(out []merge.Native, chain []uint64, maps *native.Maps, objs *native.Objects) []merge.Native {
-	inUser := false
-	for _, ip := range chain {
-		if ip >= perfdata.ContextMax {
-			inUser = ip == perfdata.ContextUser
-			continue
-		}
-		if !inUser {
-			continue
-		}
+	for ip := range perfdata.CallchainIn(chain, perfdata.ContextUser) {
 		fr := merge.Frame{Kind: merge.KindNative, Name: rubystack.UnknownLabel, Addr: ip}
 		if m, ok := maps.Find(ip); ok {
 			fr.File, fr.MapStart, fr.MapLimit, fr.MapOffset = m.Path, m.Start, m.Limit, m.Offset
