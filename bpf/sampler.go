@@ -233,32 +233,36 @@ func Open(opts Options) (_ *Sampler, err error) {
 	track.SetWakeupWatermark(uint32(sideBandPages * page / 2))
 	clock := perf.Attr{Type: perf.SoftwareEvent, Config: uint64(perf.CPUClock), Options: perf.Options{Disabled: true}}
 	clock.SetSampleFreq(uint64(opts.Frequency))
-	for _, cpu := range s.cpus {
-		out, err := openRing(&s.attr, cpu, opts.RingPages, "bpf-output")
-		if err != nil {
-			return nil, err
-		}
-		s.outputs = append(s.outputs, out)
-		if err := setOutput(s.objs.Events, "events", cpu, out); err != nil {
-			return nil, err
-		}
-		ur, err := openRing(&urgent, cpu, urgentPages, "urgent bpf-output")
-		if err != nil {
-			return nil, err
-		}
-		s.urgent = append(s.urgent, ur)
-		if err := setOutput(s.objs.UrgentEvents, "urgent events", cpu, ur); err != nil {
-			return nil, err
-		}
+	// Each CPU's rings: the program's output, its urgent output, and the
+	// tracking events.
+	rings := []struct {
+		attr   *perf.Attr
+		pages  int
+		what   string
+		output *ebpf.Map // the program's map of them by CPU; nil: none
+		events *[]*perf.Event
+	}{
+		{&s.attr, opts.RingPages, "bpf-output", s.objs.Events, &s.outputs},
+		{&urgent, urgentPages, "urgent bpf-output", s.objs.UrgentEvents, &s.urgent},
 		// Every process on the machine writes here: process starts and
 		// library loads come in bursts, and a lost MMAP2 of a target leaves
 		// its native frames unnamed. 64 KiB lost records while a Ruby
 		// started; 1 MiB lost none.
-		tr, err := openRing(&track, cpu, sideBandPages, "tracking")
-		if err != nil {
-			return nil, err
+		{&track, sideBandPages, "tracking", nil, &s.trackers},
+	}
+	for _, cpu := range s.cpus {
+		for _, r := range rings {
+			ev, err := openRing(r.attr, cpu, r.pages, r.what)
+			if err != nil {
+				return nil, err
+			}
+			*r.events = append(*r.events, ev)
+			if r.output != nil {
+				if err := setOutput(r.output, r.what, cpu, ev); err != nil {
+					return nil, err
+				}
+			}
 		}
-		s.trackers = append(s.trackers, tr)
 		ck, err := perf.Open(&clock, perf.AllThreads, cpu, nil)
 		if err != nil {
 			return nil, fmt.Errorf("open cpu-clock event on CPU %d: %w", cpu, err)
@@ -291,15 +295,15 @@ func openRing(attr *perf.Attr, cpu, pages int, what string) (*perf.Event, error)
 	return ev, nil
 }
 
-// setOutput makes ev, on cpu, where the program's writes to m (named
-// what in errors) go for cpu.
+// setOutput makes ev, the what event of cpu, where the program's writes
+// to m go for cpu.
 func setOutput(m *ebpf.Map, what string, cpu int, ev *perf.Event) error {
 	fd, err := ev.FD()
 	if err != nil {
 		return err
 	}
 	if err := m.Update(uint32(cpu), uint32(fd), ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("%s map, CPU %d: %w", what, cpu, err)
+		return fmt.Errorf("put the %s event of CPU %d in the program's map: %w", what, cpu, err)
 	}
 	return nil
 }
