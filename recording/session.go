@@ -11,12 +11,8 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
@@ -170,13 +166,6 @@ const (
 	CommandKilled = "killed with SIGKILL after it outlived the grace period"
 )
 
-// commandGrace is how long a started command has to exit once told to.
-const commandGrace = 5 * time.Second
-
-// attachAttempts is how many times a newly exec'd process is tried (-a)
-// before it is given up on.
-const attachAttempts = 20
-
 // session is the state of one recording.
 type session struct {
 	opts    Options
@@ -190,30 +179,12 @@ type session struct {
 	builds *rubybuild.Cache
 	files  *threadlocal.Files
 
-	mu      sync.Mutex // guards targets, symtab, counters, and the maps below
-	targets map[int]*Target
-	gone    map[int]bool
-	pending map[int]int // pids that exec'd, with attempts left to attach
-	// execd: targets whose image ended by exec, not yet attached again or
-	// given up on; retired: their old Targets, closed at the end.
-	execd   map[int]string
-	retired []*Target
-	// execSeen: targets with a COMM record of an exec the program has not
-	// acted on (yet), by when to look again. The record of the exec that
-	// started a command comes after the command was attached; a later
-	// exec's record comes a moment before the program removes the target.
-	execSeen map[int]execSeen
+	mu sync.Mutex // guards the lifecycle, symtab, counters, and the maps below
+	lifecycle
 	nextGen  uint32    // the Gen of the next attach
 	started  time.Time // when sampling started (FeatureStartTime)
-	command  int       // the pid of the command Record started, or 0
-	// commandExiting: the kernel reported the command's exit (its EXIT
-	// record), which comes before the command can be reaped.
-	commandExiting bool
-	sum            Summary
-	noTarget       chan struct{} // closed when every target has exited (not with -a)
-	closeNT        sync.Once
-	buildIDs       map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
-	skips          map[int]bool      // -a: processes already said to be skipped
+	sum      Summary
+	buildIDs map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
 
 	// Reused from one record to the next: the hot path allocates nothing
 	// per sample but what it keeps.
@@ -286,43 +257,8 @@ func (s *session) checkpoint() error {
 	return nil
 }
 
-// threadKey is a thread of a target process.
-type threadKey struct{ pid, tid, gen uint32 }
-
 // maxLastFrames bounds lastFrames; past it, the map starts afresh.
 const maxLastFrames = 4096
-
-// attachResult is what attachAll attached, and the error that stopped it.
-type attachResult struct {
-	targets []*Target
-	err     error
-}
-
-// attachAll attaches pids in order, stopping at the first that fails.
-func (s *session) attachAll(pids []int) attachResult {
-	var res attachResult
-	for _, pid := range pids {
-		t, err := s.attach(pid, s.opts.DebugFile)
-		if err != nil {
-			res.err = err
-			break
-		}
-		res.targets = append(res.targets, t)
-	}
-	return res
-}
-
-// openOptions are how the session opens a Ruby's files: with debugFile
-// (--debug-file, or ""), its debuginfod finder, and its cache of builds.
-func (s *session) openOptions(debugFile string) rubybuild.OpenOptions {
-	return rubybuild.OpenOptions{DebugFile: debugFile, Debuginfo: s.opts.Debuginfo, Cache: s.builds}
-}
-
-// attach attaches pid as the session does: sharing what earlier attaches
-// worked out.
-func (s *session) attach(pid int, debugFile string) (*Target, error) {
-	return Attach(pid, s.openOptions(debugFile), s.files)
-}
 
 // Record runs a recording until ctx ends, the duration passes, the targets
 // exit, or the started command exits, and always leaves a valid file.
@@ -345,8 +281,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		opts.MemoryBudget = DefaultMemoryBudget
 	}
 	s := &session{opts: opts, symtab: NewSymbolTable(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
-		targets: map[int]*Target{}, gone: map[int]bool{},
-		pending: map[int]int{}, execd: map[int]string{}, execSeen: map[int]execSeen{}, noTarget: make(chan struct{})}
+		lifecycle: newLifecycle()}
 	b := splitBudget(opts.MemoryBudget)
 	s.symtab.setBudget(b)
 	s.maxLastHeld = int(b.lastFrames / lastFrameCost)
@@ -549,110 +484,6 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	return &s.sum, finErr
 }
 
-// The layout is checked before attaching; while recording, the frames the
-// BPF walker brings are checked again as they are symbolized. A target
-// whose distinct frames are mostly not readable as Ruby frames is read
-// through a layout that does not fit (or its memory is being torn apart):
-// it is no longer sampled, and the user is told.
-const (
-	plausibleMinFrames = 64
-	plausibleMaxShare  = 0.5
-)
-
-// checkPlausible counts a target's newly symbolized frames (s.mu held).
-func (s *session) checkPlausible(t *Target, seen, implausible int) {
-	t.framesSeen += seen
-	t.framesImplausible += implausible
-	if t.dropped || t.framesSeen < plausibleMinFrames ||
-		float64(t.framesImplausible) <= plausibleMaxShare*float64(t.framesSeen) {
-		return
-	}
-	t.dropped = true
-	s.targetExited(t.PID) // as if it had exited: no more samples, and the recording may end
-	s.sum.Dropped = append(s.sum.Dropped, t.PID)
-	if s.opts.Warn != nil {
-		fmt.Fprintf(s.opts.Warn, "rubyperf: pid %d (%s): stopped sampling it: %d of %d distinct frames could not be read "+
-			"as Ruby frames through layout %s; its samples so far keep them as [unknown]\n",
-			t.PID, ProcessName(t.PID), t.framesImplausible, t.framesSeen, t.Reader.Layout.Source)
-	}
-}
-
-// skipped says once why -a does not record a Ruby process.
-func (s *session) skipped(pid int, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.skips == nil {
-		s.skips = map[int]bool{}
-	}
-	if s.opts.Warn == nil || s.skips[pid] || errors.Is(err, rubystack.ErrNoProcess) {
-		return // a process that has exited is not worth a line
-	}
-	s.skips[pid] = true
-	msg := err.Error()
-	if p := fmt.Sprintf("pid %d: ", pid); strings.HasPrefix(msg, p) {
-		msg = msg[len(p):]
-	}
-	fmt.Fprintf(s.opts.Warn, "rubyperf: pid %d (%s): skipped: %s\n", pid, ProcessName(pid), msg)
-}
-
-// add makes t a target: sampled from now on, with its threads and
-// mappings described in the file (timestamp 0: before any sample).
-func (s *session) add(t *Target) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.targets[t.PID]; ok {
-		t.Close()
-		return nil
-	}
-	if err := s.synthesize(t.PID); err != nil {
-		t.Close()
-		return err
-	}
-	t.Config.Gen = s.nextGen
-	if s.opts.FollowForks {
-		t.Config.FollowForks = 1
-	}
-	t.Config.FollowWall(s.opts.Wall)
-	if err := s.sampler.AddProcess(t.PID, t.Config); err != nil {
-		t.Close()
-		return err
-	}
-	s.nextGen++
-	s.register(t)
-	return nil
-}
-
-// register makes t, sampled already, the target of its pid (s.mu held).
-func (s *session) register(t *Target) {
-	s.targets[t.PID] = t
-	if s.live != nil {
-		t.info = describe(t)
-	}
-	if a := t.Process.Binary.Anchors(t.Reader.Layout).VMExec; a.Found && a.Size > 0 {
-		s.symtab.VMExec[Image{uint32(t.PID), t.Config.Gen}] = VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
-	}
-	if _, again := s.execd[t.PID]; !again {
-		s.sum.Targets++
-		s.sum.PIDs = append(s.sum.PIDs, t.PID)
-	}
-	s.noGCStamps(t)
-}
-
-// noGCStamps says, once per target, that its names are not checked.
-func (s *session) noGCStamps(t *Target) {
-	if t.NoGCStamps != nil && !t.sharesProcess {
-		line := fmt.Sprintf("pid %d (%s): no GC stamps (%v): a frame whose code is freed and replaced while "+
-			"recording may keep the name of the code there before; debug info for its Ruby (--debug-file, "+
-			"debuginfod) removes the doubt", t.PID, ProcessName(t.PID), t.NoGCStamps)
-		if len(s.sum.NoGCStamps) < maxEvents {
-			s.sum.NoGCStamps = append(s.sum.NoGCStamps, line)
-		}
-		if s.opts.Warn != nil && len(s.sum.NoGCStamps) == 1 {
-			fmt.Fprintf(s.opts.Warn, "rubyperf: %s\n", line)
-		}
-	}
-}
-
 // handle takes one record from the rings.
 func (s *session) handle(rec bpf.Record) error {
 	s.mu.Lock()
@@ -715,100 +546,6 @@ func (s *session) handle(rec bpf.Record) error {
 	return s.writeDecoded(s.raw, decoded, payload)
 }
 
-// takeSample names the Ruby frames of a sample (p, its payload, decoded
-// from smp.Raw) in smp.Raw, and gives smp the period p stands for.
-func (s *session) takeSample(p *bpf.Payload, smp *perfdata.Sample) {
-	// A sample of an image that has exec'd since is not read through
-	// the new one: its frames stay unnamed.
-	if t, ok := s.targets[int(p.PID)]; ok && t.Config.Gen == p.Gen {
-		if t.gcUnchecked {
-			s.checkGC(t)
-		}
-		walkEnvs(t, p)
-		unseen := s.newFrames(p)
-		ids, added, bad := s.symtab.Resolve(t.Reader, unseen, s.ids[:0])
-		if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
-			// It exec'd before its COMM record was read: what was
-			// just read may be the new program's. Unnamed is right.
-			s.symtab.Forget(p.PID, p.Gen, added)
-			ids = s.symtab.names(unseen, ids)
-			added, bad = nil, 0
-		}
-		s.checkPlausible(t, len(added), bad)
-		if len(added) > 0 {
-			// Their later samples may wait in the batched rings. A
-			// failure only keeps sending them to the urgent ones.
-			s.sampler.MarkNamed(p.PID, p.Gen, added)
-		}
-		s.nameSample(p, smp.Raw, ids)
-		s.nameLabels(t, p, smp.Raw)
-	} else {
-		s.countUnnamed(p)
-	}
-	if !p.Thread.OffCPU && perfdata.SetSamplePeriod(s.raw, &s.attr, p.Period) == nil {
-		smp.Period = p.Period
-	}
-}
-
-// sideBand takes a COMM, MMAP, MMAP2, FORK or EXIT record of thread tid of
-// process pid (s.mu held), and says whether to write it: only a target's.
-func (s *session) sideBand(pid, tid int, rec perfdata.Record) bool {
-	comm, _ := rec.(*perfdata.Comm)
-	exec := comm != nil && comm.Exec()
-	_, isExit := rec.(*perfdata.Exit)
-	threadExit := isExit && pid == tid
-	if exec && s.opts.All {
-		if _, ok := s.targets[pid]; !ok {
-			s.pending[pid] = attachAttempts
-		}
-	}
-	_, target := s.targets[pid]
-	if _, ok := s.execd[pid]; ok && rec.Type() != perfdata.RecordFork {
-		target = true // the records of its new image, until given up on
-		if exec {     // again (a wrapper script's exec of its Ruby): a new start
-			s.execd[pid], s.pending[pid] = comm.Comm, attachAttempts
-		}
-		if threadExit {
-			if exiting(pid) {
-				s.giveUp(pid, "exited")
-			} else {
-				s.giveUp(pid, secureExec)
-			}
-		}
-	}
-	if !target {
-		return false // not a target: keep the file small
-	}
-	if rec.Type() == perfdata.RecordMmap2 {
-		if t := s.targets[pid]; t != nil && t.labels == nil {
-			t.labelsLook = true // an extension that keeps labels may have been loaded
-		}
-	}
-	switch {
-	case exec:
-		if t := s.targets[pid]; t != nil { // checkExecs decides
-			s.execSeen[pid] = execSeen{comm: comm.Comm, gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
-		}
-	case threadExit && !exiting(pid):
-		// Still running: it exec'd a program the kernel hides from
-		// perf (the exec's COMM record came first).
-		name := "a program"
-		if e, ok := s.execSeen[pid]; ok {
-			name = e.comm
-		}
-		delete(s.execSeen, pid)
-		s.execd[pid] = name
-		s.sampler.RemoveProcess(pid)
-		s.giveUp(pid, secureExec)
-	case threadExit:
-		if pid == s.command {
-			s.commandExiting = true
-		}
-		s.targetExited(pid)
-	}
-	return true
-}
-
 // write writes one record (header and data) and checkpoints when due.
 func (s *session) write(rec []byte) error { return s.writeDecoded(rec, nil, nil) }
 
@@ -821,314 +558,12 @@ func (s *session) writeDecoded(raw []byte, rec perfdata.Record, p *bpf.Payload) 
 	return s.checkpoint()
 }
 
-// checkGC checks the GC counters of a target attached before its first GC,
-// once one has run. Counters that do not agree turn its GC stamps off: its
-// later samples are named as a Ruby's without stamps are, and the recording
-// says its names are not checked (its earlier samples keep the names they
-// were given, read while the counters could not be told wrong).
-func (s *session) checkGC(t *Target) {
-	err := t.Reader.CheckGC()
-	if errors.Is(err, rubystack.ErrGCNotRun) {
-		return
-	}
-	t.gcUnchecked = false
-	if err == nil {
-		return
-	}
-	t.Config.GcSpan = 0
-	if rerr := s.sampler.Reconfigure(t.PID, t.Config); rerr != nil {
-		err = fmt.Errorf("%w (and %v)", err, rerr)
-	}
-	t.Reader.NoGCStamps()
-	t.NoGCStamps = err
-	s.noGCStamps(t)
-}
-
-// lastSample is what newFrames keeps of a thread's previous sample.
-type lastSample struct {
-	frames []bpf.Frame
-	ids    []uint64 // the ids of the names its frames had
-	gc     bpf.GCStamp
-}
-
-// newFrames is p with only the frames above the part its thread's previous
-// sample shared (in s.unseen, overwritten by the next call), and remembers
-// p's frames for the next.
-func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
-	k := threadKey{p.PID, p.TID, p.Gen}
-	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames || s.maxLastHeld > 0 && s.lastHeld+len(p.Frames) > s.maxLastHeld {
-		s.lastFrames, s.lastHeld = map[threadKey]lastSample{}, 0
-	}
-	prev := s.lastFrames[k]
-	s.lastHeld += max(len(p.Frames)-cap(prev.frames), 0)
-	shared := 0
-	// Names hold for GC intervals: frames shared with a sample of another
-	// interval are looked up again.
-	if prev.gc.Stamped == p.GC.Stamped && prev.gc.Epoch == p.GC.Epoch && prev.gc.Interval() == p.GC.Interval() &&
-		!p.GC.Compacting && len(prev.ids) == len(prev.frames) {
-		for shared < len(prev.frames) && shared < len(p.Frames) &&
-			prev.frames[len(prev.frames)-1-shared] == p.Frames[len(p.Frames)-1-shared] {
-			shared++
-		}
-	}
-	// The names of the shared frames, before prev's storage is reused.
-	s.sharedIDs = append(s.sharedIDs[:0], prev.ids[len(prev.ids)-shared:]...)
-	s.lastFrames[k] = lastSample{frames: append(prev.frames[:0], p.Frames...), ids: prev.ids, gc: p.GC}
-	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, GC: p.GC, Frames: p.Frames[:len(p.Frames)-shared]}
-	return &s.unseen
-}
-
-// nameSample writes into the sample's payload (raw, as recorded) the ids of
-// the names its frames have for it: those Resolve gave its unseen frames,
-// then the shared ones' as the thread's previous sample had them. Each
-// sample thus carries the names proven for it.
-func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
-	ids = append(ids, s.sharedIDs...)
-	s.ids = ids
-	s.countNames(len(ids), func(i int) (unknown, replaced bool) {
-		info, named, ok := s.symtab.FrameName(ids[i])
-		return !named || ok && info.Unknown, !ok
-	})
-	for _, id := range ids {
-		if s.symtab.OverBudget(id) {
-			s.sum.FramesOverBudget++
-		}
-	}
-	k := threadKey{p.PID, p.TID, p.Gen}
-	if last, ok := s.lastFrames[k]; ok {
-		last.ids = append(last.ids[:0], ids...)
-		s.lastFrames[k] = last
-	}
-	bpf.NameFrames(raw, p, ids) // a payload it cannot read stays as it was: unnamed
-}
-
-// countUnnamed counts in the summary the frames of a sample the recorder
-// does not name (its image exec'd since), as a reader will read them: by
-// their keys, in the table as it stands (s.mu held).
-func (s *session) countUnnamed(p *bpf.Payload) {
-	s.countNames(len(p.Frames), func(i int) (unknown, replaced bool) {
-		f := p.Frames[i]
-		info, named, ok := s.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
-		return f.Error || !named || ok && info.Unknown, !ok
-	})
-}
-
-// countNames counts in the summary a sample's n frames without a name, by
-// kind (unknown first), and the sample if it has any (s.mu held).
-func (s *session) countNames(n int, kind func(i int) (unknown, replaced bool)) {
-	unnamed := false
-	for i := range n {
-		switch unknown, replaced := kind(i); {
-		case unknown:
-			s.sum.UnknownFrames++
-		case replaced:
-			s.sum.FramesNotNamed++
-		default:
-			continue
-		}
-		unnamed = true
-	}
-	if unnamed {
-		s.sum.SamplesNotNamed++
-	}
-}
-
 // appendRawRecord appends rec as the kernel wrote it, header first.
 func appendRawRecord(b []byte, rec bpf.Record) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(rec.Header.Type))
 	b = binary.LittleEndian.AppendUint16(b, uint16(rec.Header.Misc))
 	b = binary.LittleEndian.AppendUint16(b, uint16(8+len(rec.Data)))
 	return append(b, rec.Data...)
-}
-
-func (s *session) targetExited(pid int) {
-	if s.gone[pid] {
-		return
-	}
-	s.gone[pid] = true
-	s.sampler.RemoveProcess(pid)
-	s.checkTargets()
-}
-
-// checkTargets ends the recording when no target is left to sample and
-// none may come back (s.mu held). With -a, more may start.
-func (s *session) checkTargets() {
-	if s.opts.All || len(s.execd) > 0 {
-		return
-	}
-	for pid := range s.targets {
-		if !s.gone[pid] {
-			return
-		}
-	}
-	s.closeNT.Do(func() { close(s.noTarget) })
-}
-
-// targetExecd: target pid exec'd (s.mu held). The program stopped sampling
-// it at that instant; its new image is attached again if it is a Ruby,
-// as a new Gen, so nothing of the old image is read through the new one.
-func (s *session) targetExecd(pid int, comm string) {
-	t := s.targets[pid]
-	s.sampler.RemoveProcess(pid)
-	delete(s.targets, pid)
-	delete(s.execSeen, pid)
-	s.retired = append(s.retired, t)
-	s.execd[pid] = comm
-	s.pending[pid] = attachAttempts
-}
-
-// execSeen is a COMM record of an exec of a target still sampled.
-type execSeen struct {
-	comm     string
-	gen      uint32
-	deadline time.Time
-}
-
-// execGrace is how long the program may take to act on an exec whose
-// COMM record came first (the rest of the exec: loading the binary).
-const execGrace = 200 * time.Millisecond
-
-// checkExecs decides on the execs seen while their target was still
-// sampled (s.mu held): the program removed it since (an exec of the
-// image attached), or it still samples it after execGrace (the exec that
-// made the image attached).
-func (s *session) checkExecs() {
-	for pid, e := range s.execSeen {
-		t := s.targets[pid]
-		switch {
-		case t == nil || t.Config.Gen != e.gen:
-			delete(s.execSeen, pid)
-		case !s.sampler.Sampled(pid, e.gen):
-			s.targetExecd(pid, e.comm)
-		case time.Now().After(e.deadline):
-			delete(s.execSeen, pid)
-		}
-	}
-}
-
-// giveUp: pid exec'd and will not be recorded again (s.mu held): why says
-// what it became.
-func (s *session) giveUp(pid int, why string) {
-	comm, ok := s.execd[pid]
-	if !ok {
-		return
-	}
-	delete(s.execd, pid)
-	delete(s.pending, pid)
-	s.gone[pid] = true
-	s.event(fmt.Sprintf("pid %d exec'd %s and %s: no longer recorded", pid, comm, why))
-	if pid == s.command {
-		return // the command goes on: the recording ends when it exits, as it would have
-	}
-	s.checkTargets()
-}
-
-// forked takes a FORK record (s.mu held): a child of a target that
-// follows forks is sampled from its first instant (the program copied its
-// parent's configuration); here it gets its Target to be named through.
-func (s *session) forked(child, parent int) {
-	pt, ok := s.targets[parent]
-	if child == parent || !ok || !s.opts.FollowForks || s.gone[parent] {
-		return
-	}
-	if _, known := s.targets[child]; known {
-		return
-	}
-	t, err := pt.forked(child)
-	if err != nil {
-		s.sampler.RemoveProcess(child) // it exec'd or exited already: nothing of it to name
-		return
-	}
-	s.register(t)
-	s.event(fmt.Sprintf("pid %d forked pid %d: recorded", parent, child))
-}
-
-// discover attaches to Ruby processes that exec: a target that exec'd
-// (again, if it is a Ruby now), and with -a any process; with -a a full
-// rescan also runs every few seconds.
-func (s *session) discover(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	rescan, progressed := time.Now(), time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		s.mu.Lock()
-		s.checkExecs()
-		s.lookForLabels()
-		if s.live != nil {
-			s.live.reap(time.Now())
-			s.restartNames()
-		}
-		var progress *Progress
-		if s.opts.Progress != nil && time.Since(progressed) >= time.Second {
-			progressed = time.Now()
-			progress = &Progress{Samples: s.sum.Samples, Lost: s.sum.Lost, LostSideBand: s.sum.LostSideBand,
-				Targets: len(s.targets) - len(s.gone), Attached: s.sum.Targets, Kept: len(s.targets) + len(s.retired),
-				FrameKeys: len(s.symtab.Frames), FramesOverBudget: s.sum.FramesOverBudget, NamesRestarted: s.sum.NamesRestarted}
-		}
-		var try []int
-		for pid, left := range s.pending {
-			if left <= 0 {
-				delete(s.pending, pid)
-				s.giveUp(pid, "is not a Ruby")
-				continue
-			}
-			s.pending[pid] = left - 1
-			try = append(try, pid)
-		}
-		s.mu.Unlock()
-		if progress != nil {
-			s.opts.Progress(*progress)
-		}
-		if s.opts.All && time.Since(rescan) > 3*time.Second {
-			rescan = time.Now()
-			if pids, err := RubyPIDs(); err == nil {
-				try = append(try, pids...)
-			}
-		}
-		for _, pid := range try {
-			s.mu.Lock()
-			_, known := s.targets[pid]
-			_, again := s.execd[pid]
-			s.mu.Unlock()
-			if known || !looksLikeRuby(pid) || !again && s.opts.Select != nil && !s.opts.Select(pid) {
-				continue
-			}
-			t, err := s.attach(pid, s.debugFileFor(pid))
-			if err != nil {
-				s.mu.Lock()
-				_, retry := s.pending[pid]
-				final := !retry || errors.Is(err, rubybuild.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch)
-				_, again := s.execd[pid]
-				if again && final {
-					s.giveUp(pid, "cannot be recorded ("+err.Error()+")")
-				}
-				s.mu.Unlock()
-				// A process that just exec'd may not have mapped its Ruby yet.
-				if final && !again {
-					s.skipped(pid, err)
-				}
-				continue
-			}
-			s.mu.Lock()
-			comm, again := s.execd[pid]
-			s.mu.Unlock()
-			if err := s.add(t); err != nil {
-				continue
-			}
-			s.mu.Lock()
-			delete(s.pending, pid)
-			if again {
-				delete(s.execd, pid)
-				s.event(fmt.Sprintf("pid %d exec'd %s: recording the new Ruby", pid, comm))
-			}
-			s.mu.Unlock()
-		}
-	}
 }
 
 // status prints a status line every second.
@@ -1150,85 +585,6 @@ func (s *session) status(ctx context.Context, start time.Time) {
 			n, lost, n-last, targets, time.Since(start).Round(time.Second))
 		last = n
 	}
-}
-
-// endCommand waits for the command Record started, after sampling
-// stopped. Interrupted (Ctrl-C), the command got the signal too, from its
-// terminal (same process group): it has commandGrace to finish. When the
-// recording ended otherwise (its duration), the command ends with it, as
-// timeout(1) would end it: a user who wants a program to outlive its
-// recording records it with -p. A command that is already exiting (the
-// kernel's exit record ended the recording, and comes before the command
-// can be reaped) is waited for, never signalled.
-func (s *session) endCommand(ctx context.Context, cmd *exec.Cmd, done <-chan error) string {
-	select {
-	case <-done:
-		return "" // it exited by itself (and ended the recording)
-	default:
-	}
-	s.mu.Lock()
-	exiting := s.commandExiting
-	s.mu.Unlock()
-	if exiting || exited(cmd.Process.Pid) {
-		select {
-		case <-done:
-			return ""
-		case <-time.After(commandGrace):
-			// An exit that takes this long is stuck in the kernel
-			// (a core dump to a slow pipe): SIGKILL is all that is left.
-		}
-	}
-	how := ""
-	if ctx.Err() == nil && cmd.Process.Signal(syscall.SIGTERM) == nil {
-		how = CommandStopped // (an error: it was reaped meanwhile, by itself)
-	}
-	select {
-	case <-done:
-		return how
-	case <-time.After(commandGrace):
-		cmd.Process.Kill()
-		<-done
-		return CommandKilled
-	}
-}
-
-// exited tells whether child pid has ended and waits to be reaped,
-// without reaping it.
-func exited(pid int) bool {
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	return err == nil && info.Signo == int32(unix.SIGCHLD)
-}
-
-// CommandStatus describes how a started command ended, as a shell would:
-// "exited with status N", or "killed by SIGNAME" (and "(core dumped)").
-func CommandStatus(ps *os.ProcessState) string {
-	if ps == nil {
-		return "not waited for"
-	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	switch {
-	case ok && ws.Signaled():
-		s := "killed by " + unix.SignalName(ws.Signal())
-		if ws.CoreDump() {
-			s += " (core dumped)"
-		}
-		return s
-	default:
-		return fmt.Sprintf("exited with status %d", ps.ExitCode())
-	}
-}
-
-// CommandExitCode is the status a shell gives a command that ended as ps
-// says: its exit code, or 128 plus the signal that killed it.
-func CommandExitCode(ps *os.ProcessState) int {
-	if ps == nil {
-		return 1
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
 }
 
 // finish writes the feature sections and closes the file.
@@ -1286,20 +642,6 @@ func gzipFile(path string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// debugFileFor is the --debug-file for attaching pid: only a process given
-// by the user has the Ruby it names (a process -a finds may not).
-func (s *session) debugFileFor(pid int) string {
-	for _, p := range s.opts.PIDs {
-		if p == pid {
-			return s.opts.DebugFile
-		}
-	}
-	if pid == s.command {
-		return s.opts.DebugFile
-	}
-	return ""
-}
-
 // maxEvents bounds Summary.Events: a target may fork all day.
 const maxEvents = 100
 
@@ -1309,26 +651,6 @@ func (s *session) event(line string) {
 		s.sum.Events = append(s.sum.Events, line)
 	} else {
 		s.sum.MoreEvents++
-	}
-}
-
-// waitExit returns once process pid (a child) has exited, without reaping
-// it or taking any ptrace stop of it: its pidfd becomes readable then.
-// Without pidfds (before Linux 5.3) it looks at the process's state.
-func waitExit(pid int) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		for alive(pid) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		return
-	}
-	defer unix.Close(fd)
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
-			return
-		}
 	}
 }
 

@@ -1,0 +1,407 @@
+package recording
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/rubybuild"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// lifecycle is what a recording knows of its targets' lives, from the
+// records of the side-band ring (COMM, FORK, EXIT) and from /proc: which
+// pids are sampled, which have gone, which exec'd and are attached again
+// or given up on, which -a skipped, and when the last target has gone.
+// The session's methods in this file change it, with the session's lock held.
+type lifecycle struct {
+	targets map[int]*Target
+	gone    map[int]bool
+	pending map[int]int // pids that exec'd, with attempts left to attach
+	// execd: targets whose image ended by exec, not yet attached again or
+	// given up on; retired: their old Targets, closed at the end.
+	execd   map[int]string
+	retired []*Target
+	// execSeen: targets with a COMM record of an exec the program has not
+	// acted on (yet), by when to look again. The record of the exec that
+	// started a command comes after the command was attached; a later
+	// exec's record comes a moment before the program removes the target.
+	execSeen map[int]execSeen
+	skips    map[int]bool // -a: processes already said to be skipped
+	command  int          // the pid of the command Record started, or 0
+	// commandExiting: the kernel reported the command's exit (its EXIT
+	// record), which comes before the command can be reaped.
+	commandExiting bool
+	noTarget       chan struct{} // closed when every target has exited (not with -a)
+	closeNT        sync.Once
+}
+
+// newLifecycle is a lifecycle with no target yet.
+func newLifecycle() lifecycle {
+	return lifecycle{targets: map[int]*Target{}, gone: map[int]bool{}, pending: map[int]int{}, execd: map[int]string{},
+		execSeen: map[int]execSeen{}, noTarget: make(chan struct{})}
+}
+
+// attachAttempts is how many times a newly exec'd process is tried (-a)
+// before it is given up on.
+const attachAttempts = 20
+
+// attachResult is what attachAll attached, and the error that stopped it.
+type attachResult struct {
+	targets []*Target
+	err     error
+}
+
+// attachAll attaches pids in order, stopping at the first that fails.
+func (s *session) attachAll(pids []int) attachResult {
+	var res attachResult
+	for _, pid := range pids {
+		t, err := s.attach(pid, s.opts.DebugFile)
+		if err != nil {
+			res.err = err
+			break
+		}
+		res.targets = append(res.targets, t)
+	}
+	return res
+}
+
+// openOptions are how the session opens a Ruby's files: with debugFile
+// (--debug-file, or ""), its debuginfod finder, and its cache of builds.
+func (s *session) openOptions(debugFile string) rubybuild.OpenOptions {
+	return rubybuild.OpenOptions{DebugFile: debugFile, Debuginfo: s.opts.Debuginfo, Cache: s.builds}
+}
+
+// attach attaches pid as the session does: sharing what earlier attaches
+// worked out.
+func (s *session) attach(pid int, debugFile string) (*Target, error) {
+	return Attach(pid, s.openOptions(debugFile), s.files)
+}
+
+// skipped says once why -a does not record a Ruby process.
+func (s *session) skipped(pid int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.skips == nil {
+		s.skips = map[int]bool{}
+	}
+	if s.opts.Warn == nil || s.skips[pid] || errors.Is(err, rubystack.ErrNoProcess) {
+		return // a process that has exited is not worth a line
+	}
+	s.skips[pid] = true
+	msg := err.Error()
+	if p := fmt.Sprintf("pid %d: ", pid); strings.HasPrefix(msg, p) {
+		msg = msg[len(p):]
+	}
+	fmt.Fprintf(s.opts.Warn, "rubyperf: pid %d (%s): skipped: %s\n", pid, ProcessName(pid), msg)
+}
+
+// add makes t a target: sampled from now on, with its threads and
+// mappings described in the file (timestamp 0: before any sample).
+func (s *session) add(t *Target) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.targets[t.PID]; ok {
+		t.Close()
+		return nil
+	}
+	if err := s.synthesize(t.PID); err != nil {
+		t.Close()
+		return err
+	}
+	t.Config.Gen = s.nextGen
+	if s.opts.FollowForks {
+		t.Config.FollowForks = 1
+	}
+	t.Config.FollowWall(s.opts.Wall)
+	if err := s.sampler.AddProcess(t.PID, t.Config); err != nil {
+		t.Close()
+		return err
+	}
+	s.nextGen++
+	s.register(t)
+	return nil
+}
+
+// register makes t, sampled already, the target of its pid (s.mu held).
+func (s *session) register(t *Target) {
+	s.targets[t.PID] = t
+	if s.live != nil {
+		t.info = describe(t)
+	}
+	if a := t.Process.Binary.Anchors(t.Reader.Layout).VMExec; a.Found && a.Size > 0 {
+		s.symtab.VMExec[Image{uint32(t.PID), t.Config.Gen}] = VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
+	}
+	if _, again := s.execd[t.PID]; !again {
+		s.sum.Targets++
+		s.sum.PIDs = append(s.sum.PIDs, t.PID)
+	}
+	s.noGCStamps(t)
+}
+
+// sideBand takes a COMM, MMAP, MMAP2, FORK or EXIT record of thread tid of
+// process pid (s.mu held), and says whether to write it: only a target's.
+func (s *session) sideBand(pid, tid int, rec perfdata.Record) bool {
+	comm, _ := rec.(*perfdata.Comm)
+	exec := comm != nil && comm.Exec()
+	_, isExit := rec.(*perfdata.Exit)
+	threadExit := isExit && pid == tid
+	if exec && s.opts.All {
+		if _, ok := s.targets[pid]; !ok {
+			s.pending[pid] = attachAttempts
+		}
+	}
+	_, target := s.targets[pid]
+	if _, ok := s.execd[pid]; ok && rec.Type() != perfdata.RecordFork {
+		target = true // the records of its new image, until given up on
+		if exec {     // again (a wrapper script's exec of its Ruby): a new start
+			s.execd[pid], s.pending[pid] = comm.Comm, attachAttempts
+		}
+		if threadExit {
+			if exiting(pid) {
+				s.giveUp(pid, "exited")
+			} else {
+				s.giveUp(pid, secureExec)
+			}
+		}
+	}
+	if !target {
+		return false // not a target: keep the file small
+	}
+	if rec.Type() == perfdata.RecordMmap2 {
+		if t := s.targets[pid]; t != nil && t.labels == nil {
+			t.labelsLook = true // an extension that keeps labels may have been loaded
+		}
+	}
+	switch {
+	case exec:
+		if t := s.targets[pid]; t != nil { // checkExecs decides
+			s.execSeen[pid] = execSeen{comm: comm.Comm, gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
+		}
+	case threadExit && !exiting(pid):
+		// Still running: it exec'd a program the kernel hides from
+		// perf (the exec's COMM record came first).
+		name := "a program"
+		if e, ok := s.execSeen[pid]; ok {
+			name = e.comm
+		}
+		delete(s.execSeen, pid)
+		s.execd[pid] = name
+		s.sampler.RemoveProcess(pid)
+		s.giveUp(pid, secureExec)
+	case threadExit:
+		if pid == s.command {
+			s.commandExiting = true
+		}
+		s.targetExited(pid)
+	}
+	return true
+}
+
+func (s *session) targetExited(pid int) {
+	if s.gone[pid] {
+		return
+	}
+	s.gone[pid] = true
+	s.sampler.RemoveProcess(pid)
+	s.checkTargets()
+}
+
+// checkTargets ends the recording when no target is left to sample and
+// none may come back (s.mu held). With -a, more may start.
+func (s *session) checkTargets() {
+	if s.opts.All || len(s.execd) > 0 {
+		return
+	}
+	for pid := range s.targets {
+		if !s.gone[pid] {
+			return
+		}
+	}
+	s.closeNT.Do(func() { close(s.noTarget) })
+}
+
+// targetExecd: target pid exec'd (s.mu held). The program stopped sampling
+// it at that instant; its new image is attached again if it is a Ruby,
+// as a new Gen, so nothing of the old image is read through the new one.
+func (s *session) targetExecd(pid int, comm string) {
+	t := s.targets[pid]
+	s.sampler.RemoveProcess(pid)
+	delete(s.targets, pid)
+	delete(s.execSeen, pid)
+	s.retired = append(s.retired, t)
+	s.execd[pid] = comm
+	s.pending[pid] = attachAttempts
+}
+
+// execSeen is a COMM record of an exec of a target still sampled.
+type execSeen struct {
+	comm     string
+	gen      uint32
+	deadline time.Time
+}
+
+// execGrace is how long the program may take to act on an exec whose
+// COMM record came first (the rest of the exec: loading the binary).
+const execGrace = 200 * time.Millisecond
+
+// checkExecs decides on the execs seen while their target was still
+// sampled (s.mu held): the program removed it since (an exec of the
+// image attached), or it still samples it after execGrace (the exec that
+// made the image attached).
+func (s *session) checkExecs() {
+	for pid, e := range s.execSeen {
+		t := s.targets[pid]
+		switch {
+		case t == nil || t.Config.Gen != e.gen:
+			delete(s.execSeen, pid)
+		case !s.sampler.Sampled(pid, e.gen):
+			s.targetExecd(pid, e.comm)
+		case time.Now().After(e.deadline):
+			delete(s.execSeen, pid)
+		}
+	}
+}
+
+// giveUp: pid exec'd and will not be recorded again (s.mu held): why says
+// what it became.
+func (s *session) giveUp(pid int, why string) {
+	comm, ok := s.execd[pid]
+	if !ok {
+		return
+	}
+	delete(s.execd, pid)
+	delete(s.pending, pid)
+	s.gone[pid] = true
+	s.event(fmt.Sprintf("pid %d exec'd %s and %s: no longer recorded", pid, comm, why))
+	if pid == s.command {
+		return // the command goes on: the recording ends when it exits, as it would have
+	}
+	s.checkTargets()
+}
+
+// forked takes a FORK record (s.mu held): a child of a target that
+// follows forks is sampled from its first instant (the program copied its
+// parent's configuration); here it gets its Target to be named through.
+func (s *session) forked(child, parent int) {
+	pt, ok := s.targets[parent]
+	if child == parent || !ok || !s.opts.FollowForks || s.gone[parent] {
+		return
+	}
+	if _, known := s.targets[child]; known {
+		return
+	}
+	t, err := pt.forked(child)
+	if err != nil {
+		s.sampler.RemoveProcess(child) // it exec'd or exited already: nothing of it to name
+		return
+	}
+	s.register(t)
+	s.event(fmt.Sprintf("pid %d forked pid %d: recorded", parent, child))
+}
+
+// discover attaches to Ruby processes that exec: a target that exec'd
+// (again, if it is a Ruby now), and with -a any process; with -a a full
+// rescan also runs every few seconds.
+func (s *session) discover(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	rescan, progressed := time.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		s.checkExecs()
+		s.lookForLabels()
+		if s.live != nil {
+			s.live.reap(time.Now())
+			s.restartNames()
+		}
+		var progress *Progress
+		if s.opts.Progress != nil && time.Since(progressed) >= time.Second {
+			progressed = time.Now()
+			progress = &Progress{Samples: s.sum.Samples, Lost: s.sum.Lost, LostSideBand: s.sum.LostSideBand,
+				Targets: len(s.targets) - len(s.gone), Attached: s.sum.Targets, Kept: len(s.targets) + len(s.retired),
+				FrameKeys: len(s.symtab.Frames), FramesOverBudget: s.sum.FramesOverBudget, NamesRestarted: s.sum.NamesRestarted}
+		}
+		var try []int
+		for pid, left := range s.pending {
+			if left <= 0 {
+				delete(s.pending, pid)
+				s.giveUp(pid, "is not a Ruby")
+				continue
+			}
+			s.pending[pid] = left - 1
+			try = append(try, pid)
+		}
+		s.mu.Unlock()
+		if progress != nil {
+			s.opts.Progress(*progress)
+		}
+		if s.opts.All && time.Since(rescan) > 3*time.Second {
+			rescan = time.Now()
+			if pids, err := RubyPIDs(); err == nil {
+				try = append(try, pids...)
+			}
+		}
+		for _, pid := range try {
+			s.mu.Lock()
+			_, known := s.targets[pid]
+			_, again := s.execd[pid]
+			s.mu.Unlock()
+			if known || !looksLikeRuby(pid) || !again && s.opts.Select != nil && !s.opts.Select(pid) {
+				continue
+			}
+			t, err := s.attach(pid, s.debugFileFor(pid))
+			if err != nil {
+				s.mu.Lock()
+				_, retry := s.pending[pid]
+				final := !retry || errors.Is(err, rubybuild.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch)
+				_, again := s.execd[pid]
+				if again && final {
+					s.giveUp(pid, "cannot be recorded ("+err.Error()+")")
+				}
+				s.mu.Unlock()
+				// A process that just exec'd may not have mapped its Ruby yet.
+				if final && !again {
+					s.skipped(pid, err)
+				}
+				continue
+			}
+			s.mu.Lock()
+			comm, again := s.execd[pid]
+			s.mu.Unlock()
+			if err := s.add(t); err != nil {
+				continue
+			}
+			s.mu.Lock()
+			delete(s.pending, pid)
+			if again {
+				delete(s.execd, pid)
+				s.event(fmt.Sprintf("pid %d exec'd %s: recording the new Ruby", pid, comm))
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// debugFileFor is the --debug-file for attaching pid: only a process given
+// by the user has the Ruby it names (a process -a finds may not).
+func (s *session) debugFileFor(pid int) string {
+	for _, p := range s.opts.PIDs {
+		if p == pid {
+			return s.opts.DebugFile
+		}
+	}
+	if pid == s.command {
+		return s.opts.DebugFile
+	}
+	return ""
+}
