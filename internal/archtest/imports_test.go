@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	"cmd/rubyperf":      {"*"},
 	"internal/testruby": {"internal/testskip", "internal/procstat"},
 	// internal/debuginfodtest serves debug files with a real debuginfod.
-	"internal/debuginfodtest": {"internal/testskip"},
+	"internal/debuginfodtest": {"internal/testskip", "internal/testruby"},
 	// internal/testskip is the one rule for when a test may skip; it knows
 	// no test's needs.
 	"internal/testskip": {},

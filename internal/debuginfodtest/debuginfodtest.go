@@ -10,7 +10,6 @@
 package debuginfodtest
 
 import (
-	"bytes"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
@@ -152,7 +152,7 @@ func SymbolAddr(t testing.TB, path, name string) (addr, size uint64) {
 // Server is a running debuginfod.
 type Server struct {
 	URL string // http://127.0.0.1:PORT, the forwarder
-	log *syncBuffer
+	log *testruby.Log
 }
 
 // Log is what debuginfod printed.
@@ -176,7 +176,7 @@ func Serve(t testing.TB, dirs ...string) *Server {
 		bin, "-F", "-p", innerPort, "-d", db, "-t", "0", "-g", "0", "-c", "1"}
 	args = append(args, dirs...)
 	cmd := exec.Command("unshare", args...)
-	log := &syncBuffer{}
+	log := &testruby.Log{Max: 1 << 20}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start debuginfod: %v", err)
@@ -347,24 +347,4 @@ func Silent(t testing.TB) *SilentServer {
 		}
 	})
 	return s
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -8,6 +8,10 @@ import (
 // Log is an output a process (or a goroutine) writes while the test reads
 // it: a program's stderr, an agent's log.
 type Log struct {
+	// Max, when set, bounds the bytes kept: what comes past it is dropped
+	// (a server that logs every request for the whole test).
+	Max int
+
 	mu sync.Mutex
 	b  bytes.Buffer
 }
@@ -15,6 +19,9 @@ type Log struct {
 func (l *Log) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.Max > 0 && l.b.Len() > l.Max {
+		return len(p), nil
+	}
 	return l.b.Write(p)
 }
 
