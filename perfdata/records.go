@@ -177,14 +177,9 @@ type Fork struct {
 	Trailer   Trailer
 }
 
-// Exit is PERF_RECORD_EXIT (struct perf_event_task): a thread exited.
-type Exit struct {
-	Misc      Misc
-	Pid, PPid uint32 // pid, ppid
-	Tid, PTid uint32 // tid, ptid
-	Time      uint64 // time
-	Trailer   Trailer
-}
+// Exit is PERF_RECORD_EXIT, the same struct perf_event_task as Fork: a
+// thread exited.
+type Exit Fork
 
 // Lost is PERF_RECORD_LOST: the kernel dropped Lost records of the event
 // with ID because the ring buffer was full.
