@@ -434,19 +434,47 @@ func spanFor(sample bpf.GCStamp, now rubystack.GCStamp, old bool) bpf.Span {
 	// interval ends (a GC frees only what its marking did not reach, and
 	// moves objects only while compacting).
 	sameInterval := sameInterval(sample, now)
+	from := interval
+	if markedBySample(sample, now) {
+		// Or in the marking just before it, which kept the code: it
+		// stays through this interval too.
+		sameInterval, from = true, sample.Interval()
+	}
 	// Old code stays until the next major GC starts, once this epoch's
 	// major GC has swept (until then old garbage may still be freed).
 	settled := now.Count != now.Epoch || now.Idle
 	switch {
 	case old && settled && sameInterval:
-		return bpf.Span{Epoch: now.Epoch, From: interval, To: ^uint64(0)}
+		return bpf.Span{Epoch: now.Epoch, From: from, To: ^uint64(0)}
 	case old && settled:
 		// Samples of this interval before now may have seen other code.
 		return bpf.Span{Epoch: now.Epoch, From: 2*now.Count + 2, To: ^uint64(0)}
 	case sameInterval:
-		return bpf.Span{Epoch: now.Epoch, From: interval, To: interval}
+		return bpf.Span{Epoch: now.Epoch, From: from, To: interval}
 	}
 	return bpf.Span{}
+}
+
+// markedBySample says whether a sample stamped sample was taken while a
+// minor GC marked, and that GC has not been followed by another yet (now:
+// its sweep, or after). Then the GC marked everything the sample's frames
+// ran, and none of it is freed before the next GC's sweep: a name read now
+// holds for the sample, though it was read after the marking ended.
+//
+// Why: a minor GC never marks incrementally (only a major one does), so
+// from its start to the end of its marking no Ruby code runs in the
+// process: the GC holds the VM's lock (and stops other Ractors), and a
+// thread without it pushes no frame. A sample stamped as marking (count
+// not the epoch's: a minor GC) therefore holds frames that were on their
+// thread's stack when the marking began, and every living thread's stack
+// is a root: the iseq of each frame, and the environment holding its
+// method entry, were marked. A GC frees only what its marking missed, and
+// a minor one moves nothing; the next GC to free anything is the next one,
+// which starts a new interval. The stamp is read before the stack is
+// walked, while the sampled thread is stopped in the program.
+func markedBySample(sample bpf.GCStamp, now rubystack.GCStamp) bool {
+	return sample.Stamped && sample.Marking && !sample.Compacting && sample.Count != sample.Epoch &&
+		now.Count == sample.Count && now.Epoch == sample.Epoch && !now.Marking && !now.Compacting
 }
 
 // oldFrame says whether every object a frame's name comes from is in the
