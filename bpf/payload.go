@@ -39,7 +39,7 @@ const (
 	PayloadTopJIT    = 1 << 4 // the top frame's cfp->jit_return is set
 
 	PayloadGCStamped    = 1 << 5 // GC.Count and GC.Epoch were read
-	PayloadGCMarking    = 1 << 6 // the GC was marking (a major GC's incremental marking)
+	PayloadGCMarking    = 1 << 6 // the GC was marking (a major GC's incremental marking, or a minor GC's)
 	PayloadGCCompacting = 1 << 7 // the GC was compacting: objects may move
 
 	// PayloadNamed is set by the recorder, never by the program: each
@@ -159,13 +159,14 @@ type GCStamp struct {
 	Stamped    bool   // the program read the counters (the layout has them)
 	Count      uint64 // GCs started (objspace profile.count)
 	Epoch      uint64 // Count when the last major GC started (rgengc.last_major_gc)
-	Marking    bool   // a major GC was marking incrementally
+	Marking    bool   // a GC was marking: a major one incrementally, or a minor one, in which no Ruby code runs
 	Compacting bool   // the GC was compacting: objects may move
 }
 
 // Interval numbers the stretch of time between GC phase changes a stamp
 // falls in: 2*Count while the GC that Count started is marking, 2*Count+1
-// after. Only a major GC marks while the program runs.
+// after. Only a major GC marks while Ruby code runs (incrementally); a
+// sample stamped in a minor GC's marking was taken inside that GC.
 func (s GCStamp) Interval() uint64 {
 	if s.Marking {
 		return 2 * s.Count
