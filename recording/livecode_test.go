@@ -1,0 +1,115 @@
+package recording
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// livecodeParts is how many files livecode.rb may require: more than it
+// gets to in its run.
+const livecodeParts = 2000
+
+// TestLiveCodeNamed: code that is live when sampled is named, though it is
+// young (a file being required, a template compiled by eval for one render)
+// and the GC runs while it is on the stack; and no frame is named wrongly:
+// a block is named after the file or template of the frame it was called
+// from (a name read from code that replaced it would not be). Samples
+// taken while a minor GC marked are named though they are read after the
+// marking ended (markedBySample); the rest of the young code read after
+// the next GC began is not yet (maxLiveUnnamedShare).
+func TestLiveCodeNamed(t *testing.T) {
+	testskip.Privileged(t, bpf.Supported())
+	// Debian's stripped 3.1 and 3.3, and a JIT: what people run. All the
+	// test Rubies take a minute and a half.
+	runs := []testruby.JITRun{{Ruby: testruby.Get(t, "debian-3.1")}, {Ruby: testruby.Get(t, "debian-3.3")}}
+	if jit := testruby.WithJIT(t); len(jit) > 0 {
+		runs = append(runs, jit[0])
+	}
+	script, _ := filepath.Abs(filepath.Join("..", "testdata", "ruby", "livecode.rb"))
+	for _, ru := range runs {
+		t.Run(ru.Name(), func(t *testing.T) {
+			ru.Setenv(t)
+			dir := t.TempDir()
+			for i := 1; i <= livecodeParts; i++ {
+				src := fmt.Sprintf("parts = (1..30_000).map { |x| \"part %d #{x}\" }\nPART_%d = parts.size\n", i, i)
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("part_%d.rb", i)), []byte(src), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := filepath.Join(t.TempDir(), "rubyperf.data")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := append(append([]string{ru.Ruby.Exe}, ru.Args...), script, dir, "3")
+			sum, err := Record(ctx, Options{Command: args, Frequency: 499, Output: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.CommandEnd != "" || CommandExitCode(sum.CommandState) != 0 {
+				t.Fatalf("livecode.rb: %s %s", sum.CommandEnd, CommandStatus(sum.CommandState))
+			}
+			samples, unnamed, wrong, young := 0, 0, 0, 0
+			_, err = ReadStacks(out, ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
+				samples++
+				bad, isYoung := false, false
+				file := ""                                // the file or template of the Ruby frame it was called from
+				for i := len(s.Frames) - 1; i >= 0; i-- { // root first
+					f := s.Frames[i]
+					if f.Kind != merge.KindRuby && f.Kind != merge.KindCFunc {
+						continue
+					}
+					switch {
+					case f.Name == rubystack.UnknownLabel || f.Name == ReplacedLabel:
+						bad = true
+					case strings.HasPrefix(f.File, dir) || strings.HasPrefix(f.File, "(template "):
+						isYoung = true
+						// Judged only under a named caller: one read as
+						// unnamed has no file to compare with.
+						if strings.HasPrefix(f.Name, "block ") && file != "" && f.File != file {
+							if wrong++; wrong <= 5 {
+								t.Errorf("frame %s %s:%d called from %s", f.Name, f.File, f.Line, file)
+							}
+						}
+					}
+					if f.Kind == merge.KindRuby {
+						file = f.File
+					}
+				}
+				if bad {
+					unnamed++
+				}
+				if isYoung {
+					young++
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			share := 100 * float64(unnamed) / float64(max(samples, 1))
+			t.Logf("%d samples, %d in young code, %d with an unnamed frame (%.2f%%), %d named wrongly", samples, young, unnamed, share, wrong)
+			if samples < 500 || young < samples/4 || wrong > 0 {
+				t.Errorf("%d samples, %d in young code, %d named wrongly; want at least 500, a quarter, 0", samples, young, wrong)
+			}
+			if share > maxLiveUnnamedShare {
+				t.Errorf("%.2f%% of samples have an unnamed frame, want at most %.2f%%", share, maxLiveUnnamedShare)
+			}
+		})
+	}
+}
+
+// maxLiveUnnamedShare bounds the samples of live code with an unnamed frame:
+// a ceiling against regressions, not the aim. Measured 2026-11-27: 3.0 to
+// 6.7% (the samples read after the next GC began, of young code no proof
+// covers yet); the aim is 0.1%.
+const maxLiveUnnamedShare = 15.0
