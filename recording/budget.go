@@ -141,12 +141,17 @@ func (t *SymbolTable) overBudget(info FrameInfo) uint64 {
 // overBudgetID is the id of OverBudgetLabel, interned at its first use
 // (past every budget: it is one name).
 func (t *SymbolTable) overBudgetID() uint64 {
+	t.overBudgetGiven = true
 	info := FrameInfo{Label: OverBudgetLabel}
 	if id, ok := t.nameIDs[info]; ok {
 		return id
 	}
 	return t.intern(info, nameCost(info))
 }
+
+// givenOverBudget says whether any name was given past the budget yet: until
+// then no frame is OverBudget, and a sample's need not be looked at.
+func (t *SymbolTable) givenOverBudget() bool { return t.overBudgetGiven || len(t.coarse) > 0 }
 
 // OverBudget says whether name id was given past the names' budget: a
 // method's name without its line, or OverBudgetLabel.

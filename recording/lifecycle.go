@@ -143,13 +143,29 @@ func (s *session) register(t *Target) {
 	s.noGCStamps(t)
 }
 
-// sideBand takes a COMM, MMAP, MMAP2, FORK or EXIT record of thread tid of
-// process pid (s.mu held), and says whether to write it: only a target's.
-func (s *session) sideBand(pid, tid int, rec perfdata.Record) bool {
-	comm, _ := rec.(*perfdata.Comm)
+// sideBand takes a COMM, MMAP, MMAP2, FORK or EXIT record (s.mu held), and
+// says whether to write it: only a target's.
+func (s *session) sideBand(rec perfdata.Record) bool {
+	var pid, tid int
+	var comm *perfdata.Comm
+	threadExit := false
+	switch r := rec.(type) {
+	case *perfdata.Comm:
+		pid, tid, comm = int(r.Pid), int(r.Tid), r
+	case *perfdata.Mmap:
+		pid, tid = int(r.Pid), int(r.Tid)
+	case *perfdata.Mmap2:
+		pid, tid = int(r.Pid), int(r.Tid)
+	case *perfdata.Fork:
+		pid, tid = int(r.Pid), int(r.Tid)
+		s.forked(pid, int(r.PPid))
+	case *perfdata.Exit:
+		pid, tid = int(r.Pid), int(r.Tid)
+		threadExit = pid == tid
+	default:
+		return false
+	}
 	exec := comm != nil && comm.Exec()
-	_, isExit := rec.(*perfdata.Exit)
-	threadExit := isExit && pid == tid
 	if exec && s.opts.All {
 		if _, ok := s.targets[pid]; !ok {
 			s.pending[pid] = attachAttempts

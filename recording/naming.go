@@ -163,9 +163,12 @@ func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 		info, named, ok := s.symtab.FrameName(ids[i])
 		return !named || ok && info.Unknown, !ok
 	})
-	for _, id := range ids {
-		if s.symtab.OverBudget(id) {
-			s.sum.FramesOverBudget++
+	// Per frame a map lookup: only once the budget has cut a name.
+	if s.symtab.givenOverBudget() {
+		for _, id := range ids {
+			if s.symtab.OverBudget(id) {
+				s.sum.FramesOverBudget++
+			}
 		}
 	}
 	k := threadKey{p.PID, p.TID, p.Gen}

@@ -519,25 +519,8 @@ func (s *session) handle(rec bpf.Record) error {
 			// which replaces this running count at the end.
 			s.sum.Lost += r.Lost
 		}
-	case *perfdata.Comm:
-		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
-			return nil
-		}
-	case *perfdata.Mmap:
-		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
-			return nil
-		}
-	case *perfdata.Mmap2:
-		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
-			return nil
-		}
-	case *perfdata.Fork:
-		s.forked(int(r.Pid), int(r.PPid))
-		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
-			return nil
-		}
-	case *perfdata.Exit:
-		if !s.sideBand(int(r.Pid), int(r.Tid), r) {
+	case *perfdata.Comm, *perfdata.Mmap, *perfdata.Mmap2, *perfdata.Fork, *perfdata.Exit:
+		if !s.sideBand(decoded) {
 			return nil
 		}
 	default:

@@ -117,6 +117,8 @@ type SymbolTable struct {
 	nameBytes, maxNameBytes int64
 	keyBytes, maxKeyBytes   int64
 	coarse                  map[uint64]bool
+	// overBudgetGiven: a frame was named OverBudgetLabel (overBudgetID).
+	overBudgetGiven bool
 }
 
 // NameID is the id samples refer to name info by (bpf.NameFrames).
@@ -557,6 +559,7 @@ func (t *SymbolTable) restart() {
 	clear(t.Frames)
 	clear(t.nameIDs)
 	clear(t.coarse)
+	t.overBudgetGiven = false
 	clear(t.oldChecks) // they hold names too
 	t.Names = nil
 	t.nameBytes, t.keyBytes = 0, 0
