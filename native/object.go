@@ -41,6 +41,10 @@ type Object struct {
 	framesMu  sync.Mutex
 	frames    map[uint64]*frame.FrameContext
 	callSites map[uint64]bool // return addresses checked by callEndsAt
+
+	tableOnce sync.Once // the compiled unwind table (Table)
+	table     *Table
+	tableErr  error
 }
 
 // maxCachedFrames bounds an Object's cache of call frame rules.

@@ -35,6 +35,18 @@ var perfToDWARF = [20]int{
 	8, 9, 10, 11, 12, 13, 14, 15, // R8..R15
 }
 
+// calleeSavedRegs keep their value across a call (rbx, rbp, r12-r15).
+var calleeSavedRegs = [...]uint64{3, dwarfRBP, 12, 13, 14, 15}
+
+func calleeSaved(reg uint64) bool {
+	for _, r := range calleeSavedRegs {
+		if r == reg {
+			return true
+		}
+	}
+	return false
+}
+
 // UserRegsMask is the register mask the unwinder expects.
 const UserRegsMask = 0xff0fff
 
@@ -175,7 +187,7 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 		var next [dwarfMax]uint64
 		var nextKnown [dwarfMax]bool
 		// Callee-saved registers keep their value unless a rule says otherwise.
-		for _, reg := range []uint64{3, dwarfRBP, 12, 13, 14, 15} {
+		for _, reg := range calleeSavedRegs {
 			next[reg], nextKnown[reg] = r[reg], known[reg]
 		}
 		ok = true
@@ -196,9 +208,15 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 			case frame.RuleSameVal:
 				next[reg], nextKnown[reg] = r[reg], known[reg]
 			case frame.RuleUndefined:
-				nextKnown[reg] = false
 				if reg == ctx.RetAddrReg {
 					ok = false // the outermost frame
+					break
+				}
+				// delve gives DW_CFA_restore of a register the CIE has no
+				// rule for this rule; the psABI's default for a
+				// callee-saved register is its same value (kept above).
+				if !calleeSaved(reg) {
+					nextKnown[reg] = false
 				}
 			default:
 				nextKnown[reg] = false

@@ -76,8 +76,10 @@ var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfo
 // thread-local variable with threadlocal, as recording does for the program,
 // and bpf's tests read the records Run delivers with perfdata, as recording
 // does; agent's tests ask bpf whether they can run; bpf's benchmark waits
-// for the workload's CPU time through procstat.
-var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata", "internal/procstat"}, "agent": {"bpf"}}
+// for the workload's CPU time through procstat; native's tests read stock
+// perf's stack copies with perfdata, to check its two unwinders agree.
+var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata", "internal/procstat"}, "agent": {"bpf"},
+	"native": {"perfdata"}}
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).

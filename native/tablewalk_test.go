@@ -1,0 +1,137 @@
+package native
+
+import (
+	"encoding/binary"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
+	"github.com/rubyperf/rubyperf/perfdata"
+)
+
+// TestWalkTableMatchesUnwind records a deep, block-heavy Ruby with stock
+// perf's own stack copies (perf record --call-graph dwarf, the largest copy)
+// on every test Ruby, and unwinds each sample twice: with Unwind, which
+// interprets the call frame information, and with WalkTable over the
+// compiled tables, as the BPF sampler does. The table walk must find the
+// same frames, and stop early only for a reason it names.
+func TestWalkTableMatchesUnwind(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the recorded registers are x86_64's") // (a fact of this test, not of the machine)
+	}
+	perf := testskip.Command(t, "perf", "linux-perf")
+	script, err := filepath.Abs("../testdata/ruby/nativedeep.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "perf.data")
+			cmd := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", "397", "--call-graph", "dwarf,65528",
+				"-o", data, "--", r.Exe, script, "1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				testskip.Privileged(t, err)
+				t.Fatalf("perf record: %v\n%s", err, out)
+			}
+			compareWalks(t, data)
+		})
+	}
+}
+
+// compareWalks unwinds every sample of a perf.data file both ways.
+func compareWalks(t *testing.T, data string) {
+	rd, err := perfdata.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	maps := map[uint32]*Maps{}
+	mapsOf := func(pid uint32) *Maps {
+		if maps[pid] == nil {
+			maps[pid] = &Maps{}
+		}
+		return maps[pid]
+	}
+	objs := &Objects{}
+	stops := map[TableStop]int{}
+	var samples, same, shorter, differ int
+	var frames, frameSame int
+	var unwound []Frame
+	var walked []uint64
+	for rd.Next() {
+		switch rec := rd.Record().(type) {
+		case *perfdata.Mmap2:
+			mapsOf(rec.Pid).Add(Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff, Path: rec.Filename, Exec: rec.Prot&4 != 0})
+		case *perfdata.Mmap:
+			mapsOf(rec.Pid).Add(Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff, Path: rec.Filename})
+		case *perfdata.Sample:
+			if len(rec.RegsUser) != len(perfToDWARF) || len(rec.StackUser) == 0 {
+				continue
+			}
+			samples++
+			m := mapsOf(rec.Pid)
+			unwound = Unwind(unwound[:0], rec.RegsUser, rec.StackUser, m, objs)
+			regs, stack := rec.RegsUser, rec.StackUser
+			sp0 := regs[7]
+			read := func(addr uint64) (uint64, bool) {
+				if addr < sp0 || addr-sp0 >= uint64(len(stack)) || addr-sp0+8 > uint64(len(stack)) {
+					return 0, false
+				}
+				return binary.LittleEndian.Uint64(stack[addr-sp0:]), true
+			}
+			var stop TableStop
+			walked, stop = WalkTable(walked[:0], regs[8], sp0, regs[6], 0, read, TableFinderOf(ArchX86_64, m, objs))
+			stops[stop]++
+			frames += len(unwound)
+			n := 0
+			for n < len(walked) && n < len(unwound) && walked[n] == unwound[n].PC {
+				n++
+			}
+			frameSame += n
+			switch {
+			case n == len(walked) && n == len(unwound):
+				same++
+			case n == len(walked) && stop != StopOutermost:
+				shorter++
+				if shorter <= 5 {
+					t.Logf("sample at %#x: the table walk stopped (%v) after %d of %d frames, at %#x %s",
+						rec.IP, stop, n, len(unwound), walked[n-1], unwound[n-1].Mapping.Path)
+				}
+			default:
+				differ++
+				if differ <= 5 {
+					t.Errorf("sample at %#x: frame %d differs: table %#x, unwind %v (%d vs %d frames, stop %v)",
+						rec.IP, n, at(walked, n), atFrame(unwound, n), len(walked), len(unwound), stop)
+				}
+			}
+		}
+	}
+	if err := rd.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d samples: %d unwound alike, %d shorter by the table, %d differ; frames %d of %d alike; stops %v",
+		samples, same, shorter, differ, frameSame, frames, stops)
+	if samples < 100 {
+		t.Fatalf("only %d samples with a stack copy", samples)
+	}
+	if float64(same) < 0.995*float64(samples) {
+		t.Errorf("%d of %d samples unwound alike (want >= 99.5%%)", same, samples)
+	}
+}
+
+func at(pcs []uint64, i int) uint64 {
+	if i < len(pcs) {
+		return pcs[i]
+	}
+	return 0
+}
+
+func atFrame(f []Frame, i int) uint64 {
+	if i < len(f) {
+		return f[i].PC
+	}
+	return 0
+}
