@@ -19,8 +19,9 @@ const (
 	// version 4 no GC stamp (Payload.GC reads as not stamped); before
 	// version 5 no thread state (Payload.Thread reads as unknown); before
 	// version 6 no labels, and a header 8 bytes shorter; before version 7
-	// a frame's pc had no PC_*_OLD bits.
-	PayloadVersion = 7
+	// a frame's pc had no PC_*_OLD bits; before version 8 no native frames
+	// (the header 8 bytes shorter).
+	PayloadVersion = 8
 
 	// MaxLabels is the most request labels one sample carries (MAX_LABELS).
 	MaxLabels = 8
@@ -28,6 +29,9 @@ const (
 	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
 	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
 	MaxFrames = 2048
+
+	// MaxNatives is the most native frames one sample carries (MAX_NATIVE).
+	MaxNatives = 512
 )
 
 // Payload flags (payload_header.flags).
@@ -144,6 +148,39 @@ type Payload struct {
 	EnvsLeft int
 	// Labels are the sampled fiber's request labels (ruby-profiler's state).
 	Labels []Label
+	// Natives are the user stack's PCs as the program unwound them with
+	// the process's unwind tables (Sampler.SetUnwindTables), leaf first:
+	// the interrupted PC, then return addresses. NativeStop says why the
+	// walk ended (NativeOff: the program did not unwind).
+	Natives    []uint64
+	NativeStop NativeStop
+}
+
+// NativeStop says why the program's native walk ended (NATIVE_* in
+// ruby.bpf.c).
+type NativeStop uint32
+
+const (
+	NativeOff         NativeStop = iota // not unwound: the process has no tables
+	NativeOutermost                     // the thread's first frame: the stack is whole
+	NativeNoTable                       // a PC in no mapping with rows (JIT code, no CFI)
+	NativeNoRule                        // no row for the PC
+	NativeUnsupported                   // the row's rule is not modelled
+	NativeFPUnknown                     // the CFA needs a frame pointer no rule kept
+	NativeRead                          // the stack could not be read
+	NativeNotUp                         // the next frame would not lie above
+	NativeDepth                         // MaxNatives frames
+	NativeNoRegs                        // the thread's user registers could not be read
+)
+
+var nativeStopNames = [...]string{"not unwound", "outermost", "no table", "no rule", "unsupported rule",
+	"frame pointer unknown", "unreadable stack", "stack not unwinding upwards", "too deep", "no registers"}
+
+func (s NativeStop) String() string {
+	if int(s) < len(nativeStopNames) {
+		return nativeStopNames[s]
+	}
+	return fmt.Sprintf("native stop %d", uint32(s))
 }
 
 // Label is one key/value pair of a fiber's request labels as the program
@@ -206,6 +243,9 @@ var (
 	// headerSizeV5 is the header of versions 1 to 5: without nlabels and
 	// label_size.
 	headerSizeV5 = int(unsafe.Offsetof(rubyPayloadHeader{}.Nlabels))
+	// headerSizeV7 is the header of versions 6 and 7: without nnatives
+	// and native_stop.
+	headerSizeV7 = int(unsafe.Offsetof(rubyPayloadHeader{}.Nnatives))
 )
 
 // DecodePayload reads a sample's RAW bytes. It trusts nothing in them.
@@ -227,9 +267,16 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	if cap(frames) < int(h.Nframes) {
 		frames = make([]Frame, 0, h.Nframes)
 	}
-	labels := p.Labels[:0]
+	labels, natives := p.Labels[:0], p.Natives[:0]
 	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
-		Frames: frames[:h.Nframes]}
+		Frames: frames[:h.Nframes], NativeStop: NativeStop(h.NativeStop)}
+	if h.Nnatives > 0 {
+		nb := raw[int(h.HeaderSize)+int(h.Nframes)*frameSize+int(h.Nlabels)*labelSize:]
+		for i := 0; i < int(h.Nnatives); i++ {
+			natives = append(natives, binary.LittleEndian.Uint64(nb[i*8:]))
+		}
+		p.Natives = natives
+	}
 	if h.Nlabels > 0 {
 		lb := raw[int(h.HeaderSize)+int(h.Nframes)*frameSize:]
 		for i := 0; i < int(h.Nlabels); i++ {
@@ -298,12 +345,16 @@ func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
 	if h.Version < 6 {
 		h.Nlabels, h.LabelSize = 0, 0
 	}
+	if h.Version < 8 {
+		h.Nnatives, h.NativeStop = 0, 0
+	}
 	switch {
 	case h.Magic != PayloadMagic:
 		return h, fmt.Errorf("payload: bad magic %#x", h.Magic)
 	case h.Version < 1 || h.Version > PayloadVersion:
 		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, PayloadVersion)
-	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
+	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSizeV7 ||
+		h.Version >= 8 && int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
 		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
 	case h.Nlabels > MaxLabels || h.Nlabels > 0 && int(h.LabelSize) != labelSize:
 		return h, fmt.Errorf("payload: %d labels of %d bytes", h.Nlabels, h.LabelSize)
@@ -313,6 +364,9 @@ func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
 		return h, fmt.Errorf("payload: length %d of %d bytes", h.Length, len(raw))
 	case h.Nframes > MaxFrames || int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize) > int64(h.Length):
 		return h, fmt.Errorf("payload: %d frames do not fit %d bytes", h.Nframes, h.Length)
+	case h.Nnatives > MaxNatives ||
+		int64(h.HeaderSize)+int64(h.Nframes)*int64(frameSize)+int64(h.Nlabels)*int64(labelSize)+8*int64(h.Nnatives) > int64(h.Length):
+		return h, fmt.Errorf("payload: %d native frames do not fit %d bytes", h.Nnatives, h.Length)
 	}
 	return h, nil
 }

@@ -55,7 +55,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define LABEL_EXT 48
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 7 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD
+#define PAYLOAD_VERSION 8 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD; 8: native frames
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -196,6 +196,11 @@ struct payload_header {
 	__u64 gc_epoch; // gc_count when its last major GC started
 	__u32 nlabels;    // labels after the frames (version 6)
 	__u32 label_size; // bytes of each
+	// Native user frames after the labels (version 8): the PCs the program
+	// unwound with the process's unwind tables, leaf first, and why it
+	// stopped (a NATIVE_* value; NATIVE_OFF: it did not unwind).
+	__u32 nnatives;
+	__u32 native_stop;
 };
 
 // label: one key/value pair of the fiber's state when sampled.
@@ -217,11 +222,16 @@ struct frame {
 };
 
 #define LABEL_FRAMES ((MAX_LABELS * sizeof(struct label) + sizeof(struct frame) - 1) / sizeof(struct frame))
+// MAX_NATIVE bounds the native frames one sample carries.
+#define MAX_NATIVE 512
+#define NATIVE_FRAMES ((MAX_NATIVE * 8 + sizeof(struct frame) - 1) / sizeof(struct frame))
 
 struct sample_buf {
 	struct payload_header h;
-	// The frames, then the labels (copied to follow the last frame).
-	struct frame frames[MAX_FRAMES + LABEL_FRAMES];
+	// The frames, then the labels and the native frames (copied to follow
+	// the last frame).
+	struct frame frames[MAX_FRAMES + LABEL_FRAMES + NATIVE_FRAMES];
+	__u64 natives[MAX_NATIVE]; // unwound here first (not output)
 	struct label labels[MAX_LABELS]; // read here first (not output)
 	__u64 pairs[2 * LABEL_SLOTS];    // the label table's slots (not output)
 	__u8 cfps[CHUNK_BYTES]; // the control frames being walked (not output)
@@ -800,6 +810,266 @@ static __always_inline __u32 read_labels(struct proc_config *c, struct sample_bu
 	return n;
 }
 
+// Native unwinding. User space compiles each mapped object's call frame
+// information into rows (native.Table, encoded by bpf.EncodeRows) in
+// unwind_rows, and lists per process the executable mappings that have
+// rows (proc_maps); the program walks the user stack with them from the
+// interrupted registers, one frame per bpf_loop iteration.
+
+// struct unwind_row: the rule from pc (an offset from the object's base,
+// exec_map.base in the process) up to the next row's pc.
+struct unwind_row {
+	__u32 pc;
+	__s16 cfa_off; // CFA = SP or FP (kind's ROW_CFA_*) + cfa_off
+	__u8 kind;     // ROW_CFA_* | ROW_FP_* << 3
+	__s8 fp_off;   // ROW_FP_AT_CFA: FP saved at CFA + 8 * fp_off; ROW_CFA_PLT: the threshold
+};
+// The return address is always at CFA - 8 (x86_64; arm64 tables whose rows
+// say otherwise are encoded as ROW_CFA_UNSUPPORTED).
+#define ROW_CFA_NONE 0        // no rule: the address has no call frame information
+#define ROW_CFA_SP 1
+#define ROW_CFA_FP 2
+#define ROW_CFA_PLT 3         // SP + cfa_off, + 8 once (pc & 15) >= fp_off
+#define ROW_CFA_OUTERMOST 4   // the thread's first frame
+#define ROW_CFA_UNSUPPORTED 5 // a rule the rows do not model
+#define ROW_CFA_MASK 7
+#define ROW_FP_SAME (0 << 3)
+#define ROW_FP_AT_CFA (1 << 3)
+#define ROW_FP_UNKNOWN (2 << 3)
+#define ROW_FP_MASK (3 << 3)
+
+// Why a native walk stopped (payload_header.native_stop).
+#define NATIVE_OFF 0         // not unwound: the process has no tables
+#define NATIVE_OUTERMOST 1   // the thread's first frame: the stack is whole
+#define NATIVE_NO_TABLE 2    // a pc in no mapping with rows (JIT code, no CFI)
+#define NATIVE_NO_RULE 3     // no row for the pc
+#define NATIVE_UNSUPPORTED 4 // the row's rule is not modelled
+#define NATIVE_FP_UNKNOWN 5  // the CFA needs a frame pointer no rule kept
+#define NATIVE_READ 6        // the stack could not be read
+#define NATIVE_NOT_UP 7      // the next frame would not lie above
+#define NATIVE_DEPTH 8       // MAX_NATIVE frames
+#define NATIVE_NO_REGS 9     // the thread's user registers could not be read
+
+// MAX_EXEC_MAPS bounds one process's mappings with rows; MAP_SEARCH and
+// ROW_SEARCH the binary searches (2^MAP_SEARCH >= MAX_EXEC_MAPS; 2^ROW_SEARCH
+// rows in one object).
+#define MAX_EXEC_MAPS 256
+#define MAP_SEARCH 8
+#define ROW_SEARCH 24
+
+struct exec_map {
+	__u64 start, end; // [start, end) in the process
+	__u64 base;       // the process address of the object's row pc 0
+	__u32 rows;       // the object's first row in unwind_rows
+	__u32 nrows;
+};
+
+struct proc_maps {
+	__u32 n; // mappings, sorted by start, not overlapping
+	__u32 pad;
+	struct exec_map maps[MAX_EXEC_MAPS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32); // tgid
+	__type(value, struct proc_maps);
+} proc_unwind SEC(".maps");
+
+// unwind_rows: every object's rows, end to end; user space sets
+// max_entries (its budget of rows).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE); // written by user space as memory
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct native_ctx {
+	struct proc_maps *pm;
+	struct sample_buf *buf;
+	__u64 pc, sp, fp;
+	__u32 tgid;
+	__u32 fp_known;
+	__u32 stop;    // NATIVE_*; 0 while walking
+	__u32 nowrite; // the iteration that stopped wrote no frame
+};
+
+// exec_map_of: the index in tgid's mappings of the one holding pc, or -1.
+// A global function: verified once, on its own, not for every state of the
+// walk that calls it.
+__attribute__((noinline)) long exec_map_of(__u32 tgid, __u64 pc)
+{
+	struct proc_maps *pm = bpf_map_lookup_elem(&proc_unwind, &tgid);
+	if (!pm)
+		return -1;
+	__u32 lo = 0, hi = pm->n;
+	if (hi > MAX_EXEC_MAPS)
+		hi = MAX_EXEC_MAPS;
+	for (int i = 0; i < MAP_SEARCH + 1 && lo < hi; i++) {
+		__u32 mid = (lo + hi) / 2;
+		struct exec_map *m = &pm->maps[mid & (MAX_EXEC_MAPS - 1)];
+		if (pc < m->start)
+			hi = mid;
+		else if (pc >= m->end)
+			lo = mid + 1;
+		else
+			return mid & (MAX_EXEC_MAPS - 1);
+	}
+	return -1;
+}
+
+// row_of: the index in unwind_rows of the last of an object's rows (nrows
+// from first) at or below rel, or -1. A global function, as exec_map_of.
+__attribute__((noinline)) long row_of(__u32 first, __u32 nrows, __u32 rel)
+{
+	__u32 lo = 0, n = nrows;
+	if (n == 0 || n > (1 << ROW_SEARCH))
+		return -1;
+	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &first);
+	if (!r || r->pc > rel)
+		return -1;
+	// Invariant: row first + lo is at or below rel, every row from
+	// first + lo + n on above it.
+	for (int i = 0; i < ROW_SEARCH && n > 1; i++) {
+		__u32 half = n / 2;
+		__u32 idx = first + lo + half;
+		r = bpf_map_lookup_elem(&unwind_rows, &idx);
+		if (!r)
+			return -1;
+		if (r->pc <= rel) {
+			lo += half;
+			n -= half;
+		} else {
+			n = half;
+		}
+	}
+	return first + lo;
+}
+
+// native_step unwinds one frame: a bpf_loop callback, frame i written by
+// iteration i.
+static long native_step(__u32 i, void *arg)
+{
+	struct native_ctx *n = arg;
+	if (i >= MAX_NATIVE || n->pc == 0) {
+		n->stop = n->pc ? NATIVE_DEPTH : NATIVE_OUTERMOST;
+		n->nowrite = 1;
+		return 1;
+	}
+	__u64 slot = i;
+	// Keep the compiler from dropping the mask it can prove redundant: the
+	// verifier must see it on the register used.
+	asm volatile("" : "+r"(slot));
+	n->buf->natives[slot & (MAX_NATIVE - 1)] = n->pc;
+	long mi = exec_map_of(n->tgid, n->pc);
+	if (mi < 0) {
+		n->stop = NATIVE_NO_TABLE;
+		return 1;
+	}
+	struct exec_map *m = &n->pm->maps[mi & (MAX_EXEC_MAPS - 1)];
+	// A return address points after its call: look up the call.
+	__u64 rel = n->pc - m->base - (i > 0);
+	if (n->pc < m->base || rel > 0xffffffffULL) {
+		n->stop = NATIVE_NO_RULE;
+		return 1;
+	}
+	long ri = row_of(m->rows, m->nrows, (__u32)rel);
+	__u32 rk = ri;
+	struct unwind_row *r = ri < 0 ? NULL : bpf_map_lookup_elem(&unwind_rows, &rk);
+	if (!r) {
+		n->stop = NATIVE_NO_RULE;
+		return 1;
+	}
+	__u64 cfa;
+	switch (r->kind & ROW_CFA_MASK) {
+	case ROW_CFA_SP:
+		cfa = n->sp + r->cfa_off;
+		break;
+	case ROW_CFA_FP:
+		if (!n->fp_known) {
+			n->stop = NATIVE_FP_UNKNOWN;
+			return 1;
+		}
+		cfa = n->fp + r->cfa_off;
+		break;
+	case ROW_CFA_PLT:
+		cfa = n->sp + r->cfa_off + ((n->pc & 15) >= (__u64)r->fp_off ? 8 : 0);
+		break;
+	case ROW_CFA_OUTERMOST:
+		n->stop = NATIVE_OUTERMOST;
+		return 1;
+	case ROW_CFA_NONE:
+		n->stop = NATIVE_NO_RULE;
+		return 1;
+	default:
+		n->stop = NATIVE_UNSUPPORTED;
+		return 1;
+	}
+	if (i > 0 && cfa <= n->sp) {
+		n->stop = NATIVE_NOT_UP;
+		return 1;
+	}
+	__u64 ra;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+		n->stop = NATIVE_READ;
+		return 1;
+	}
+	switch (r->kind & ROW_FP_MASK) {
+	case ROW_FP_AT_CFA:
+		n->fp_known = !bpf_probe_read_user(&n->fp, sizeof(n->fp), (void *)(cfa + 8 * (__s64)r->fp_off));
+		break;
+	case ROW_FP_UNKNOWN:
+		n->fp_known = 0;
+		break;
+	}
+	n->sp = cfa;
+	n->pc = ra;
+	return 0;
+}
+
+// unwind_native walks the current task's user stack into buf->natives;
+// it returns how many frames it wrote and sets buf->h.native_stop.
+static __always_inline __u32 unwind_native(struct sample_buf *buf, __u32 tgid)
+{
+	struct proc_maps *pm = bpf_map_lookup_elem(&proc_unwind, &tgid);
+	if (!pm)
+		return 0;
+	void *regs = (void *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct native_ctx n = {.pm = pm, .buf = buf, .fp_known = 1, .tgid = tgid};
+	if (!regs) {
+		buf->h.native_stop = NATIVE_NO_REGS;
+		return 0;
+	}
+#if defined(__TARGET_ARCH_x86)
+	n.pc = BPF_CORE_READ((struct pt_regs *)regs, ip);
+	n.sp = BPF_CORE_READ((struct pt_regs *)regs, sp);
+	n.fp = BPF_CORE_READ((struct pt_regs *)regs, bp);
+#elif defined(__TARGET_ARCH_arm64)
+	// struct user_pt_regs (uapi): regs[31], sp, pc, pstate; x29 is the
+	// frame pointer. (The return address in x30 is not modelled yet.)
+	__u64 r[33];
+	if (bpf_probe_read_kernel(r, sizeof(r), regs)) {
+		buf->h.native_stop = NATIVE_NO_REGS;
+		return 0;
+	}
+	n.fp = r[29];
+	n.sp = r[31];
+	n.pc = r[32];
+#endif
+	long got = bpf_loop(MAX_NATIVE + 1, native_step, &n, 0);
+	if (got > 0 && n.nowrite)
+		got--;
+	if (got < 0)
+		got = 0;
+	if (got > MAX_NATIVE)
+		got = MAX_NATIVE;
+	buf->h.native_stop = n.stop ? n.stop : NATIVE_DEPTH;
+	return got;
+}
+
 // sample writes one sample of the current task, a thread of target
 // process tgid: period is its weight (ns), or for a sample taken as the
 // thread leaves the CPU (flags PAYLOAD_OFFCPU) the time it left, which user
@@ -827,6 +1097,8 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	buf->h.gc_epoch = 0;
 	buf->h.nlabels = 0;
 	buf->h.label_size = sizeof(struct label);
+	buf->h.nnatives = 0;
+	buf->h.native_stop = NATIVE_OFF;
 	buf->env_lo = buf->env_hi = 0;
 
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -916,6 +1188,17 @@ out:;
 		buf->h.nlabels = lsize / sizeof(struct label);
 	__u64 len = sizeof(struct payload_header) + (__u64)nf * sizeof(struct frame) +
 		    (__u64)buf->h.nlabels * sizeof(struct label);
+	// The native frames follow the labels.
+	__u64 nsize = (__u64)unwind_native(buf, tgid) * 8;
+	asm volatile("" : "+r"(nsize));
+	__u64 at = len - sizeof(struct payload_header);
+	asm volatile("" : "+r"(at));
+	if (nsize > sizeof(buf->natives) || at > (MAX_FRAMES + LABEL_FRAMES) * sizeof(struct frame))
+		nsize = 0;
+	if (nsize && !bpf_probe_read_kernel((__u8 *)buf->frames + at, nsize, buf->natives)) {
+		buf->h.nnatives = nsize / 8;
+		len += nsize;
+	}
 	if (len > sizeof(struct payload_header) + sizeof(buf->frames))
 		len = sizeof(struct payload_header) + sizeof(buf->frames);
 	buf->h.length = len;
@@ -1014,6 +1297,7 @@ int BPF_PROG(target_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	__u32 tgid = p->tgid;
 	if (bpf_map_delete_elem(&procs, &tgid) == 0)
 		count(COUNT_EXECS);
+	bpf_map_delete_elem(&proc_unwind, &tgid); // its mappings are gone
 	return 0;
 }
 
@@ -1036,5 +1320,9 @@ int BPF_PROG(target_fork, struct task_struct *parent, struct task_struct *child)
 	struct proc_config copy = *c;
 	if (bpf_map_update_elem(&procs, &ctgid, &copy, BPF_NOEXIST) == 0)
 		count(COUNT_FORKS);
+	// ... and the same mappings.
+	struct proc_maps *pm = bpf_map_lookup_elem(&proc_unwind, &ptgid);
+	if (pm)
+		bpf_map_update_elem(&proc_unwind, &ctgid, pm, BPF_NOEXIST);
 	return 0;
 }

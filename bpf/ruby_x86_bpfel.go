@@ -13,6 +13,15 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type rubyExecMap struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Base  uint64
+	Rows  uint32
+	Nrows uint32
+}
+
 type rubyFrame struct {
 	_        structs.HostLayout
 	Iseq     uint64
@@ -70,6 +79,8 @@ type rubyPayloadHeader struct {
 	GcEpoch    uint64
 	Nlabels    uint32
 	LabelSize  uint32
+	Nnatives   uint32
+	NativeStop uint32
 }
 
 type rubyProcConfig struct {
@@ -140,24 +151,40 @@ type rubyProcConfig struct {
 	Pad               uint32
 }
 
+type rubyProcMaps struct {
+	_    structs.HostLayout
+	N    uint32
+	Pad  uint32
+	Maps [256]rubyExecMap
+}
+
 type rubySampleBuf struct {
-	_      structs.HostLayout
-	H      rubyPayloadHeader
-	Frames [2091]rubyFrame
-	Labels [8]rubyLabel
-	Pairs  [128]uint64
-	Cfps   [1024]uint8
-	Envs   [1024]uint8
-	Gc     [2048]uint8
-	Th     [512]uint8
-	EnvLo  uint64
-	EnvHi  uint64
+	_       structs.HostLayout
+	H       rubyPayloadHeader
+	Frames  [2262]rubyFrame
+	Natives [512]uint64
+	Labels  [8]rubyLabel
+	Pairs   [128]uint64
+	Cfps    [1024]uint8
+	Envs    [1024]uint8
+	Gc      [2048]uint8
+	Th      [512]uint8
+	EnvLo   uint64
+	EnvHi   uint64
 }
 
 type rubySeenFrame struct {
 	_    structs.HostLayout
 	Key  rubyFrameKey
 	Span rubyFrameSpan
+}
+
+type rubyUnwindRow struct {
+	_      structs.HostLayout
+	Pc     uint32
+	CfaOff int16
+	Kind   uint8
+	FpOff  int8
 }
 
 // Names of all BPF objects in the ELF.
@@ -169,9 +196,11 @@ const (
 	rubyMapKnownFrames   = "known_frames"
 	rubyMapOffcpuEnds    = "offcpu_ends"
 	rubyMapOffcpuSince   = "offcpu_since"
+	rubyMapProcUnwind    = "proc_unwind"
 	rubyMapProcs         = "procs"
 	rubyMapScratch       = "scratch"
 	rubyMapSeenFrames    = "seen_frames"
+	rubyMapUnwindRows    = "unwind_rows"
 	rubyMapUrgentEvents  = "urgent_events"
 	rubyProgOffcpu       = "offcpu"
 	rubyProgSampleRuby   = "sample_ruby"
@@ -237,9 +266,11 @@ type rubyMapSpecs struct {
 	KnownFrames  *ebpf.MapSpec `ebpf:"known_frames"`
 	OffcpuEnds   *ebpf.MapSpec `ebpf:"offcpu_ends"`
 	OffcpuSince  *ebpf.MapSpec `ebpf:"offcpu_since"`
+	ProcUnwind   *ebpf.MapSpec `ebpf:"proc_unwind"`
 	Procs        *ebpf.MapSpec `ebpf:"procs"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	SeenFrames   *ebpf.MapSpec `ebpf:"seen_frames"`
+	UnwindRows   *ebpf.MapSpec `ebpf:"unwind_rows"`
 	UrgentEvents *ebpf.MapSpec `ebpf:"urgent_events"`
 }
 
@@ -275,9 +306,11 @@ type rubyMaps struct {
 	KnownFrames  *ebpf.Map `ebpf:"known_frames"`
 	OffcpuEnds   *ebpf.Map `ebpf:"offcpu_ends"`
 	OffcpuSince  *ebpf.Map `ebpf:"offcpu_since"`
+	ProcUnwind   *ebpf.Map `ebpf:"proc_unwind"`
 	Procs        *ebpf.Map `ebpf:"procs"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	SeenFrames   *ebpf.Map `ebpf:"seen_frames"`
+	UnwindRows   *ebpf.Map `ebpf:"unwind_rows"`
 	UrgentEvents *ebpf.Map `ebpf:"urgent_events"`
 }
 
@@ -288,9 +321,11 @@ func (m *rubyMaps) Close() error {
 		m.KnownFrames,
 		m.OffcpuEnds,
 		m.OffcpuSince,
+		m.ProcUnwind,
 		m.Procs,
 		m.Scratch,
 		m.SeenFrames,
+		m.UnwindRows,
 		m.UrgentEvents,
 	)
 }

@@ -33,6 +33,9 @@ type Options struct {
 	// multiple of 8 up to MaxStackSize. 0 copies neither the stack nor the
 	// registers: samples have no native user frames.
 	StackSize uint32
+	// UnwindRows is the budget of unwind rows for every object's table
+	// together (LoadRows), 8 bytes each; 0: DefaultUnwindRows.
+	UnwindRows int
 	// Wall samples the threads of targets that follow it (ProcessConfig.
 	// FollowWall) also as they leave a CPU, each such sample weighed by the
 	// time the thread stayed off (Record.OffCPUEnd tells it).
@@ -126,6 +129,11 @@ type Sampler struct {
 	links []link.Link
 	// offCPUEnds reads the ends of off-CPU intervals (Options.Wall)
 	offCPUEnds *ringbuf.Reader
+	// the program's unwind rows as memory, how many are taken, and where
+	// each object's are (LoadRows)
+	rowMem   *ebpf.Memory
+	rowsUsed uint32
+	rowSpans map[string]rowSpan
 }
 
 // Record is one raw record read from a CPU's ring: its header and data,
@@ -170,6 +178,14 @@ func Open(opts Options) (_ *Sampler, err error) {
 	spec.Maps["scratch"].MaxEntries = uint32(ncpu)
 	spec.Maps["events"].MaxEntries = uint32(ncpu)
 	spec.Maps["urgent_events"].MaxEntries = uint32(ncpu)
+	rows := opts.UnwindRows
+	if rows <= 0 {
+		rows = DefaultUnwindRows
+	}
+	if rows > maxObjectRows {
+		return nil, fmt.Errorf("%d unwind rows: at most %d", rows, maxObjectRows)
+	}
+	spec.Maps["unwind_rows"].MaxEntries = uint32(rows)
 	if !opts.Wall {
 		// The off-CPU program is attached only for Options.Wall, and its
 		// verification costs as much as sample_ruby's (about 150 ms, which
@@ -189,6 +205,9 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("load BPF program: %v", ve)
 		}
 		return nil, fmt.Errorf("load BPF program: %w", err)
+	}
+	if s.rowMem, err = s.objs.UnwindRows.Memory(); err != nil {
+		return nil, fmt.Errorf("map unwind rows: %w", err)
 	}
 	// Before any process is a target: a target's exec must never be missed.
 	for _, prog := range []*ebpf.Program{s.objs.TargetExec, s.objs.TargetFork} {
@@ -352,6 +371,7 @@ func (s *Sampler) Sampled(pid int, gen uint32) bool {
 // RemoveProcess stops sampling pid.
 func (s *Sampler) RemoveProcess(pid int) {
 	s.objs.Procs.Delete(uint32(pid))
+	s.objs.ProcUnwind.Delete(uint32(pid))
 }
 
 // Stop stops sampling; records already in the rings can still be read.

@@ -18,7 +18,7 @@ var allowed = map[string][]string{
 	"debuginfo": {"internal/safefile"},
 	"rubybuild": {"debuginfo", "internal/safefile"},
 	"rubystack": {"rubybuild", "procmaps"},
-	"bpf":       {"rubybuild", "rubystack"},
+	"bpf":       {"rubybuild", "rubystack", "native"},
 	"perfdata":  {"internal/safefile"},
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
@@ -78,7 +78,7 @@ var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfo
 // does; agent's tests ask bpf whether they can run; bpf's benchmark waits
 // for the workload's CPU time through procstat; native's tests read stock
 // perf's stack copies with perfdata, to check its two unwinders agree.
-var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata", "internal/procstat"}, "agent": {"bpf"},
+var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata", "internal/procstat", "procmaps"}, "agent": {"bpf"},
 	"native": {"perfdata"}}
 
 // stdlibOnly packages may import nothing outside the standard library

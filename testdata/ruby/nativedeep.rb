@@ -3,6 +3,7 @@
 # methods (each, map, times, tap, Hash#each), send, define_method and
 # instance_exec, 60 Ruby levels over ~40 native re-entries, with a leaf that
 # allocates (strings, arrays, sorting) so GC runs too. ARGV: seconds of CPU.
+# It prints "ready" once warm.
 seconds = Float(ARGV.fetch(0, '5'))
 
 class Deep
@@ -28,6 +29,9 @@ class Deep
 end
 
 d = Deep.new
+d.descend(60)
+$stdout.puts 'ready'
+$stdout.flush
 t0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
 while Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - t0 < seconds
   d.descend(60)

@@ -1,0 +1,221 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/rubyperf/rubyperf/native"
+)
+
+// Native unwinding in the program: each object's compiled unwind table
+// (native.Table) goes once into the program's rows (LoadRows), and each
+// process lists the executable mappings that have rows (SetExecMaps); its
+// samples then carry native frames (Payload.Natives).
+
+// UnwindRow is one row as the program reads it (struct unwind_row).
+type UnwindRow = rubyUnwindRow
+
+// ExecMap is one executable mapping of a process with rows (struct
+// exec_map): [Start, End) in the process, Base the process address of its
+// object's row pc 0, its rows at Rows..Rows+Nrows in the program's rows.
+type ExecMap = rubyExecMap
+
+// Row kinds (ROW_* in ruby.bpf.c).
+const (
+	rowCFANone        = 0
+	rowCFASP          = 1
+	rowCFAFP          = 2
+	rowCFAPLT         = 3
+	rowCFAOutermost   = 4
+	rowCFAUnsupported = 5
+	rowFPSame         = 0 << 3
+	rowFPAtCFA        = 1 << 3
+	rowFPUnknown      = 2 << 3
+)
+
+// MaxExecMaps is the most mappings with rows one process has (MAX_EXEC_MAPS).
+const MaxExecMaps = 256
+
+// DefaultUnwindRows is the default budget of rows for all objects together
+// (8 bytes each): Debian's libruby 3.1 has about 69,000, libc 28,000.
+const DefaultUnwindRows = 1 << 20
+
+// maxObjectRows bounds one object's rows (ROW_SEARCH in ruby.bpf.c).
+const maxObjectRows = 1 << 24
+
+// EncodeRows encodes an x86_64 table as the program reads it: rows from
+// base (the object virtual address of row pc 0), rules the program does not
+// model (a return address not at CFA-8, offsets out of range) as
+// unsupported, and runs of rows that encode alike as one.
+func EncodeRows(t *native.Table) (rows []UnwindRow, base uint64, err error) {
+	if t.Arch != native.ArchX86_64 {
+		return nil, 0, errors.New("unwind rows: only x86_64 tables are encoded")
+	}
+	if len(t.Rows) == 0 {
+		return nil, 0, errors.New("unwind rows: empty table")
+	}
+	base = t.Rows[0].Start
+	for _, r := range t.Rows {
+		if r.Start-base > 0xffffffff {
+			break // the rest is out of a row's reach: no rule there
+		}
+		e := UnwindRow{Pc: uint32(r.Start - base), Kind: encodeKind(r)}
+		switch e.Kind & 7 {
+		case rowCFASP, rowCFAFP, rowCFAPLT:
+			e.CfaOff = int16(r.CFAOffset)
+		}
+		if e.Kind&7 == rowCFAPLT {
+			e.FpOff = int8(r.PLTThreshold)
+		} else if e.Kind&^7 == rowFPAtCFA {
+			e.FpOff = int8(r.FP.Offset / 8)
+		}
+		if n := len(rows); n > 0 && rows[n-1].Kind == e.Kind && rows[n-1].CfaOff == e.CfaOff && rows[n-1].FpOff == e.FpOff {
+			continue
+		}
+		rows = append(rows, e)
+	}
+	if len(rows) > maxObjectRows {
+		return nil, 0, fmt.Errorf("unwind rows: %d rows, more than %d", len(rows), maxObjectRows)
+	}
+	return rows, base, nil
+}
+
+// encodeKind is a row's ROW_CFA_* | ROW_FP_*.
+func encodeKind(r native.Row) uint8 {
+	var cfa uint8
+	switch r.CFA {
+	case native.CFANone:
+		return rowCFANone
+	case native.CFAOutermost:
+		return rowCFAOutermost
+	case native.CFAStackPointer:
+		cfa = rowCFASP
+	case native.CFAFramePointer:
+		cfa = rowCFAFP
+	case native.CFAPLT:
+		cfa = rowCFAPLT
+		if r.PLTThreshold > 15 || r.FP.Kind != native.RegSame {
+			return rowCFAUnsupported
+		}
+	default:
+		return rowCFAUnsupported
+	}
+	if r.CFAOffset != int32(int16(r.CFAOffset)) || r.RA != (native.RegRule{Kind: native.RegAtCFA, Offset: -8}) {
+		return rowCFAUnsupported
+	}
+	switch r.FP.Kind {
+	case native.RegSame:
+		return cfa | rowFPSame
+	case native.RegAtCFA:
+		if r.FP.Offset%8 == 0 && r.FP.Offset/8 == int32(int8(r.FP.Offset/8)) {
+			return cfa | rowFPAtCFA
+		}
+	}
+	return cfa | rowFPUnknown
+}
+
+// rowSpan is where one object's rows are in the program's rows.
+type rowSpan struct {
+	first, n uint32
+	base     uint64
+}
+
+// ErrNoRowRoom: the budget of rows (Options.UnwindRows) is spent.
+var ErrNoRowRoom = errors.New("unwind rows: budget spent")
+
+// LoadRows puts an object's rows into the program once: key names the
+// object's identity (the same file in every process that maps it). It
+// returns where they are and base, the object virtual address of row pc 0.
+func (s *Sampler) LoadRows(key string, t *native.Table) (first, n uint32, base uint64, err error) {
+	if sp, ok := s.rowSpans[key]; ok {
+		return sp.first, sp.n, sp.base, nil
+	}
+	rows, base, err := EncodeRows(t)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if s.rowMem == nil {
+		return 0, 0, 0, errors.New("unwind rows: not mapped")
+	}
+	const rowSize = int(unsafe.Sizeof(UnwindRow{}))
+	if uint64(s.rowsUsed)+uint64(len(rows)) > uint64(s.rowMem.Size())/uint64(rowSize) {
+		return 0, 0, 0, fmt.Errorf("%w (%d rows for %s)", ErrNoRowRoom, len(rows), key)
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(rows))), len(rows)*rowSize)
+	if _, err := s.rowMem.WriteAt(b, int64(s.rowsUsed)*int64(rowSize)); err != nil {
+		return 0, 0, 0, fmt.Errorf("unwind rows: %w", err)
+	}
+	sp := rowSpan{first: s.rowsUsed, n: uint32(len(rows)), base: base}
+	s.rowsUsed += sp.n
+	if s.rowSpans == nil {
+		s.rowSpans = map[string]rowSpan{}
+	}
+	s.rowSpans[key] = sp
+	return sp.first, sp.n, sp.base, nil
+}
+
+// SetExecMaps makes maps (at most MaxExecMaps, not overlapping) the
+// process's mappings with rows: its samples carry native frames from then
+// on.
+func (s *Sampler) SetExecMaps(pid int, maps []ExecMap) error {
+	if len(maps) > MaxExecMaps {
+		maps = maps[:MaxExecMaps]
+	}
+	var pm rubyProcMaps
+	n := copy(pm.Maps[:], maps)
+	sort.Slice(pm.Maps[:n], func(i, j int) bool { return pm.Maps[i].Start < pm.Maps[j].Start })
+	for i := 1; i < n; i++ {
+		if pm.Maps[i].Start < pm.Maps[i-1].End {
+			return fmt.Errorf("pid %d: mappings %#x and %#x overlap", pid, pm.Maps[i-1].Start, pm.Maps[i].Start)
+		}
+	}
+	pm.N = uint32(n)
+	if err := s.objs.ProcUnwind.Update(uint32(pid), &pm, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("pid %d: unwind mappings: %w", pid, err)
+	}
+	return nil
+}
+
+// RemoveExecMaps stops unwinding pid's stacks natively.
+func (s *Sampler) RemoveExecMaps(pid int) { s.objs.ProcUnwind.Delete(uint32(pid)) }
+
+// UnwindMappings loads the rows of every executable file mapping in maps
+// (objects from objs, which knows where the process's files are) and makes
+// them pid's mappings with rows. It returns how many have rows, and why
+// the first that has none could not (an object without call frame
+// information, the budget spent).
+func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Objects) (int, error) {
+	var out []ExecMap
+	var first error
+	for _, m := range maps {
+		if !m.Exec || m.Path == "" || m.Path[0] != '/' && m.Path != native.VDSOPath {
+			continue
+		}
+		o := objs.Get(m.Path)
+		t, err := o.Table(native.ArchX86_64)
+		if err == nil {
+			key := m.Path
+			if id := o.BuildID(); id != "" {
+				key = "build-id:" + id
+			}
+			var rowsAt, n uint32
+			var base uint64
+			if rowsAt, n, base, err = s.LoadRows(key, t); err == nil {
+				// The mapping puts the object's vaddr v at m.Start + (v - VAddr(m.Offset)).
+				out = append(out, ExecMap{Start: m.Start, End: m.Limit, Base: m.Start - o.VAddr(m.Offset) + base, Rows: rowsAt, Nrows: n})
+				continue
+			}
+		}
+		if first == nil {
+			first = fmt.Errorf("%s: %w", m.Path, err)
+		}
+	}
+	if len(out) == 0 {
+		return 0, first
+	}
+	return len(out), errors.Join(first, s.SetExecMaps(pid, out))
+}
