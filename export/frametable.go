@@ -136,24 +136,19 @@ func (t *FrameTable) newLocation(f *merge.Frame) int {
 		fn.File = Printable(f.File)
 		l.Line = f.Line
 	}
-	l.Function = t.function(fn)
-	if i, ok := t.locs[l]; ok {
-		return i
-	}
-	i := len(t.Locations)
-	t.Locations = append(t.Locations, l)
-	t.locs[l] = i
-	return i
+	l.Function = intern(&t.Functions, t.funcs, fn)
+	return intern(&t.Locations, t.locs, l)
 }
 
-// function returns the index of fn in Functions, added if new.
-func (t *FrameTable) function(fn Function) int {
-	if i, ok := t.funcs[fn]; ok {
+// intern returns the index of v in *list, appended if index (the indexes
+// of *list's entries) does not have it.
+func intern[T comparable](list *[]T, index map[T]int, v T) int {
+	if i, ok := index[v]; ok {
 		return i
 	}
-	i := len(t.Functions)
-	t.Functions = append(t.Functions, fn)
-	t.funcs[fn] = i
+	i := len(*list)
+	*list = append(*list, v)
+	index[v] = i
 	return i
 }
 
@@ -181,13 +176,7 @@ func (t *FrameTable) mapping(f *merge.Frame) int {
 	if m.File == "" && f.Kind == merge.KindKernel {
 		m.File = kernelFile
 	}
-	if i, ok := t.maps[m]; ok {
-		return i
-	}
-	i := len(t.Mappings)
-	t.Mappings = append(t.Mappings, m)
-	t.maps[m] = i
-	return i
+	return intern(&t.Mappings, t.maps, m)
 }
 
 // MappingIDs numbers Mappings from 1 in address order (the main executable
