@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -25,8 +24,8 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *format != "text" && *format != "json" && *format != "go" {
-		return usageError{fmt.Sprintf("--format %q must be one of: text, json, go", *format)}
+	if err := oneOf("--format", *format, "text", "json", "go"); err != nil {
+		return err
 	}
 	switch {
 	case *pid != 0 && len(pos) > 0:
@@ -91,9 +90,7 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 		rep.addProcess(proc)
 	}
 	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			return err
 		}
 	} else {

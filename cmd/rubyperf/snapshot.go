@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -20,11 +19,11 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
-	switch {
-	case *pid == 0:
+	if *pid == 0 {
 		return usageError{"give -p PID"}
-	case *format != "text" && *format != "json":
-		return usageError{fmt.Sprintf("--format %q must be one of: text, json", *format)}
+	}
+	if err := oneOf("--format", *format, "text", "json"); err != nil {
+		return err
 	}
 	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
 	if err != nil {
@@ -90,9 +89,7 @@ func writeSnapshotJSON(w io.Writer, pid int, version string, stacks []rubystack.
 		}
 		doc.Threads = append(doc.Threads, t)
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(doc)
+	return writeJSON(w, doc)
 }
 
 // writeSnapshotText prints each thread like a Ruby backtrace: a C method
