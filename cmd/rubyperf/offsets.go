@@ -15,16 +15,15 @@ import (
 
 func runOffsets(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("offsets", flag.ContinueOnError)
-	pid := fs.Int("p", 0, "pid of a running Ruby")
-	format := fs.String("format", "text", "text, json or go")
-	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the binary")
+	target := addRubyTargetFlags(fs, "text", "json", "go")
+	pid, format, debugFile := target.pid, target.format, target.debugFile
 	source := fs.String("source", "", "with --format go: what the tables were generated from (default: the DWARF files)")
 	configure := fs.String("configure", "", "with --format go: the configure flags the layouts assume, recorded in the table")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := oneOf("--format", *format, "text", "json", "go"); err != nil {
+	if err := target.checkFormat(); err != nil {
 		return err
 	}
 	switch {

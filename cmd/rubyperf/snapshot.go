@@ -12,9 +12,8 @@ import (
 
 func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
-	pid := fs.Int("p", 0, "pid of a running Ruby")
-	format := fs.String("format", "text", "text or json")
-	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
+	target := addRubyTargetFlags(fs, "text", "json")
+	pid, format, debugFile := target.pid, target.format, target.debugFile
 	nonblocking := fs.Bool("nonblocking", false, "do not stop the process while reading it (frames of running threads may come out [unknown])")
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
@@ -22,7 +21,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	if *pid == 0 {
 		return usageError{"give -p PID"}
 	}
-	if err := oneOf("--format", *format, "text", "json"); err != nil {
+	if err := target.checkFormat(); err != nil {
 		return err
 	}
 	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
