@@ -42,8 +42,6 @@ const (
 	sampleTypeUnit  = "count"
 	periodTypeType  = "cpu"
 	periodTypeUnit  = "nanoseconds"
-	kernelMapping   = "[kernel.kallsyms]"
-	unknownMapping  = "[unknown]"
 	serviceNameAttr = "service.name"
 	runtimeName     = "ruby"
 	processPIDAttr  = "process.pid"
@@ -57,23 +55,21 @@ const (
 )
 
 // dictionary builds the tables a request's profiles share, each entry once.
+// Functions, locations and mappings are export.FrameTable's, the same as
+// pprof's; they are written into the dictionary at the end (finish), with
+// what only OTLP has: each location's frame type, each mapping's build-id
+// as an attribute.
 type dictionary struct {
 	d         pprofile.ProfilesDictionary
+	frames    *export.FrameTable
 	strings   map[string]int32
-	functions map[functionKey]int32
-	mappings  map[mappingKey]int32
 	locations map[int32]int32 // by frame id of the interval
 	stacks    map[string]int32
 	attrs     map[[2]string]int32
 }
 
-type mappingKey struct {
-	start, limit, offset uint64
-	file, buildID        string
-}
-
 func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
-	t := &dictionary{d: d, strings: map[string]int32{}, functions: map[functionKey]int32{}, mappings: map[mappingKey]int32{},
+	t := &dictionary{d: d, frames: export.NewFrameTable(), strings: map[string]int32{},
 		locations: map[int32]int32{}, stacks: map[string]int32{}, attrs: map[[2]string]int32{}}
 	// Index 0 of every table is its zero value, which references to
 	// "nothing" point to.
@@ -112,87 +108,70 @@ func (t *dictionary) attr(key, value string) int32 {
 	return i
 }
 
-// functionKey is a function's name and file (string indexes), and whether
-// it is a symbol.
-type functionKey struct {
-	name, file int32
-	symbol     bool
-}
-
-// function is the function of frame f, named as every format names it
-// (export.FrameName). Only symbols (native and kernel frames) get a system
-// name, as in pprof, whose tools "demangle" a function whose system name is
-// its name: "<main>" would read as "<unknown>", "Foo#<=>" as "Foo#".
-func (t *dictionary) function(f *Frame, file string) int32 {
-	symbol := f.Kind == merge.KindNative || f.Kind == merge.KindKernel
-	name := export.FrameName(&merge.Frame{Kind: f.Kind, Name: f.Name, File: f.File})
-	k := functionKey{t.str(name), t.str(file), symbol}
-	if i, ok := t.functions[k]; ok {
-		return i
-	}
-	i := int32(t.d.FunctionTable().Len())
-	fn := t.d.FunctionTable().AppendEmpty()
-	fn.SetNameStrindex(k.name)
-	if symbol {
-		fn.SetSystemNameStrindex(k.name)
-	}
-	fn.SetFilenameStrindex(k.file)
-	t.functions[k] = i
-	return i
-}
-
-func (t *dictionary) mapping(f *Frame) int32 {
-	k := mappingKey{f.MapStart, f.MapLimit, f.MapOffset, f.File, f.BuildID}
-	if f.Kind == merge.KindKernel {
-		k = mappingKey{file: kernelMapping}
-	}
-	if k.file == "" {
-		k.file = unknownMapping
-	}
-	if i, ok := t.mappings[k]; ok {
-		return i
-	}
-	i := int32(t.d.MappingTable().Len())
-	m := t.d.MappingTable().AppendEmpty()
-	m.SetMemoryStart(k.start)
-	m.SetMemoryLimit(k.limit)
-	m.SetFileOffset(k.offset)
-	m.SetFilenameStrindex(t.str(k.file))
-	if k.buildID != "" {
-		m.AttributeIndices().Append(t.attr(attrBuildID, k.buildID))
-	}
-	t.mappings[k] = i
-	return i
-}
-
-// location is the location of frame id of iv.
+// location is the index in the location table of frame id of iv: the
+// frame table's location, after the table's zero entry.
 func (t *dictionary) location(iv *Interval, id int32) int32 {
 	if i, ok := t.locations[id]; ok {
 		return i
 	}
 	f := &iv.Frames[id]
-	i := int32(t.d.LocationTable().Len())
-	loc := t.d.LocationTable().AppendEmpty()
-	line := loc.Lines().AppendEmpty()
-	switch f.Kind {
-	case merge.KindNative, merge.KindKernel:
-		typ := frameTypeNative
-		if f.Kind == merge.KindKernel {
-			typ = frameTypeKernel
-		}
-		loc.SetMappingIndex(t.mapping(f))
-		loc.SetAddress(f.Addr)
-		line.SetFunctionIndex(t.function(f, ""))
-		loc.AttributeIndices().Append(t.attr(attrFrameType, typ))
-	case merge.KindRuby, merge.KindCFunc:
-		line.SetFunctionIndex(t.function(f, f.File))
-		line.SetLine(f.Line)
-		loc.AttributeIndices().Append(t.attr(attrFrameType, frameTypeRuby))
-	default: // a pseudo-frame: a thread state, a limit
-		line.SetFunctionIndex(t.function(f, ""))
-	}
+	i := int32(t.frames.Location(&merge.Frame{Kind: f.Kind, Name: f.Name, File: f.File, Line: f.Line, Addr: f.Addr,
+		MapStart: f.MapStart, MapLimit: f.MapLimit, MapOffset: f.MapOffset, BuildID: f.BuildID})) + 1
 	t.locations[id] = i
 	return i
+}
+
+// finish writes the frame table's functions, mappings and locations into
+// the dictionary, each table after its zero entry.
+func (t *dictionary) finish() {
+	ft := t.frames
+	for _, fn := range ft.Functions {
+		out := t.d.FunctionTable().AppendEmpty()
+		out.SetNameStrindex(t.str(fn.Name))
+		out.SetSystemNameStrindex(t.str(fn.SystemName))
+		out.SetFilenameStrindex(t.str(fn.File))
+	}
+	ids := ft.MappingIDs()
+	for range ids {
+		t.d.MappingTable().AppendEmpty()
+	}
+	for i, m := range ft.Mappings {
+		out := t.d.MappingTable().At(ids[i])
+		out.SetMemoryStart(m.Start)
+		out.SetMemoryLimit(m.Limit)
+		out.SetFileOffset(m.Offset)
+		out.SetFilenameStrindex(t.str(m.File))
+		if m.BuildID != "" {
+			out.AttributeIndices().Append(t.attr(attrBuildID, m.BuildID))
+		}
+	}
+	for _, l := range ft.Locations {
+		out := t.d.LocationTable().AppendEmpty()
+		if l.Mapping >= 0 {
+			out.SetMappingIndex(int32(ids[l.Mapping]))
+		}
+		out.SetAddress(l.Address)
+		line := out.Lines().AppendEmpty()
+		line.SetFunctionIndex(int32(l.Function) + 1)
+		line.SetLine(l.Line)
+		if typ := frameType(l.Type); typ != "" {
+			out.AttributeIndices().Append(t.attr(attrFrameType, typ))
+		}
+	}
+}
+
+// frameType is the profile.frame.type of a location of type typ; "" for a
+// pseudo-frame, which is no code.
+func frameType(typ export.FrameType) string {
+	switch typ {
+	case export.FrameRuby:
+		return frameTypeRuby
+	case export.FrameNative:
+		return frameTypeNative
+	case export.FrameKernel:
+		return frameTypeKernel
+	}
+	return ""
 }
 
 // stack is the stack of locations of a sample's frames, leaf first.
@@ -307,6 +286,7 @@ func (iv *Interval) profilesOf(res Resource, pids []int) pprofile.Profiles {
 			}
 		}
 	}
+	dict.finish()
 	return pd
 }
 

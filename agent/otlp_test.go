@@ -268,9 +268,10 @@ func TestLargeIntervalToCollector(t *testing.T) {
 }
 
 // TestFrameNames: frames are named as every other format names them: a
-// native frame with no symbol after its file, a name's bytes that are not
-// UTF-8 escaped (export.Printable), a file's as U+FFFD (protobuf strings
-// are UTF-8); and only symbols have a system name,
+// native frame with no symbol after its file, a name's or a file's bytes
+// that are not UTF-8 escaped (export.Printable: protobuf strings are UTF-8,
+// and the path reads as in pprof and the flame graphs); and only symbols
+// have a system name,
 // which pprof-based tools would "demangle" ("<main>" into "<unknown>").
 func TestFrameNames(t *testing.T) {
 	bad := merge.Frame{Kind: merge.KindRuby, Name: "Odd#caf\xe9", File: "/app/odd\xff.rb", Line: 2}
@@ -295,7 +296,7 @@ func TestFrameNames(t *testing.T) {
 	if want := `memcpy;[libfoo.so.1];Odd#caf\xe9;<main>`; names(got) != want {
 		t.Errorf("names %q, want %q", names(got), want)
 	}
-	if got[2].File != "/app/odd\uFFFD.rb" {
+	if got[2].File != `/app/odd\xff.rb` {
 		t.Errorf("file %q", got[2].File)
 	}
 	d := pd.Dictionary()
@@ -308,5 +309,57 @@ func TestFrameNames(t *testing.T) {
 		if system[name] != want {
 			t.Errorf("%q: system name %q, want %q", name, system[name], want)
 		}
+	}
+}
+
+// TestMappings: the mappings are export.FrameTable's, as in pprof: kernel
+// frames share one mapping over the kernel addresses seen, each address in
+// its mapping's range; a native frame whose mapping is unknown has neither
+// mapping nor address (nothing could symbolize it); Ruby frames have none.
+func TestMappings(t *testing.T) {
+	sysc2 := sysc
+	sysc2.Name, sysc2.Addr = "ksys_read", sysc.Addr+0x5000
+	lost := merge.Frame{Kind: merge.KindNative, Name: "lost_fn", Addr: 0x7f0000009999}
+	iv := NewInterval(time.Unix(100, 0))
+	iv.Add(stack(1, sysc, sysc2, memcp, lost, main_), &recording.Process{PID: 1, Name: "app"})
+	iv.End = time.Unix(110, 0)
+	reqs, err := iv.Requests(Resource{}, 1<<30)
+	if err != nil || len(reqs) != 1 {
+		t.Fatalf("%d requests (%v), want 1", len(reqs), err)
+	}
+	pd, err := (&pprofile.ProtoUnmarshaler{}).UnmarshalProfiles(reqs[0].Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pd.Dictionary()
+	stk := d.StackTable().At(int(pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).StackIndex()))
+	type got struct {
+		file         string
+		start, limit uint64
+		addr         uint64
+	}
+	var frames []got
+	for _, li := range stk.LocationIndices().All() {
+		loc := d.LocationTable().At(int(li))
+		g := got{addr: loc.Address()}
+		if mi := loc.MappingIndex(); mi != 0 {
+			m := d.MappingTable().At(int(mi))
+			g.file, g.start, g.limit = d.StringTable().At(int(m.FilenameStrindex())), m.MemoryStart(), m.MemoryLimit()
+		}
+		frames = append(frames, g)
+	}
+	k1, k2, n, l, r := frames[0], frames[1], frames[2], frames[3], frames[4]
+	if k1.file != "[kernel.kallsyms]" || k1 != (got{k1.file, sysc.Addr, sysc2.Addr + 1, sysc.Addr}) ||
+		k2 != (got{k1.file, sysc.Addr, sysc2.Addr + 1, sysc2.Addr}) {
+		t.Errorf("kernel frames %+v %+v: want one mapping over both addresses", k1, k2)
+	}
+	if n != (got{memcp.File, memcp.MapStart, memcp.MapLimit, memcp.Addr}) {
+		t.Errorf("native frame %+v", n)
+	}
+	if l != (got{}) || r != (got{}) {
+		t.Errorf("native frame of no known mapping %+v, Ruby frame %+v: want no mapping and no address", l, r)
+	}
+	if d.MappingTable().Len() != 3 {
+		t.Errorf("%d mappings, want the zero one, libc's and the kernel's", d.MappingTable().Len())
 	}
 }

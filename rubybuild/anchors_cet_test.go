@@ -1,7 +1,5 @@
 package rubybuild
 
-import ()
-
 // anchorLayout is the part of a Layout the disassembly fallbacks check
 // against, per minor version (x86_64): ec->thread_ptr and ec->cfp,
 // vm->objspace (3.4: vm->gc.objspace), rb_symbols_t and rb_shape_tree_t.

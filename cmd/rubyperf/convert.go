@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
@@ -32,10 +34,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err := in.parse(fs, args); err != nil {
 		return err
 	}
-	def, ok := convertDefaults[*format]
-	if !ok {
-		return usageError{fmt.Sprintf("-f %q must be one of: folded, pprof, speedscope, svg", *format)}
+	if err := oneOf("-f", *format, slices.Sorted(maps.Keys(convertDefaults))...); err != nil {
+		return err
 	}
+	def := convertDefaults[*format]
 	if *groupBy != "" && *format == "pprof" {
 		return usageError{"--group-by: pprof samples carry every label already (go tool pprof -tagroot KEY)"}
 	}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/rubyperf/rubyperf/export"
 )
@@ -124,6 +127,21 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// oneOf refuses a flag's value that is none of allowed.
+func oneOf(flagName, value string, allowed ...string) error {
+	if slices.Contains(allowed, value) {
+		return nil
+	}
+	return usageError{fmt.Sprintf("%s %q must be one of: %s", flagName, value, strings.Join(allowed, ", "))}
+}
+
+// writeJSON writes v as indented JSON, the documents of --format json.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // helpRequest is -h or --help: the command's flags are printed.

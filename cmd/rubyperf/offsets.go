@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -16,17 +15,16 @@ import (
 
 func runOffsets(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("offsets", flag.ContinueOnError)
-	pid := fs.Int("p", 0, "pid of a running Ruby")
-	format := fs.String("format", "text", "text, json or go")
-	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the binary")
+	target := addRubyTargetFlags(fs, "text", "json", "go")
+	pid, format, debugFile := target.pid, target.format, target.debugFile
 	source := fs.String("source", "", "with --format go: what the tables were generated from (default: the DWARF files)")
 	configure := fs.String("configure", "", "with --format go: the configure flags the layouts assume, recorded in the table")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	if *format != "text" && *format != "json" && *format != "go" {
-		return usageError{fmt.Sprintf("--format %q must be one of: text, json, go", *format)}
+	if err := target.checkFormat(); err != nil {
+		return err
 	}
 	switch {
 	case *pid != 0 && len(pos) > 0:
@@ -91,9 +89,7 @@ func runOffsets(args []string, stdout, stderr io.Writer) error {
 		rep.addProcess(proc)
 	}
 	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			return err
 		}
 	} else {

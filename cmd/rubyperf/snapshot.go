@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -13,18 +12,17 @@ import (
 
 func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
-	pid := fs.Int("p", 0, "pid of a running Ruby")
-	format := fs.String("format", "text", "text or json")
-	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
+	target := addRubyTargetFlags(fs, "text", "json")
+	pid, format, debugFile := target.pid, target.format, target.debugFile
 	nonblocking := fs.Bool("nonblocking", false, "do not stop the process while reading it (frames of running threads may come out [unknown])")
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
-	switch {
-	case *pid == 0:
+	if *pid == 0 {
 		return usageError{"give -p PID"}
-	case *format != "text" && *format != "json":
-		return usageError{fmt.Sprintf("--format %q must be one of: text, json", *format)}
+	}
+	if err := target.checkFormat(); err != nil {
+		return err
 	}
 	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
 	if err != nil {
@@ -90,9 +88,7 @@ func writeSnapshotJSON(w io.Writer, pid int, version string, stacks []rubystack.
 		}
 		doc.Threads = append(doc.Threads, t)
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(doc)
+	return writeJSON(w, doc)
 }
 
 // writeSnapshotText prints each thread like a Ruby backtrace: a C method
