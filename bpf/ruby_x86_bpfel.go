@@ -13,13 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type rubyFrame struct {
-	_        structs.HostLayout
-	Iseq     uint64
-	Pc       uint64
-	CmeFlags uint64
-}
-
 type rubyFrameKey struct {
 	_    structs.HostLayout
 	Pid  uint32
@@ -34,42 +27,6 @@ type rubyFrameSpan struct {
 	From  uint64
 	To    uint64
 	Cme   uint64
-}
-
-type rubyLabel struct {
-	_     structs.HostLayout
-	Key   uint64
-	Value uint64
-	Obj   [64]uint8
-	Ext   [48]uint8
-}
-
-type rubyOffcpuEnd struct {
-	_    structs.HostLayout
-	Pid  uint32
-	Tid  uint32
-	Left uint64
-	End  uint64
-}
-
-type rubyPayloadHeader struct {
-	_          structs.HostLayout
-	Magic      uint32
-	Version    uint16
-	HeaderSize uint16
-	Length     uint32
-	Nframes    uint32
-	Flags      uint32
-	Pid        uint32
-	Tid        uint32
-	Gen        uint32
-	Ec         uint64
-	Cfp        uint64
-	Period     uint64
-	GcCount    uint64
-	GcEpoch    uint64
-	Nlabels    uint32
-	LabelSize  uint32
 }
 
 type rubyProcConfig struct {
@@ -141,17 +98,46 @@ type rubyProcConfig struct {
 }
 
 type rubySampleBuf struct {
-	_      structs.HostLayout
-	H      rubyPayloadHeader
-	Frames [2091]rubyFrame
-	Labels [8]rubyLabel
-	Pairs  [128]uint64
-	Cfps   [1024]uint8
-	Envs   [1024]uint8
-	Gc     [2048]uint8
-	Th     [512]uint8
-	EnvLo  uint64
-	EnvHi  uint64
+	_ structs.HostLayout
+	H struct {
+		_          structs.HostLayout
+		Magic      uint32
+		Version    uint16
+		HeaderSize uint16
+		Length     uint32
+		Nframes    uint32
+		Flags      uint32
+		Pid        uint32
+		Tid        uint32
+		Gen        uint32
+		Ec         uint64
+		Cfp        uint64
+		Period     uint64
+		GcCount    uint64
+		GcEpoch    uint64
+		Nlabels    uint32
+		LabelSize  uint32
+	}
+	Frames [2091]struct {
+		_        structs.HostLayout
+		Iseq     uint64
+		Pc       uint64
+		CmeFlags uint64
+	}
+	Labels [8]struct {
+		_     structs.HostLayout
+		Key   uint64
+		Value uint64
+		Obj   [64]uint8
+		Ext   [48]uint8
+	}
+	Pairs [128]uint64
+	Cfps  [1024]uint8
+	Envs  [1024]uint8
+	Gc    [2048]uint8
+	Th    [512]uint8
+	EnvLo uint64
+	EnvHi uint64
 }
 
 type rubySeenFrame struct {
