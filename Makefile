@@ -34,13 +34,16 @@ test: rubies viewers lint check-generated
 	$(GO) run ./internal/cmd/testsummary $(GO) test -json -count=1 -timeout 25m ./...
 	@$(MAKE) --no-print-directory fuzz
 
-# The BPF program's generated Go and object files (committed; clang only here).
+# The BPF program's generated Go and object files, then the Go declarations of the
+# records it writes, from the objects' BTF (committed; clang only here).
+GENERATED := 'bpf/*_bpfel.go' 'bpf/*_bpfel.o' payload/types_generated.go
 generate: deps
 	cd bpf && $(GO) generate ./...
+	cd payload && $(GO) generate ./...
 
 check-generated: generate
-	@git diff --quiet --exit-code -- 'bpf/*_bpfel.go' 'bpf/*_bpfel.o' || { git --no-pager diff --stat -- 'bpf/*_bpfel.*'; \
-	  echo "bpf/ generated files are stale: run 'make generate' and commit them"; exit 1; }
+	@git diff --quiet --exit-code -- $(GENERATED) || { git --no-pager diff --stat -- $(GENERATED); \
+	  echo "generated files are stale: run 'make generate' and commit them"; exit 1; }
 
 # Every byte parser is fuzzed on each test run for a fixed number of inputs (a few
 # seconds each on 2 cores; scripts/fuzz-targets lists them); FUZZTIME=10m fuzzes each

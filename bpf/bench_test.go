@@ -20,6 +20,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/profilerstate"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
 	"github.com/rubyperf/rubyperf/threadlocal"
 )
@@ -327,7 +328,7 @@ func (rd *benchReader) record(rec Record) error {
 	if err != nil {
 		return nil
 	}
-	p, err := DecodePayload(smp.Raw)
+	p, err := payload.Decode(smp.Raw)
 	if err != nil {
 		return nil
 	}
@@ -338,14 +339,14 @@ func (rd *benchReader) record(rec Record) error {
 	}
 	rd.n++
 	// As the recorder marks old code: for the rest of the epoch.
-	span := FullSpan
+	span := payload.FullSpan
 	if p.GC.Stamped {
-		span = Span{Epoch: p.GC.Epoch, From: 0, To: ^uint64(0)}
+		span = payload.Span{Epoch: p.GC.Epoch, From: 0, To: ^uint64(0)}
 	}
 	for _, f := range p.Frames {
 		if k := [3]uint64{f.Iseq, f.PC, span.Epoch}; !rd.named[k] {
 			rd.named[k] = true
-			rd.s.MarkNamed(p.PID, p.Gen, []NamedFrame{{Frame: f, Span: span}})
+			rd.s.MarkNamed(p.PID, p.Gen, []payload.NamedFrame{{Frame: f, Span: span}})
 		}
 	}
 	return nil

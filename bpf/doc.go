@@ -1,13 +1,11 @@
 // Package bpf owns the eBPF program that samples Ruby stacks (its C source,
-// the bpf2go output committed beside it), perf_event setup per CPU, reading
-// the rings it writes, and the Ruby payload in each sample's RAW field
-// (Payload: decoded, named, weighed). The perf records around the payload
-// are laid out as OutputFormat says, and decoded by their reader (perfdata),
-// not here. Each sample carries the process's GC
-// stamp (GCStamp: how many GCs it had started, and when its last major GC
-// did), and the program's record of named frames holds the span of samples
-// each name holds for (Span), so that a sample whose frames' code may have
-// been replaced since they were named wakes the recorder at once.
+// the bpf2go output committed beside it), loading it, its maps (which
+// processes are targets, with what ProcessConfig; which frames user space
+// has named, MarkNamed), perf_event setup per CPU, and reading the rings it
+// writes. The perf records around each sample are laid out as OutputFormat
+// says, and decoded by their reader (perfdata); the Ruby payload inside
+// them, and the other records the program writes, are payload's to decode,
+// so that reading a recording needs no cilium/ebpf.
 //
 // It takes a rubybuild.Layout and converts it to the program's configuration;
 // it must not know about output formats or perf.data encoding.

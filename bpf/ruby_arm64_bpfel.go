@@ -22,13 +22,6 @@ type rubyExecMap struct {
 	Nrows uint32
 }
 
-type rubyFrame struct {
-	_        structs.HostLayout
-	Iseq     uint64
-	Pc       uint64
-	CmeFlags uint64
-}
-
 type rubyFrameKey struct {
 	_    structs.HostLayout
 	Pid  uint32
@@ -43,44 +36,6 @@ type rubyFrameSpan struct {
 	From  uint64
 	To    uint64
 	Cme   uint64
-}
-
-type rubyLabel struct {
-	_     structs.HostLayout
-	Key   uint64
-	Value uint64
-	Obj   [64]uint8
-	Ext   [48]uint8
-}
-
-type rubyOffcpuEnd struct {
-	_    structs.HostLayout
-	Pid  uint32
-	Tid  uint32
-	Left uint64
-	End  uint64
-}
-
-type rubyPayloadHeader struct {
-	_          structs.HostLayout
-	Magic      uint32
-	Version    uint16
-	HeaderSize uint16
-	Length     uint32
-	Nframes    uint32
-	Flags      uint32
-	Pid        uint32
-	Tid        uint32
-	Gen        uint32
-	Ec         uint64
-	Cfp        uint64
-	Period     uint64
-	GcCount    uint64
-	GcEpoch    uint64
-	Nlabels    uint32
-	LabelSize  uint32
-	Nnatives   uint32
-	NativeStop uint32
 }
 
 type rubyProcConfig struct {
@@ -159,18 +114,49 @@ type rubyProcMaps struct {
 }
 
 type rubySampleBuf struct {
-	_       structs.HostLayout
-	H       rubyPayloadHeader
-	Frames  [2262]rubyFrame
+	_ structs.HostLayout
+	H struct {
+		_          structs.HostLayout
+		Magic      uint32
+		Version    uint16
+		HeaderSize uint16
+		Length     uint32
+		Nframes    uint32
+		Flags      uint32
+		Pid        uint32
+		Tid        uint32
+		Gen        uint32
+		Ec         uint64
+		Cfp        uint64
+		Period     uint64
+		GcCount    uint64
+		GcEpoch    uint64
+		Nlabels    uint32
+		LabelSize  uint32
+		Nnatives   uint32
+		NativeStop uint32
+	}
+	Frames [2262]struct {
+		_        structs.HostLayout
+		Iseq     uint64
+		Pc       uint64
+		CmeFlags uint64
+	}
 	Natives [512]uint64
-	Labels  [8]rubyLabel
-	Pairs   [128]uint64
-	Cfps    [1024]uint8
-	Envs    [1024]uint8
-	Gc      [2048]uint8
-	Th      [512]uint8
-	EnvLo   uint64
-	EnvHi   uint64
+	Labels  [8]struct {
+		_     structs.HostLayout
+		Key   uint64
+		Value uint64
+		Obj   [64]uint8
+		Ext   [48]uint8
+	}
+	Pairs [128]uint64
+	Cfps  [1024]uint8
+	Envs  [1024]uint8
+	Gc    [2048]uint8
+	Th    [512]uint8
+	EnvLo uint64
+	EnvHi uint64
 }
 
 type rubySeenFrame struct {

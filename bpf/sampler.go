@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	perf "github.com/elastic/go-perf"
+	"github.com/rubyperf/rubyperf/payload"
 	"golang.org/x/sys/unix"
 )
 
@@ -147,13 +148,8 @@ type Record struct {
 	Data     []byte
 	// OffCPUEnd, when set, is no perf record: a thread sampled as it left a
 	// CPU is back on one (Options.Wall).
-	OffCPUEnd *OffCPUEnd
+	OffCPUEnd *payload.OffCPUEnd
 }
-
-// OffCPUEnd says a thread sampled as it left a CPU at Left is back on one
-// at End (CLOCK_MONOTONIC ns): its sample (PayloadOffCPU, Period == Left)
-// stands for End - Left.
-type OffCPUEnd = rubyOffcpuEnd
 
 // Open loads the program and starts sampling on every online CPU. No
 // process is a target until AddProcess.
@@ -550,7 +546,7 @@ func (s *Sampler) drainOffCPUEnds(fn func(Record) error) error {
 		if err != nil {
 			return fmt.Errorf("off-CPU ring: %w", err)
 		}
-		var e OffCPUEnd
+		var e payload.OffCPUEnd
 		if len(rec.RawSample) < int(unsafe.Sizeof(e)) {
 			continue
 		}
@@ -563,34 +559,10 @@ func (s *Sampler) drainOffCPUEnds(fn func(Record) error) error {
 	}
 }
 
-// Span is the samples a frame's name holds for: those of GC epoch Epoch
-// whose GCStamp.Interval is in [From, To]. A process without stamps has its
-// names marked with the full span of epoch 0.
-type Span struct{ Epoch, From, To uint64 }
-
-// FullSpan holds for every sample of a process without GC stamps.
-var FullSpan = Span{From: 0, To: ^uint64(0)}
-
-// Covers says whether the span holds for a sample with stamp st.
-func (s Span) Covers(st GCStamp) bool {
-	if !st.Stamped || s == FullSpan {
-		return !st.Stamped && s == FullSpan
-	}
-	i := st.Interval()
-	return !st.Compacting && s.Epoch == st.Epoch && s.From <= i && i <= s.To
-}
-
-// NamedFrame is a frame user space has named and the samples the name
-// holds for.
-type NamedFrame struct {
-	Frame
-	Span Span
-}
-
 // MarkNamed tells the program that user space has named these frames of
 // pid's image gen (iseq, pc) for the samples of their spans: samples whose
 // top frames are all named can wait in the batched rings.
-func (s *Sampler) MarkNamed(pid, gen uint32, frames []NamedFrame) error {
+func (s *Sampler) MarkNamed(pid, gen uint32, frames []payload.NamedFrame) error {
 	keys := make([]rubyFrameKey, 0, len(frames))
 	values := make([]rubyFrameSpan, 0, len(frames))
 	for _, f := range frames {
@@ -618,7 +590,7 @@ func (s *Sampler) MarkNamed(pid, gen uint32, frames []NamedFrame) error {
 type Counts struct {
 	Samples        uint64 // samples of target processes
 	OutputErrors   uint64 // records the kernel would not take (ring full)
-	Truncated      uint64 // stacks deeper than MaxFrames
+	Truncated      uint64 // stacks deeper than payload.MaxFrames
 	Urgent         uint64 // samples sent to the urgent rings
 	Execs          uint64 // targets that exec'd, and so stopped being targets
 	Forks          uint64 // children of targets that became targets (ProcessConfig.FollowForks)

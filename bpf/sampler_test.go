@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/rubyoracle"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -104,7 +105,7 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 			return err
 		}
 		tid := int(smp.Tid)
-		p, err := DecodePayload(smp.Raw)
+		p, err := payload.Decode(smp.Raw)
 		if err != nil {
 			return err
 		}
@@ -116,7 +117,7 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 			return fmt.Errorf("payload tid %d, record tid %d", p.TID, tid)
 		}
 		// The parked stack's environments stay as they were sampled.
-		fc.envs += p.WalkEnvs(func(f Frame) (uint64, bool) {
+		fc.envs += p.WalkEnvs(func(f payload.Frame) (uint64, bool) {
 			cme, _, err := tg.reader.EnvMethodEntry(f.Env)
 			return cme, err == nil
 		})
@@ -251,7 +252,7 @@ func labels(fs []rubystack.Frame) string {
 	return b.String()
 }
 
-// TestTruncation: a stack deeper than MaxFrames comes in its top MaxFrames
+// TestTruncation: a stack deeper than payload.MaxFrames comes in its top MaxFrames
 // frames with the truncation flag, and the program counts it; a stack just
 // under the limit is whole.
 func TestTruncation(t *testing.T) {
@@ -284,16 +285,16 @@ func TestTruncation(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				p, err := DecodePayload(smp.Raw)
+				p, err := payload.Decode(smp.Raw)
 				if err != nil {
 					return err
 				}
 				n++
-				if got := p.Flags&PayloadTruncated != 0; got != c.truncated {
+				if got := p.Flags&payload.Truncated != 0; got != c.truncated {
 					t.Errorf("truncated flag %v with %d frames", got, len(p.Frames))
 				}
-				if c.truncated && len(p.Frames) != MaxFrames {
-					t.Errorf("%d frames, want the top %d", len(p.Frames), MaxFrames)
+				if c.truncated && len(p.Frames) != payload.MaxFrames {
+					t.Errorf("%d frames, want the top %d", len(p.Frames), payload.MaxFrames)
 				}
 				if !c.truncated && len(p.Frames) < c.depth {
 					t.Errorf("%d frames of a %d-deep stack", len(p.Frames), c.depth)
@@ -359,7 +360,7 @@ func TestSamplesCarryGCStamps(t *testing.T) {
 			defer cancel()
 			type timed struct {
 				time  uint64
-				stamp GCStamp
+				stamp payload.GCStamp
 			}
 			var got []timed
 			err = s.Run(ctx, func(rec Record) error {
@@ -370,7 +371,7 @@ func TestSamplesCarryGCStamps(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				p, err := DecodePayload(smp.Raw)
+				p, err := payload.Decode(smp.Raw)
 				if err != nil {
 					return err
 				}
@@ -388,7 +389,7 @@ func TestSamplesCarryGCStamps(t *testing.T) {
 			}
 			// The rings are per CPU: in the order the samples were taken.
 			sort.Slice(got, func(i, j int) bool { return got[i].time < got[j].time })
-			stamps := make([]GCStamp, len(got))
+			stamps := make([]payload.GCStamp, len(got))
 			for i, g := range got {
 				stamps[i] = g.stamp
 			}

@@ -14,7 +14,7 @@ import (
 // Native unwinding in the program: each object's compiled unwind table
 // (native.Table) goes once into the program's rows (LoadRows), and each
 // process lists the executable mappings that have rows (SetExecMaps); its
-// samples then carry native frames (Payload.Natives).
+// samples then carry native frames (payload.Payload.Natives).
 
 // UnwindRow is one row as the program reads it (struct unwind_row).
 type UnwindRow = rubyUnwindRow

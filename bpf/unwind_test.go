@@ -10,6 +10,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/procmaps"
 )
 
@@ -59,7 +60,7 @@ func TestNativeFramesEqualUnwind(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 			defer cancel()
-			stops := map[NativeStop]int{}
+			stops := map[payload.NativeStop]int{}
 			var samples, same, deeper, shorter int
 			var frames int
 			err = s.Run(ctx, func(rec Record) error {
@@ -70,7 +71,7 @@ func TestNativeFramesEqualUnwind(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				p, err := DecodePayload(smp.Raw)
+				p, err := payload.Decode(smp.Raw)
 				if err != nil {
 					return err
 				}
@@ -87,7 +88,7 @@ func TestNativeFramesEqualUnwind(t *testing.T) {
 					same++
 				case k == len(ref) && len(p.Natives) > k:
 					deeper++ // the stack copy ended first
-				case k == len(p.Natives) && p.NativeStop != NativeOutermost:
+				case k == len(p.Natives) && p.NativeStop != payload.NativeOutermost:
 					shorter++
 					if shorter <= 5 {
 						t.Logf("the program stopped (%v) after %d of %d frames, at %#x in %s", p.NativeStop, k, len(ref), p.Natives[k-1], ref[k-1].Mapping.Path)

@@ -5,7 +5,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 )
 
 // What a recording holds grows with its targets' shape, not with time: the
@@ -56,7 +56,7 @@ const (
 	keyOverhead  = int64(unsafe.Sizeof(FrameKey{})) + 64
 	namedCost    = int64(unsafe.Sizeof(Named{}))
 	// lastFrameCost: lastFrames holds a frame and its name's id.
-	lastFrameCost = int64(unsafe.Sizeof(bpf.Frame{})) + 8
+	lastFrameCost = int64(unsafe.Sizeof(payload.Frame{})) + 8
 )
 
 // budget is a memory budget split over what grows (see above).

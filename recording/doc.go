@@ -1,16 +1,17 @@
 // Package recording runs a recording: it attaches to Ruby processes (given,
-// started, or discovered), samples them with the bpf package, symbolizes each
-// new Ruby frame from live memory through rubystack, and writes a perf.data
+// started, or discovered), samples them with the bpf package, decodes what
+// the program writes with payload, symbolizes each new Ruby frame from live
+// memory through rubystack, and writes a perf.data
 // through perfdata, with the Ruby symbol table in a private feature section
 // so the file needs no live process afterwards. It follows what targets do
 // while recorded: an exec ends the image (a Ruby is attached again as a new
-// generation, bpf.Payload.Gen), a fork may add a target, an exit ends one.
+// generation, payload.Payload.Gen), a fork may add a target, an exit ends one.
 //
 // A frame is keyed by the addresses the program copied, and the GC frees
 // code and reuses its memory while recording. So a name read from memory
-// holds only for the samples it can be proven right for (a Span of GC
-// intervals: bpf.GCStamp): those of the GC interval it was read in, when a
-// sample of that interval ran the code, and, for code in the old generation,
+// holds only for the samples it can be proven right for (a payload.Span of
+// GC intervals: payload.GCStamp): those of the GC interval it was read in,
+// when a sample of that interval ran the code, and, for code in the old generation,
 // every later sample until the next major GC. A frame no name holds for
 // reads as ReplacedLabel, never as the code that was there before.
 //

@@ -3,7 +3,7 @@ package recording
 import (
 	"errors"
 
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -24,7 +24,7 @@ type envChains struct {
 // oldCheck: the first environment keeps the rest of the chain alive).
 type envChain struct {
 	cme  uint64
-	span bpf.Span
+	span payload.Span
 	run  oldCheck // run.lo.st not Stamped: none
 }
 
@@ -34,17 +34,17 @@ type envWalk struct {
 	old    bool // read now, of old objects only
 	read   bool // read now (else from what was known)
 	proven bool
-	span   bpf.Span
+	span   payload.Span
 }
 
 // walkEnvs finishes the environment chains the program left in p at
-// their (bpf.Frame.Env), from t's live memory, where what is read now is
+// their (payload.Frame.Env), from t's live memory, where what is read now is
 // what the sample saw, as a frame's name is proven (see nameFrames): the
 // GC has not run since the sample, or every environment and method entry
 // on the chain is an old object that the program or a read found the same
 // since (linked). A frame whose chain cannot be proven so stays unknown,
 // and counts as such.
-func walkEnvs(t *Target, p *bpf.Payload) {
+func walkEnvs(t *Target, p *payload.Payload) {
 	if p.EnvsLeft == 0 {
 		return
 	}
@@ -52,7 +52,7 @@ func walkEnvs(t *Target, p *bpf.Payload) {
 	if errors.Is(err, rubystack.ErrNoGCStamps) {
 		// Nothing tells when an environment is freed: walk it as names
 		// are read then, for good.
-		p.WalkEnvs(func(f bpf.Frame) (uint64, bool) {
+		p.WalkEnvs(func(f payload.Frame) (uint64, bool) {
 			cme, _, err := t.Reader.EnvMethodEntry(f.Env)
 			return cme, err == nil
 		})
@@ -117,13 +117,13 @@ func walkEnvs(t *Target, p *bpf.Payload) {
 					c.run = k.run
 				}
 			}
-			if c.span != (bpf.Span{}) || c.run.lo.st.Stamped {
+			if c.span != (payload.Span{}) || c.run.lo.st.Stamped {
 				t.envs.known[f.Env] = c
 			}
 			walks[f.Env] = w
 		}
 	}
-	p.WalkEnvs(func(f bpf.Frame) (uint64, bool) {
+	p.WalkEnvs(func(f payload.Frame) (uint64, bool) {
 		w, ok := walks[f.Env]
 		return w.cme, ok && w.proven
 	})

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/payload"
 )
 
 // allocPerByte bounds what decoding a section may allocate (garbage
@@ -67,8 +67,8 @@ func checkAllocated(t *testing.T, what string, got uint64, text int64) {
 func FuzzDecodeSymbolTable(f *testing.F) {
 	t := NewSymbolTable()
 	k := FrameKey{PID: 1, Gen: 2, Iseq: 0x1000, PC: 0x2000}
-	t.Frames[k] = []Named{{FrameInfo: FrameInfo{Label: "Object#m", Path: "a.rb", HasPath: true, Line: 3}, Span: bpf.FullSpan},
-		{FrameInfo: FrameInfo{Label: "Object#n", Path: "a.rb", HasPath: true, Line: 9}, Span: bpf.Span{Epoch: 4, From: 11, To: 11}}}
+	t.Frames[k] = []Named{{FrameInfo: FrameInfo{Label: "Object#m", Path: "a.rb", HasPath: true, Line: 3}, Span: payload.FullSpan},
+		{FrameInfo: FrameInfo{Label: "Object#n", Path: "a.rb", HasPath: true, Line: 9}, Span: payload.Span{Epoch: 4, From: 11, To: 11}}}
 	t.VMExec[Image{1, 2}] = VMExec{Path: "/lib/libruby.so", Start: 10, End: 20}
 	t.NameID(FrameInfo{Label: "Object#m", Path: "a.rb", HasPath: true, Line: 3})
 	t.NameID(FrameInfo{Drop: true})

@@ -1,8 +1,8 @@
 package recording
 
 import (
-	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -10,7 +10,7 @@ import (
 // pair as it was at the sample; the recorder names them while the process
 // lives (a key's ID through the VM's symbol table, a value from the copied
 // bytes, or its class) and writes the names' ids into the sample
-// (bpf.NameLabels), so a recording reads without the process.
+// (payload.NameLabels), so a recording reads without the process.
 
 // labelKeyCacheMax bounds the key names a target keeps: keys are few.
 const labelKeyCacheMax = 1 << 12
@@ -20,7 +20,7 @@ const UnknownLabelValue = "[unknown]"
 
 // nameLabels names the labels of sample p (its RAW payload raw), read
 // through t's Reader.
-func (s *session) nameLabels(t *Target, p *bpf.Payload, raw []byte) {
+func (s *session) nameLabels(t *Target, p *payload.Payload, raw []byte) {
 	if len(p.Labels) == 0 {
 		return
 	}
@@ -45,13 +45,13 @@ func (s *session) nameLabels(t *Target, p *bpf.Payload, raw []byte) {
 		names = append(names, [2]uint64{key, s.symtab.NameID(FrameInfo{Label: text})})
 	}
 	s.labelIDs = names
-	bpf.NameLabels(raw, p, names) // a payload it cannot read stays as it was: unnamed
+	payload.NameLabels(raw, p, names) // a payload it cannot read stays as it was: unnamed
 }
 
 // labelsOf reads a sample's labels as the recorder named them.
-func (rd *reader) labelsOf(p *bpf.Payload, out []merge.Label) []merge.Label {
+func (rd *reader) labelsOf(p *payload.Payload, out []merge.Label) []merge.Label {
 	out = out[:0]
-	if p.Flags&bpf.PayloadLabelsNamed == 0 {
+	if p.Flags&payload.LabelsNamed == 0 {
 		return out // never named (a recorder killed before): addresses mean nothing now
 	}
 	for _, l := range p.Labels {

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 )
 
@@ -30,7 +30,7 @@ type output interface {
 	// WriteRecord writes raw, one record (header and data). rec is raw
 	// decoded and p its sample's payload decoded, where the caller has them
 	// (else nil): a live reader takes them as they are.
-	WriteRecord(raw []byte, rec perfdata.Record, p *bpf.Payload) error
+	WriteRecord(raw []byte, rec perfdata.Record, p *payload.Payload) error
 	Synthesize(event int, rec perfdata.Record) error
 	SetFeature(f perfdata.Feature, data []byte) error
 	Flush() error
@@ -40,7 +40,7 @@ type output interface {
 // fileOutput is a recording written to a perf.data: its records as they came.
 type fileOutput struct{ *perfdata.Writer }
 
-func (f fileOutput) WriteRecord(raw []byte, _ perfdata.Record, _ *bpf.Payload) error {
+func (f fileOutput) WriteRecord(raw []byte, _ perfdata.Record, _ *payload.Payload) error {
 	return f.Writer.WriteRecord(raw)
 }
 
@@ -114,7 +114,7 @@ func (l *live) AddEvent(a perfdata.Attr, _ string, _ []uint64) error {
 	return nil
 }
 
-func (l *live) WriteRecord(raw []byte, rec perfdata.Record, p *bpf.Payload) error {
+func (l *live) WriteRecord(raw []byte, rec perfdata.Record, p *payload.Payload) error {
 	if rec == nil {
 		var err error
 		if rec, err = perfdata.DecodeRecordInto(raw, &l.attr, &l.record); err != nil {
@@ -133,7 +133,7 @@ func (l *live) Close() error                              { return nil }
 
 // take applies a side-band record, or merges a sample (p: its payload,
 // decoded and named; nil: decoded from it here) and hands it on.
-func (l *live) take(rec perfdata.Record, p *bpf.Payload) error {
+func (l *live) take(rec perfdata.Record, p *payload.Payload) error {
 	switch rec := rec.(type) {
 	case *perfdata.Sample:
 		st := l.rd.stack(rec, p)

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -62,7 +62,7 @@ func (s *session) noGCStamps(t *Target) {
 
 // takeSample names the Ruby frames of a sample (p, its payload, decoded
 // from smp.Raw) in smp.Raw, and gives smp the period p stands for.
-func (s *session) takeSample(p *bpf.Payload, smp *perfdata.Sample) {
+func (s *session) takeSample(p *payload.Payload, smp *perfdata.Sample) {
 	// A sample of an image that has exec'd since is not read through
 	// the new one: its frames stay unnamed.
 	if t, ok := s.targets[int(p.PID)]; ok && t.Config.Gen == p.Gen {
@@ -120,15 +120,15 @@ func (s *session) checkGC(t *Target) {
 
 // lastSample is what newFrames keeps of a thread's previous sample.
 type lastSample struct {
-	frames []bpf.Frame
+	frames []payload.Frame
 	ids    []uint64 // the ids of the names its frames had
-	gc     bpf.GCStamp
+	gc     payload.GCStamp
 }
 
 // newFrames is p with only the frames above the part its thread's previous
 // sample shared (in s.unseen, overwritten by the next call), and remembers
 // p's frames for the next.
-func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
+func (s *session) newFrames(p *payload.Payload) *payload.Payload {
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames || s.maxLastHeld > 0 && s.lastHeld+len(p.Frames) > s.maxLastHeld {
 		s.lastFrames, s.lastHeld = map[threadKey]lastSample{}, 0
@@ -148,7 +148,7 @@ func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 	// The names of the shared frames, before prev's storage is reused.
 	s.sharedIDs = append(s.sharedIDs[:0], prev.ids[len(prev.ids)-shared:]...)
 	s.lastFrames[k] = lastSample{frames: append(prev.frames[:0], p.Frames...), ids: prev.ids, gc: p.GC}
-	s.unseen = bpf.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, GC: p.GC, Frames: p.Frames[:len(p.Frames)-shared]}
+	s.unseen = payload.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, GC: p.GC, Frames: p.Frames[:len(p.Frames)-shared]}
 	return &s.unseen
 }
 
@@ -156,7 +156,7 @@ func (s *session) newFrames(p *bpf.Payload) *bpf.Payload {
 // the names its frames have for it: those Resolve gave its unseen frames,
 // then the shared ones' as the thread's previous sample had them. Each
 // sample thus carries the names proven for it.
-func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
+func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
 	ids = append(ids, s.sharedIDs...)
 	s.ids = ids
 	s.countNames(len(ids), func(i int) (unknown, replaced bool) {
@@ -176,13 +176,13 @@ func (s *session) nameSample(p *bpf.Payload, raw []byte, ids []uint64) {
 		last.ids = append(last.ids[:0], ids...)
 		s.lastFrames[k] = last
 	}
-	bpf.NameFrames(raw, p, ids) // a payload it cannot read stays as it was: unnamed
+	payload.NameFrames(raw, p, ids) // a payload it cannot read stays as it was: unnamed
 }
 
 // countUnnamed counts in the summary the frames of a sample the recorder
 // does not name (its image exec'd since), as a reader will read them: by
 // their keys, in the table as it stands (s.mu held).
-func (s *session) countUnnamed(p *bpf.Payload) {
+func (s *session) countUnnamed(p *payload.Payload) {
 	s.countNames(len(p.Frames), func(i int) (unknown, replaced bool) {
 		f := p.Frames[i]
 		info, named, ok := s.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)

@@ -1,13 +1,13 @@
 package recording
 
 import (
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"golang.org/x/sys/unix"
 )
 
 // Wall-clock recording (Options.Wall): the program samples a thread as it
-// leaves a CPU, where it blocks, and tells the recorder (bpf.OffCPUEnd)
+// leaves a CPU, where it blocks, and tells the recorder (payload.OffCPUEnd)
 // when it is back on one. The sample's weight is the time between, known
 // only then: the recorder names the sample as it reads it, like any other,
 // and holds it until its end arrives. The two come through different
@@ -59,14 +59,14 @@ func (s *session) weigh(rec []byte, ns uint64) {
 	if err != nil || !ok {
 		return
 	}
-	if bpf.SetOffCPU(smp.Raw, ns) == nil {
+	if payload.SetOffCPU(smp.Raw, ns) == nil {
 		perfdata.SetSamplePeriod(rec, &s.attr, ns)
 	}
 }
 
 // offCPUSample takes a named off-CPU sample record (s.raw): it writes it
 // weighed when its end came first, else holds it for its end.
-func (s *session) offCPUSample(p *bpf.Payload) error {
+func (s *session) offCPUSample(p *payload.Payload) error {
 	k := offCPUKey{p.TID, p.Period}
 	if end, ok := s.off.early[k]; ok {
 		delete(s.off.early, k)
@@ -106,7 +106,7 @@ func (s *session) offCPUSample(p *bpf.Payload) error {
 const maxOffCPUThreads = 1 << 16
 
 // offCPUEnd takes the end of a thread's interval off a CPU.
-func (s *session) offCPUEnd(e *bpf.OffCPUEnd) error {
+func (s *session) offCPUEnd(e *payload.OffCPUEnd) error {
 	k := offCPUKey{e.Tid, e.Left}
 	if rec, ok := s.off.held[k]; ok {
 		delete(s.off.held, k)

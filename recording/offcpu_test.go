@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 )
 
@@ -16,11 +17,11 @@ import (
 // left a CPU at left (ns).
 func offCPURecord(tid uint32, left uint64) []byte {
 	raw := make([]byte, 80)
-	binary.LittleEndian.PutUint32(raw[0:], bpf.PayloadMagic)
-	binary.LittleEndian.PutUint16(raw[4:], bpf.PayloadVersion)
+	binary.LittleEndian.PutUint32(raw[0:], payload.Magic)
+	binary.LittleEndian.PutUint16(raw[4:], payload.Version)
 	binary.LittleEndian.PutUint16(raw[6:], 80)
 	binary.LittleEndian.PutUint32(raw[8:], 80)
-	binary.LittleEndian.PutUint32(raw[16:], bpf.PayloadOffCPU)
+	binary.LittleEndian.PutUint32(raw[16:], payload.OffCPU)
 	binary.LittleEndian.PutUint32(raw[24:], tid)
 	binary.LittleEndian.PutUint64(raw[48:], left) // period: when it left
 	d := make([]byte, 0, 160)
@@ -61,13 +62,13 @@ func TestOffCPUPairing(t *testing.T) {
 	sample := func(tid uint32, left uint64) {
 		t.Helper()
 		s.raw = offCPURecord(tid, left)
-		if err := s.offCPUSample(&bpf.Payload{TID: tid, Period: left}); err != nil {
+		if err := s.offCPUSample(&payload.Payload{TID: tid, Period: left}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	end := func(tid uint32, left, at uint64) {
 		t.Helper()
-		if err := s.offCPUEnd(&bpf.OffCPUEnd{Tid: tid, Left: left, End: at}); err != nil {
+		if err := s.offCPUEnd(&payload.OffCPUEnd{Tid: tid, Left: left, End: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,7 +96,7 @@ func TestOffCPUPairing(t *testing.T) {
 		if !ok {
 			continue
 		}
-		p, err := bpf.DecodePayload(smp.Raw)
+		p, err := payload.Decode(smp.Raw)
 		if err != nil || smp.Period != p.Period {
 			t.Fatalf("sample %+v: payload %+v, %v", smp, p, err)
 		}

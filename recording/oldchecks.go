@@ -1,7 +1,7 @@
 package recording
 
 import (
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -10,10 +10,10 @@ import (
 const maxOldChecks = 1 << 16
 
 // check is a moment at which the objects at a frame key's addresses were
-// found in the old generation: by the program, for a sample (bpf.Frame's
+// found in the old generation: by the program, for a sample (payload.Frame's
 // IseqOld and MEOld), or by a read that named them.
 type check struct {
-	st bpf.GCStamp
+	st payload.GCStamp
 	// safe: nothing old there is freed before the next major GC: a sample
 	// ran the code (so a GC that had marked kept it), and not while the
 	// epoch's major GC was still marking; a read, once that GC had swept.
@@ -21,7 +21,7 @@ type check struct {
 }
 
 // sampleCheck is the check the program made for a sample stamped st.
-func sampleCheck(st bpf.GCStamp) check {
+func sampleCheck(st payload.GCStamp) check {
 	return check{st: st, safe: !(st.Count == st.Epoch && st.Marking)}
 }
 
@@ -64,7 +64,7 @@ func linked(a, b check) bool {
 // sameObjects says whether an old object found at an address now was the
 // one a sample stamped sample ran there, without the program's word on
 // its generation then (linked's first way).
-func sameObjects(sample bpf.GCStamp, now rubystack.GCStamp) bool {
+func sameObjects(sample payload.GCStamp, now rubystack.GCStamp) bool {
 	return linked(check{st: sample}, readCheck(now))
 }
 
@@ -81,13 +81,13 @@ func readBetween(before, after rubystack.GCStamp) (check, bool) {
 
 // provenFor says whether the old objects a read found were those a sample
 // stamped st ran; old: the program found them old then too.
-func provenFor(st bpf.GCStamp, old bool, read check) bool {
+func provenFor(st payload.GCStamp, old bool, read check) bool {
 	return linked(check{st: st}, read) || old && linked(sampleCheck(st), read)
 }
 
 // stampOf is a stamp read by user space as the program stamps samples.
-func stampOf(s rubystack.GCStamp) bpf.GCStamp {
-	return bpf.GCStamp{Stamped: true, Count: s.Count, Epoch: s.Epoch, Marking: s.Marking, Compacting: s.Compacting}
+func stampOf(s rubystack.GCStamp) payload.GCStamp {
+	return payload.GCStamp{Stamped: true, Count: s.Count, Epoch: s.Epoch, Marking: s.Marking, Compacting: s.Compacting}
 }
 
 // before orders checks by the GC's progress.
@@ -127,17 +127,17 @@ func (r *oldCheck) extend(c check) bool {
 // run takes it; it returns the span the name holds for, the zero Span if
 // none. A run that does not take it is kept: samples come out of order,
 // and a read will start another when needed.
-func (t *SymbolTable) checkedOld(k FrameKey, f bpf.Frame, st bpf.GCStamp) (FrameInfo, bpf.Span) {
+func (t *SymbolTable) checkedOld(k FrameKey, f payload.Frame, st payload.GCStamp) (FrameInfo, payload.Span) {
 	if !f.IseqOld && !f.CFrame || !f.MEOld || !st.Stamped {
-		return FrameInfo{}, bpf.Span{}
+		return FrameInfo{}, payload.Span{}
 	}
 	r, ok := t.oldChecks[k]
 	if !ok || !r.extend(sampleCheck(st)) {
-		return FrameInfo{}, bpf.Span{}
+		return FrameInfo{}, payload.Span{}
 	}
 	t.oldChecks[k] = r
 	iv := st.Interval()
-	span := bpf.Span{Epoch: st.Epoch, From: iv, To: iv}
+	span := payload.Span{Epoch: st.Epoch, From: iv, To: iv}
 	if st.Count != st.Epoch {
 		// A GC after the epoch's major one: that one has swept, and old
 		// objects stay until the next major GC.

@@ -3,7 +3,7 @@ package recording
 import (
 	"testing"
 
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 )
 
 // TestLinked: which pairs of checks that found old objects at an address
@@ -11,10 +11,10 @@ import (
 // after three markings, frees old objects only in a major GC's sweep, and
 // compacts only in a major GC, after its marking, stamped compacting.
 func TestLinked(t *testing.T) {
-	st := func(count, epoch uint64, marking bool) bpf.GCStamp {
-		return bpf.GCStamp{Stamped: true, Count: count, Epoch: epoch, Marking: marking}
+	st := func(count, epoch uint64, marking bool) payload.GCStamp {
+		return payload.GCStamp{Stamped: true, Count: count, Epoch: epoch, Marking: marking}
 	}
-	sample := func(s bpf.GCStamp) check { return sampleCheck(s) }
+	sample := func(s payload.GCStamp) check { return sampleCheck(s) }
 	for _, c := range []struct {
 		name string
 		a, b check
@@ -31,9 +31,9 @@ func TestLinked(t *testing.T) {
 		{"a major GC since, still marking", sample(st(7, 3, false)), sample(st(8, 8, true)), true},
 		{"a major GC since, done marking: it may have compacted", sample(st(7, 3, false)), sample(st(8, 8, false)), false},
 		{"a major GC since, then a minor one", sample(st(7, 3, false)), sample(st(9, 8, false)), false},
-		{"compacting", sample(st(7, 3, false)), sample(bpf.GCStamp{Stamped: true, Count: 7, Epoch: 3, Compacting: true}), false},
+		{"compacting", sample(st(7, 3, false)), sample(payload.GCStamp{Stamped: true, Count: 7, Epoch: 3, Compacting: true}), false},
 		{"out of order", sample(st(9, 3, false)), sample(st(7, 3, false)), false},
-		{"unstamped", sample(bpf.GCStamp{}), sample(st(7, 3, false)), false},
+		{"unstamped", sample(payload.GCStamp{}), sample(st(7, 3, false)), false},
 	} {
 		if got := linked(c.a, c.b); got != c.want {
 			t.Errorf("%s: linked(%+v, %+v) = %v, want %v", c.name, c.a, c.b, got, c.want)
@@ -44,10 +44,12 @@ func TestLinked(t *testing.T) {
 // TestOldCheckRun: a run takes checks linked to its ends, in any order,
 // and refuses one that is not.
 func TestOldCheckRun(t *testing.T) {
-	st := func(count, epoch uint64) bpf.GCStamp { return bpf.GCStamp{Stamped: true, Count: count, Epoch: epoch} }
+	st := func(count, epoch uint64) payload.GCStamp {
+		return payload.GCStamp{Stamped: true, Count: count, Epoch: epoch}
+	}
 	r := oldCheck{lo: sampleCheck(st(10, 3)), hi: sampleCheck(st(10, 3))}
 	for _, c := range []struct {
-		st   bpf.GCStamp
+		st   payload.GCStamp
 		want bool
 	}{
 		{st(12, 3), true}, {st(30, 3), true}, {st(8, 3), true}, {st(20, 3), true},

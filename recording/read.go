@@ -13,11 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/internal/safefile"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -48,7 +48,7 @@ type ReadStats struct {
 	SymbolsFrom string
 	Fallbacks   int // samples whose Ruby and native stacks could not be interleaved
 	Incomplete  int // samples whose native unwinding stopped early (merge.IncompleteName)
-	Truncated   int // samples whose Ruby stack was cut at bpf.MaxFrames (merge.TruncatedName)
+	Truncated   int // samples whose Ruby stack was cut at payload.MaxFrames (merge.TruncatedName)
 	NoPayload   int // samples without a readable Ruby payload (native only)
 	// NotNamed counts Ruby frames named only for other samples (ReplacedLabel).
 	NotNamed int
@@ -252,7 +252,7 @@ type reader struct {
 	objectsOf func(pid uint32) *native.Objects
 
 	// Buffers reused from one sample to the next.
-	payload bpf.Payload
+	payload payload.Payload
 	natives []merge.Native
 	labels  []merge.Label
 	unwound []native.Frame
@@ -302,12 +302,12 @@ func (rd *reader) mapsOf(pid uint32) *native.Maps {
 
 // stack merges sample s; p is its payload, decoded (and named) by a live
 // recording, or nil: decoded here from s.Raw.
-func (rd *reader) stack(s *perfdata.Sample, p *bpf.Payload) merge.Stack {
+func (rd *reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
 	var perr error
 	if p == nil {
 		p = &rd.payload
-		perr = bpf.DecodePayloadInto(p, s.Raw)
+		perr = payload.DecodeInto(p, s.Raw)
 	}
 	im := Image{PID: s.Pid}
 	if perr == nil {
@@ -354,11 +354,11 @@ func (rd *reader) stack(s *perfdata.Sample, p *bpf.Payload) merge.Stack {
 	var how merge.Outcome
 	st.Frames, how = rd.merger.Merge(rd.natives, rd.rubies, rd.opts.Merge)
 	st.Fallback, st.Incomplete = how.Fallback, how.Incomplete
-	if perr == nil && p.Flags&bpf.PayloadTruncated != 0 {
+	if perr == nil && p.Flags&payload.Truncated != 0 {
 		st.Frames, st.Incomplete, st.Truncated = merge.Truncate(st.Frames), false, true
 		rd.stats.Truncated++
 	}
-	if perr == nil && p.Flags&(bpf.PayloadNoEC|bpf.PayloadReadError|bpf.PayloadBadCFP) == 0 {
+	if perr == nil && p.Flags&(payload.NoEC|payload.ReadError|payload.BadCFP) == 0 {
 		topC := false
 		for _, r := range rd.rubies {
 			if !r.Hidden {
@@ -439,11 +439,11 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) [
 	return out
 }
 
-func (rd *reader) rubyFrame(p *bpf.Payload, f bpf.Frame) merge.Ruby {
+func (rd *reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
 	r := merge.Ruby{Finish: f.Finish}
 	var info FrameInfo
 	var named, ok bool
-	if p.Flags&bpf.PayloadNamed != 0 {
+	if p.Flags&payload.Named != 0 {
 		// The recorder decided the frame's name when it read the sample,
 		// walking on where the program left a long environment chain
 		// (f.Error with f.Env): the id alone says.

@@ -18,6 +18,7 @@ import (
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/outfile"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
@@ -115,7 +116,7 @@ type Summary struct {
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
 	Urgent    uint64
-	Truncated uint64 // stacks deeper than bpf.MaxFrames
+	Truncated uint64 // stacks deeper than payload.MaxFrames
 	// UnknownFrames counts the Ruby frames of samples that could not be
 	// read (they read as rubystack.UnknownLabel), as the recording's
 	// readers show them; SamplesNotNamed the samples with a frame of this
@@ -190,8 +191,8 @@ type session struct {
 	// per sample but what it keeps.
 	attr    perfdata.Attr         // the layout of every record the rings bring (outputAttr)
 	records perfdata.RecordBuffer // the record being handled, decoded
-	payload bpf.Payload           // its sample's payload
-	unseen  bpf.Payload           // its frames newFrames did not skip
+	payload payload.Payload       // its sample's payload
+	unseen  payload.Payload       // its frames newFrames did not skip
 	raw     []byte                // the record whole
 	// lastFrames is each thread's previous sample's frames. A thread's
 	// stacks share their bottom from one sample to the next, and the frames
@@ -498,18 +499,18 @@ func (s *session) handle(rec bpf.Record) error {
 	if err != nil {
 		return nil // a record we cannot read is not copied
 	}
-	var payload *bpf.Payload // the sample's, decoded
+	var p *payload.Payload // the sample's, decoded
 	switch r := decoded.(type) {
 	case *perfdata.Sample:
 		s.sum.Samples++
-		if err := bpf.DecodePayloadInto(&s.payload, r.Raw); err != nil {
+		if err := payload.DecodeInto(&s.payload, r.Raw); err != nil {
 			break // copied as it came: a reader shows its native frames
 		}
-		payload = &s.payload
-		s.takeSample(payload, r)
-		if payload.Thread.OffCPU {
+		p = &s.payload
+		s.takeSample(p, r)
+		if p.Thread.OffCPU {
 			s.sum.OffCPU++
-			return s.offCPUSample(payload)
+			return s.offCPUSample(p)
 		}
 	case *perfdata.Lost:
 		if rec.SideBand {
@@ -526,7 +527,7 @@ func (s *session) handle(rec bpf.Record) error {
 	default:
 		return nil
 	}
-	return s.writeDecoded(s.raw, decoded, payload)
+	return s.writeDecoded(s.raw, decoded, p)
 }
 
 // write writes one record (header and data) and checkpoints when due.
@@ -534,7 +535,7 @@ func (s *session) write(rec []byte) error { return s.writeDecoded(rec, nil, nil)
 
 // writeDecoded is write of a record the session has decoded: rec, and its
 // sample's payload p (nil: not decoded), for a live output to take as they are.
-func (s *session) writeDecoded(raw []byte, rec perfdata.Record, p *bpf.Payload) error {
+func (s *session) writeDecoded(raw []byte, rec perfdata.Record, p *payload.Payload) error {
 	if err := s.w.WriteRecord(raw, rec, p); err != nil {
 		return fmt.Errorf("%s: %w", s.opts.Output, err)
 	}

@@ -3,24 +3,24 @@ package recording
 import (
 	"testing"
 
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 )
 
 // TestNewFrames: a sample is looked up only above the part of its stack
 // (the bottom) it shares with its thread's previous sample of the same GC
 // interval; the names of the shared part are that sample's.
 func TestNewFrames(t *testing.T) {
-	f := func(iseqs ...uint64) []bpf.Frame { // leaf first
-		out := make([]bpf.Frame, len(iseqs))
+	f := func(iseqs ...uint64) []payload.Frame { // leaf first
+		out := make([]payload.Frame, len(iseqs))
 		for i, is := range iseqs {
-			out[i] = bpf.Frame{Iseq: is, PC: is + 1}
+			out[i] = payload.Frame{Iseq: is, PC: is + 1}
 		}
 		return out
 	}
 	s := &session{symtab: NewSymbolTable()}
 	steps := []struct {
 		pid, tid uint32
-		frames   []bpf.Frame
+		frames   []payload.Frame
 		want     int // frames returned: the top ones
 	}{
 		{1, 1, f(3, 2, 1), 3},    // first sample of the thread: all
@@ -36,10 +36,10 @@ func TestNewFrames(t *testing.T) {
 		{1, 1, f(3, 2, 1), 0}, // the same one: none
 	}
 	for i, st := range steps {
-		p := &bpf.Payload{PID: st.pid, TID: st.tid, Frames: st.frames}
+		p := &payload.Payload{PID: st.pid, TID: st.tid, Frames: st.frames}
 		if i >= 9 {
 			// Another GC interval: the names of the last sample may not hold.
-			p.GC = bpf.GCStamp{Stamped: true, Count: 9}
+			p.GC = payload.GCStamp{Stamped: true, Count: 9}
 		}
 		got := s.newFrames(p)
 		s.nameSample(p, nil, s.symtab.names(got, nil))

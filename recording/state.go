@@ -3,8 +3,8 @@ package recording
 import (
 	"strings"
 
-	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/payload"
 )
 
 // threadState decides what a sample's thread was doing from what the
@@ -24,7 +24,7 @@ import (
 // Without unblock.func and the GVL's owner (a layout from a built-in table)
 // a thread that left the CPU is off it, blocked or waiting for the GVL,
 // which is all that can be said.
-func threadState(f bpf.ThreadFacts, topC bool) merge.State {
+func threadState(f payload.ThreadFacts, topC bool) merge.State {
 	running := merge.StateRuby
 	if topC {
 		running = merge.StateC

@@ -3,7 +3,7 @@ package recording
 import (
 	"errors"
 
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -20,7 +20,7 @@ const FeatureKallsyms = 201
 const FeatureStartTime = 202
 
 // symbolTableVersion is the format of the Ruby symbol table section.
-// Version 3 lists names, which samples refer to by id (bpf.PayloadNamed);
+// Version 3 lists names, which samples refer to by id (payload.Named);
 // version 1 (a name per frame key, for every sample) is read too. (Version 2
 // was never released.)
 const symbolTableVersion = 3
@@ -31,7 +31,7 @@ const symbolTableVersion = 3
 // could have had.
 const maxNamesPerKey = 64
 
-// Name ids a named sample's frames carry (bpf.PayloadNamed): the frame has
+// Name ids a named sample's frames carry (payload.Named): the frame has
 // no name, or none that holds for its sample; names count from NameFirst.
 const (
 	NameUnknown  = 0
@@ -53,7 +53,7 @@ const ReplacedLabel = "[code freed before it was named]"
 const maxSymbolTableBytes = 256 << 20
 
 // Image is a process image: a pid from one exec to the next. Gen counts
-// the times the recording attached to the pid (bpf.Payload.Gen).
+// the times the recording attached to the pid (payload.Payload.Gen).
 type Image struct{ PID, Gen uint32 }
 
 // FrameKey identifies a captured control frame in one process image: the
@@ -80,14 +80,14 @@ type FrameInfo struct {
 }
 
 // Named is one name a frame key had, and the samples it holds for: those
-// whose GC stamp the span covers (bpf.FullSpan for a process without GC
+// whose GC stamp the span covers (payload.FullSpan for a process without GC
 // stamps).
 type Named struct {
 	FrameInfo
-	Span bpf.Span
+	Span payload.Span
 	// Back, while naming: a span for the sample's own interval, proven
 	// another way than Span (sameObjects), when Span does not cover it.
-	Back bpf.Span
+	Back payload.Span
 	// Old, while naming: the name was read of objects all in the old
 	// generation, by the check OldAt.
 	Old   bool
@@ -121,7 +121,7 @@ type SymbolTable struct {
 	overBudgetGiven bool
 }
 
-// NameID is the id samples refer to name info by (bpf.NameFrames).
+// NameID is the id samples refer to name info by (payload.NameFrames).
 func (t *SymbolTable) NameID(info FrameInfo) uint64 {
 	if id, ok := t.nameIDs[info]; ok {
 		return id
@@ -159,7 +159,7 @@ func (t *SymbolTable) FrameName(id uint64) (info FrameInfo, named, ok bool) {
 
 // lookup is the name of frame key k that holds for a sample stamped st, if
 // any; named says the key has a name at all.
-func (t *SymbolTable) lookup(k FrameKey, st bpf.GCStamp) (n *Named, named bool) {
+func (t *SymbolTable) lookup(k FrameKey, st payload.GCStamp) (n *Named, named bool) {
 	names := t.Frames[k]
 	for i := len(names) - 1; i >= 0; i-- {
 		if names[i].Span.Covers(st) {
@@ -171,7 +171,7 @@ func (t *SymbolTable) lookup(k FrameKey, st bpf.GCStamp) (n *Named, named bool) 
 
 // Lookup is the name of frame key k for a sample stamped st. named says
 // the key has a name at all; ok that one holds for this sample.
-func (t *SymbolTable) Lookup(k FrameKey, st bpf.GCStamp) (info FrameInfo, named, ok bool) {
+func (t *SymbolTable) Lookup(k FrameKey, st payload.GCStamp) (info FrameInfo, named, ok bool) {
 	n, named := t.lookup(k, st)
 	if n == nil {
 		return FrameInfo{}, named, false
@@ -182,7 +182,7 @@ func (t *SymbolTable) Lookup(k FrameKey, st bpf.GCStamp) (info FrameInfo, named,
 // names fills ids with the ids of the names the payload's frames have for
 // its sample: NameUnknown for a frame that has none (or could not be read),
 // NameReplaced for one whose names all hold for other samples.
-func (t *SymbolTable) names(p *bpf.Payload, ids []uint64) []uint64 {
+func (t *SymbolTable) names(p *payload.Payload, ids []uint64) []uint64 {
 	ids = ids[:0]
 	for _, f := range p.Frames {
 		n, named := t.lookup(Key(p.PID, p.Gen, f), p.GC)
@@ -207,7 +207,7 @@ func (t *SymbolTable) add(k FrameKey, n Named) {
 	if l := len(names); l > 0 {
 		last := &names[l-1]
 		if last.FrameInfo == n.FrameInfo && last.Span.Epoch == n.Span.Epoch &&
-			n.Span.From <= last.Span.To+2 && last.Span.From <= n.Span.To+2 && last.Span != bpf.FullSpan {
+			n.Span.From <= last.Span.To+2 && last.Span.From <= n.Span.To+2 && last.Span != payload.FullSpan {
 			// Within an epoch only the major GC's own interval has a marking
 			// half (2*epoch), and spans start after it: an odd gap of one is
 			// an interval no sample can have.
@@ -246,7 +246,7 @@ func NewSymbolTable() *SymbolTable {
 }
 
 // Key is the key of a frame of a payload of process image (pid, gen).
-func Key(pid, gen uint32, f bpf.Frame) FrameKey {
+func Key(pid, gen uint32, f payload.Frame) FrameKey {
 	if f.CFrame {
 		// A C frame's name is its method entry's. Its iseq slot holds what
 		// the VM pushed (an IFUNC's block function, new on every call), so
@@ -269,19 +269,19 @@ func Key(pid, gen uint32, f bpf.Frame) FrameKey {
 // before the interval ends), or the code is in the old generation, which
 // only a major GC frees (then the name holds until the epoch ends, for
 // samples after now).
-func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64) (_ []uint64, added []bpf.NamedFrame, unknown int) {
+func (t *SymbolTable) Resolve(r *rubystack.Reader, p *payload.Payload, ids []uint64) (_ []uint64, added []payload.NamedFrame, unknown int) {
 	ids = t.names(p, ids)
-	var fresh []bpf.Frame
+	var fresh []payload.Frame
 	var seen map[FrameKey]bool
 	for i, f := range p.Frames {
 		if ids[i] >= NameFirst || ids[i] == NameUnknown && f.Error {
 			continue
 		}
 		k := Key(p.PID, p.Gen, f)
-		if info, span := t.checkedOld(k, f, p.GC); span != (bpf.Span{}) {
+		if info, span := t.checkedOld(k, f, p.GC); span != (payload.Span{}) {
 			// The same objects as named, though the GC ran since: no read.
 			t.add(k, Named{FrameInfo: info, Span: span})
-			added = append(added, bpf.NamedFrame{Frame: f, Span: span})
+			added = append(added, payload.NamedFrame{Frame: f, Span: span})
 			continue
 		}
 		if !seen[k] {
@@ -317,7 +317,7 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 		} else {
 			// A try the GC moved under keeps what it proved.
 			for i := range got {
-				if got[i].Span != (bpf.Span{}) || got[i].Back != (bpf.Span{}) || got[i].Old {
+				if got[i].Span != (payload.Span{}) || got[i].Back != (payload.Span{}) || got[i].Old {
 					names[i] = got[i]
 				}
 			}
@@ -329,7 +329,7 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 	var unproven map[FrameKey]bool
 	for i, f := range fresh {
 		n := names[i]
-		if n.Span == (bpf.Span{}) && n.Back == (bpf.Span{}) {
+		if n.Span == (payload.Span{}) && n.Back == (payload.Span{}) {
 			// Holds for no sample. Read whole, it is a name that could
 			// not be proven for the sample (the code there may have been
 			// freed and replaced since), not a frame that could not be read.
@@ -349,14 +349,14 @@ func (t *SymbolTable) Resolve(r *rubystack.Reader, p *bpf.Payload, ids []uint64)
 		if n.Old {
 			t.checkedRead(k, n.FrameInfo, n.OldAt)
 		}
-		if n.Back != (bpf.Span{}) {
+		if n.Back != (payload.Span{}) {
 			t.add(k, Named{FrameInfo: n.FrameInfo, Span: n.Back})
 		}
-		if n.Span != (bpf.Span{}) {
+		if n.Span != (payload.Span{}) {
 			t.add(k, Named{FrameInfo: n.FrameInfo, Span: n.Span})
-			added = append(added, bpf.NamedFrame{Frame: f, Span: n.Span})
+			added = append(added, payload.NamedFrame{Frame: f, Span: n.Span})
 		} else {
-			added = append(added, bpf.NamedFrame{Frame: f, Span: n.Back})
+			added = append(added, payload.NamedFrame{Frame: f, Span: n.Back})
 		}
 	}
 	if len(added) > 0 {
@@ -376,7 +376,7 @@ const maxNamingTries = 3
 // nameFrames reads the names of frames and the span each holds for (the
 // zero Span: for no sample). settled is false when the GC moved on while
 // reading, so that no name could be trusted.
-func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names []Named, settled bool) {
+func nameFrames(r *rubystack.Reader, p *payload.Payload, frames []payload.Frame) (names []Named, settled bool) {
 	names = make([]Named, len(frames))
 	before, err := r.GCStamp()
 	stamped := err == nil
@@ -384,7 +384,7 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 		// Nothing tells when code is freed: names hold for good, as
 		// before stamps (the recording says so).
 		for i, f := range frames {
-			names[i] = Named{FrameInfo: frameInfo(r, f), Span: bpf.FullSpan}
+			names[i] = Named{FrameInfo: frameInfo(r, f), Span: payload.FullSpan}
 		}
 		return names, true
 	}
@@ -418,7 +418,7 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 		names[i].Old, names[i].OldAt = true, read
 		proven := provenFor(p.GC, (frames[i].IseqOld || frames[i].CFrame) && frames[i].MEOld, read)
 		if !names[i].Span.Covers(p.GC) && proven {
-			names[i].Back = bpf.Span{Epoch: p.GC.Epoch, From: p.GC.Interval(), To: p.GC.Interval()}
+			names[i].Back = payload.Span{Epoch: p.GC.Epoch, From: p.GC.Interval(), To: p.GC.Interval()}
 		}
 	}
 	return names, !moved
@@ -427,11 +427,11 @@ func nameFrames(r *rubystack.Reader, p *bpf.Payload, frames []bpf.Frame) (names 
 // spanFor is the span a name read under GC stamp now holds for, the code
 // having been seen by a sample stamped sample, and being in the old
 // generation or not: the zero Span when it holds for no sample.
-func spanFor(sample bpf.GCStamp, now rubystack.GCStamp, old bool) bpf.Span {
+func spanFor(sample payload.GCStamp, now rubystack.GCStamp, old bool) payload.Span {
 	if now.Compacting {
-		return bpf.Span{}
+		return payload.Span{}
 	}
-	interval := bpf.GCStamp{Stamped: true, Count: now.Count, Marking: now.Marking}.Interval()
+	interval := payload.GCStamp{Stamped: true, Count: now.Count, Marking: now.Marking}.Interval()
 	// The sample ran the code in this same interval: it stays until the
 	// interval ends (a GC frees only what its marking did not reach, and
 	// moves objects only while compacting).
@@ -447,14 +447,14 @@ func spanFor(sample bpf.GCStamp, now rubystack.GCStamp, old bool) bpf.Span {
 	settled := now.Count != now.Epoch || now.Idle
 	switch {
 	case old && settled && sameInterval:
-		return bpf.Span{Epoch: now.Epoch, From: from, To: ^uint64(0)}
+		return payload.Span{Epoch: now.Epoch, From: from, To: ^uint64(0)}
 	case old && settled:
 		// Samples of this interval before now may have seen other code.
-		return bpf.Span{Epoch: now.Epoch, From: 2*now.Count + 2, To: ^uint64(0)}
+		return payload.Span{Epoch: now.Epoch, From: 2*now.Count + 2, To: ^uint64(0)}
 	case sameInterval:
-		return bpf.Span{Epoch: now.Epoch, From: from, To: interval}
+		return payload.Span{Epoch: now.Epoch, From: from, To: interval}
 	}
-	return bpf.Span{}
+	return payload.Span{}
 }
 
 // markedBySample says whether a sample stamped sample was taken while a
@@ -474,7 +474,7 @@ func spanFor(sample bpf.GCStamp, now rubystack.GCStamp, old bool) bpf.Span {
 // a minor one moves nothing; the next GC to free anything is the next one,
 // which starts a new interval. The stamp is read before the stack is
 // walked, while the sampled thread is stopped in the program.
-func markedBySample(sample bpf.GCStamp, now rubystack.GCStamp) bool {
+func markedBySample(sample payload.GCStamp, now rubystack.GCStamp) bool {
 	return sample.Stamped && sample.Marking && !sample.Compacting && sample.Count != sample.Epoch &&
 		now.Count == sample.Count && now.Epoch == sample.Epoch && !now.Marking && !now.Compacting
 }
@@ -482,7 +482,7 @@ func markedBySample(sample bpf.GCStamp, now rubystack.GCStamp) bool {
 // oldFrame says whether every object a frame's name comes from is in the
 // old generation: its iseq, the method entry slot of its environment, and
 // the method entry that leads to.
-func oldFrame(r *rubystack.Reader, f bpf.Frame) bool {
+func oldFrame(r *rubystack.Reader, f payload.Frame) bool {
 	cme, err := r.LocalMethodEntry(f.CME)
 	if err != nil {
 		return false
@@ -500,8 +500,8 @@ func oldFrame(r *rubystack.Reader, f bpf.Frame) bool {
 }
 
 // frameInfo reads one frame's name.
-func frameInfo(r *rubystack.Reader, f bpf.Frame) FrameInfo {
-	one := bpf.Payload{Frames: []bpf.Frame{f}}
+func frameInfo(r *rubystack.Reader, f payload.Frame) FrameInfo {
+	one := payload.Payload{Frames: []payload.Frame{f}}
 	raw := one.RawFrames(r)
 	if len(raw) == 0 {
 		return FrameInfo{Drop: true}
@@ -511,7 +511,7 @@ func frameInfo(r *rubystack.Reader, f bpf.Frame) FrameInfo {
 }
 
 // Forget drops what Resolve added for frames of process image (pid, gen).
-func (t *SymbolTable) Forget(pid, gen uint32, frames []bpf.NamedFrame) {
+func (t *SymbolTable) Forget(pid, gen uint32, frames []payload.NamedFrame) {
 	for _, f := range frames {
 		t.dropKey(Key(pid, gen, f.Frame))
 	}
@@ -520,7 +520,7 @@ func (t *SymbolTable) Forget(pid, gen uint32, frames []bpf.NamedFrame) {
 // Stack returns the Ruby frames of a payload, leaf first, as the table names
 // them for its sample; frames it does not know come out unknown, frames
 // whose names hold only for other samples come out as ReplacedLabel.
-func (t *SymbolTable) Stack(p *bpf.Payload) []FrameInfo {
+func (t *SymbolTable) Stack(p *payload.Payload) []FrameInfo {
 	out := make([]FrameInfo, 0, len(p.Frames))
 	for _, f := range p.Frames {
 		info, named, ok := t.Lookup(Key(p.PID, p.Gen, f), p.GC)
@@ -568,7 +568,7 @@ func (t *SymbolTable) restart() {
 // sameInterval says whether a sample stamped st was taken in the GC
 // interval the process is in now: nothing the sample's frames ran in has
 // been freed or moved since.
-func sameInterval(st bpf.GCStamp, now rubystack.GCStamp) bool {
-	interval := bpf.GCStamp{Stamped: true, Count: now.Count, Marking: now.Marking}.Interval()
+func sameInterval(st payload.GCStamp, now rubystack.GCStamp) bool {
+	interval := payload.GCStamp{Stamped: true, Count: now.Count, Marking: now.Marking}.Interval()
 	return st.Stamped && !st.Compacting && st.Epoch == now.Epoch && st.Interval() == interval
 }

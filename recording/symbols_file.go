@@ -10,7 +10,7 @@ import (
 	"io"
 	"sort"
 
-	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/payload"
 )
 
 // The symbol table's on-disk format (FeatureRubySymbols): gzipped JSON,
@@ -212,7 +212,7 @@ func decodeSymbolTable(b []byte) (*SymbolTable, error) {
 					return nil // version 1 named every call's IFUNC apart: the first name serves
 				}
 				t.decodedFrames = true
-				t.Frames[k] = []Named{{Span: bpf.FullSpan, FrameInfo: f.info()}}
+				t.Frames[k] = []Named{{Span: payload.FullSpan, FrameInfo: f.info()}}
 				return nil
 			})
 		case "vm_exec":

@@ -18,6 +18,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -241,7 +242,7 @@ func TestTargetThreadChurn(t *testing.T) {
 }
 
 // TestTargetDeepRecursion: a 10,000-deep Ruby stack is more than a sample
-// carries (bpf.MaxFrames): the summary counts truncated stacks, and each
+// carries (payload.MaxFrames): the summary counts truncated stacks, and each
 // shows its innermost frames under a root that says it was cut.
 func TestTargetDeepRecursion(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
@@ -257,7 +258,7 @@ func TestTargetDeepRecursion(t *testing.T) {
 	}
 	samples := threadSamples(t, out, "--ruby-only")
 	for i, s := range samples {
-		if len(s.frames) != bpf.MaxFrames+1 || !strings.Contains(s.frames[len(s.frames)-1], merge.TruncatedName) ||
+		if len(s.frames) != payload.MaxFrames+1 || !strings.Contains(s.frames[len(s.frames)-1], merge.TruncatedName) ||
 			!strings.Contains(s.frames[len(s.frames)-2], "Object#down") {
 			t.Fatalf("sample %d: %d frames, ending %q", i, len(s.frames), s.frames[max(0, len(s.frames)-2):])
 		}

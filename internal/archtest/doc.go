@@ -1,3 +1,4 @@
-// Package archtest holds the test that keeps package dependencies pointing
-// one way (DESIGN.md "Layout"). It has no code of its own.
+// Package archtest holds the tests that keep package dependencies pointing
+// one way (DESIGN.md "Layout"), and that keep what reads a recording from
+// linking what loads the BPF program. It has no code of its own.
 package archtest

@@ -18,12 +18,15 @@ var allowed = map[string][]string{
 	"debuginfo": {"internal/safefile"},
 	"rubybuild": {"debuginfo", "internal/safefile"},
 	"rubystack": {"rubybuild", "procmaps"},
-	"bpf":       {"rubybuild", "rubystack", "native"},
+	// payload decodes what the BPF program writes (its C structs declared
+	// from the program's BTF); it loads nothing, so it links no cilium.
+	"payload":   {"rubystack"},
+	"bpf":       {"rubybuild", "rubystack", "payload", "native"},
 	"perfdata":  {"internal/safefile"},
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat"},
+	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
 	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).
@@ -45,6 +48,9 @@ var allowed = map[string][]string{
 	// internal/cmd/testsummary runs make test's go test and counts its
 	// skips by testskip's switch.
 	"internal/cmd/testsummary": {"internal/testskip"},
+	// internal/cmd/btftypes declares payload's C structs from the BPF
+	// objects' BTF (make generate): the one place that reads them with cilium.
+	"internal/cmd/btftypes": {},
 	// internal/rubyoracle builds the C extension that asks Ruby for its own
 	// stack, into the test Rubies' cache.
 	"internal/rubyoracle": {"internal/rubyext"},

@@ -1,4 +1,4 @@
-package bpf
+package payload
 
 import (
 	"encoding/binary"
@@ -8,8 +8,8 @@ import (
 // payloadSeed builds a well-formed payload with n frames.
 func payloadSeed(n int) []byte {
 	b := make([]byte, headerSize+n*frameSize)
-	binary.LittleEndian.PutUint32(b[0:], PayloadMagic)
-	binary.LittleEndian.PutUint16(b[4:], PayloadVersion)
+	binary.LittleEndian.PutUint32(b[0:], Magic)
+	binary.LittleEndian.PutUint16(b[4:], Version)
 	binary.LittleEndian.PutUint16(b[6:], uint16(headerSize))
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)))
 	binary.LittleEndian.PutUint32(b[12:], uint32(n))
@@ -49,30 +49,30 @@ func TestDecodePayloadVersions(t *testing.T) {
 	binary.LittleEndian.PutUint16(v5[4:], 5)
 	binary.LittleEndian.PutUint16(v5[6:], uint16(headerSizeV5))
 	binary.LittleEndian.PutUint32(v5[8:], uint32(len(v5)))
-	p, err := DecodePayload(v5)
+	p, err := Decode(v5)
 	if err != nil || len(p.Frames) != 2 || p.Frames[1].PC != 0x7f0000100008 || len(p.Labels) != 0 {
 		t.Fatalf("version 5: %+v, %v", p, err)
 	}
-	p, err = DecodePayload(labelledSeed(2, 3))
+	p, err = Decode(labelledSeed(2, 3))
 	if err != nil || len(p.Labels) != 3 || p.Labels[2].Key != 0x3f21 || p.Labels[2].Value != 5 || len(p.Frames) != 2 {
 		t.Fatalf("labels: %+v, %v", p, err)
 	}
 	short := labelledSeed(2, 3)
 	binary.LittleEndian.PutUint32(short[labelsAt():], 4)
-	if _, err := DecodePayload(short); err == nil {
+	if _, err := Decode(short); err == nil {
 		t.Error("4 labels in the room of 3: no error")
 	}
 	named := labelledSeed(1, 2)
 	if err := NameLabels(named, nil, [][2]uint64{{2, 3}, {4, 5}}); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := DecodePayload(named); err != nil || p.Flags&PayloadLabelsNamed == 0 || p.Labels[1].Key != 4 || p.Labels[1].Value != 5 {
+	if p, err := Decode(named); err != nil || p.Flags&LabelsNamed == 0 || p.Labels[1].Key != 4 || p.Labels[1].Value != 5 {
 		t.Fatalf("named labels: %+v, %v", p, err)
 	}
 }
 
 func TestDecodePayload(t *testing.T) {
-	p, err := DecodePayload(append(payloadSeed(3), 0, 0, 0, 0)) // RAW padding
+	p, err := Decode(append(payloadSeed(3), 0, 0, 0, 0)) // RAW padding
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestDecodePayload(t *testing.T) {
 		t.Fatalf("payload %+v", p)
 	}
 	for _, bad := range [][]byte{nil, payloadSeed(2)[:headerSize+10], append([]byte{1}, payloadSeed(1)[1:]...)} {
-		if _, err := DecodePayload(bad); err == nil {
+		if _, err := Decode(bad); err == nil {
 			t.Errorf("no error for % x", bad[:min(len(bad), 16)])
 		}
 	}
@@ -91,7 +91,7 @@ func FuzzDecodePayload(f *testing.F) {
 	f.Add(payloadSeed(5))
 	f.Add(labelledSeed(3, 2))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := DecodePayload(b)
+		p, err := Decode(b)
 		if err == nil && (len(p.Frames) > MaxFrames || len(p.Labels) > MaxLabels) {
 			t.Fatalf("%d frames, %d labels", len(p.Frames), len(p.Labels))
 		}
@@ -110,7 +110,7 @@ func FuzzNameLabels(f *testing.F) {
 		for i := range names {
 			names[i] = [2]uint64{uint64(2 * i), uint64(2*i + 1)}
 		}
-		before, errBefore := DecodePayload(b)
+		before, errBefore := Decode(b)
 		raw := append([]byte(nil), b...)
 		if err := NameLabels(raw, nil, names); err != nil {
 			return
@@ -118,8 +118,8 @@ func FuzzNameLabels(f *testing.F) {
 		if errBefore != nil {
 			t.Fatalf("named a payload that does not decode: %v", errBefore)
 		}
-		after, err := DecodePayload(raw)
-		if err != nil || after.Flags&PayloadLabelsNamed == 0 || len(after.Labels) != len(names) || len(after.Frames) != len(before.Frames) {
+		after, err := Decode(raw)
+		if err != nil || after.Flags&LabelsNamed == 0 || len(after.Labels) != len(names) || len(after.Frames) != len(before.Frames) {
 			t.Fatalf("after naming: %+v, %v", after, err)
 		}
 		for i, n := range names {
@@ -137,7 +137,7 @@ func FuzzNameLabels(f *testing.F) {
 
 // FuzzNameFrames: the recorder's rewrite of a payload's frames into name
 // ids never writes outside the payload, and what it accepts decodes with
-// those ids and PayloadNamed, everything else as it was.
+// those ids and Named, everything else as it was.
 func FuzzNameFrames(f *testing.F) {
 	f.Add(payloadSeed(0), uint8(0))
 	f.Add(payloadSeed(5), uint8(5))
@@ -147,7 +147,7 @@ func FuzzNameFrames(f *testing.F) {
 		for i := range ids {
 			ids[i] = uint64(i) + 2
 		}
-		before, errBefore := DecodePayload(b)
+		before, errBefore := Decode(b)
 		raw := append([]byte(nil), b...)
 		if err := NameFrames(raw, nil, ids); err != nil {
 			return
@@ -155,8 +155,8 @@ func FuzzNameFrames(f *testing.F) {
 		if errBefore != nil {
 			t.Fatalf("named a payload that does not decode: %v", errBefore)
 		}
-		after, err := DecodePayload(raw)
-		if err != nil || after.Flags&PayloadNamed == 0 || len(after.Frames) != len(ids) {
+		after, err := Decode(raw)
+		if err != nil || after.Flags&Named == 0 || len(after.Frames) != len(ids) {
 			t.Fatalf("after naming: %+v, %v", after, err)
 		}
 		for i := range ids {

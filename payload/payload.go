@@ -1,4 +1,4 @@
-package bpf
+package payload
 
 import (
 	"encoding/binary"
@@ -12,8 +12,8 @@ import (
 // The payload the program writes as a sample's RAW data: a header, then
 // frames, leaf first. RAW is padded past Length by the kernel.
 const (
-	PayloadMagic = 0x46504252 // "RBPF"
-	// PayloadVersion is the version the program writes. Version 1 (older
+	Magic = 0x46504252 // "RBPF"
+	// Version is the version the program writes. Version 1 (older
 	// recordings, still read) had Frame.CME resolved to a method entry;
 	// before version 3 the header had no Gen (it reads as 0); before
 	// version 4 no GC stamp (Payload.GC reads as not stamped); before
@@ -21,13 +21,13 @@ const (
 	// version 6 no labels, and a header 8 bytes shorter; before version 7
 	// a frame's pc had no PC_*_OLD bits; before version 8 no native frames
 	// (the header 8 bytes shorter).
-	PayloadVersion = 8
+	Version = 8
 
 	// MaxLabels is the most request labels one sample carries (MAX_LABELS).
 	MaxLabels = 8
 
 	// MaxFrames is the deepest Ruby stack one sample carries (MAX_FRAMES in
-	// ruby.bpf.c); deeper stacks are cut and flagged PayloadTruncated.
+	// ruby.bpf.c); deeper stacks are cut and flagged Truncated.
 	MaxFrames = 2048
 
 	// MaxNatives is the most native frames one sample carries (MAX_NATIVE).
@@ -36,47 +36,47 @@ const (
 
 // Payload flags (payload_header.flags).
 const (
-	PayloadTruncated = 1 << 0
-	PayloadNoEC      = 1 << 1
-	PayloadReadError = 1 << 2
-	PayloadBadCFP    = 1 << 3
-	PayloadTopJIT    = 1 << 4 // the top frame's cfp->jit_return is set
+	Truncated = 1 << 0
+	NoEC      = 1 << 1
+	ReadError = 1 << 2
+	BadCFP    = 1 << 3
+	TopJIT    = 1 << 4 // the top frame's cfp->jit_return is set
 
-	PayloadGCStamped    = 1 << 5 // GC.Count and GC.Epoch were read
-	PayloadGCMarking    = 1 << 6 // the GC was marking (a major GC's incremental marking, or a minor GC's)
-	PayloadGCCompacting = 1 << 7 // the GC was compacting: objects may move
+	GCStamped    = 1 << 5 // GC.Count and GC.Epoch were read
+	GCMarking    = 1 << 6 // the GC was marking (a major GC's incremental marking, or a minor GC's)
+	GCCompacting = 1 << 7 // the GC was compacting: objects may move
 
-	// PayloadNamed is set by the recorder, never by the program: each
+	// Named is set by the recorder, never by the program: each
 	// frame's Iseq holds the id of its name in the recording's symbol
 	// table, decided when the sample was read (NameFrames).
-	PayloadNamed = 1 << 8
+	Named = 1 << 8
 
-	PayloadGCRunning   = 1 << 9  // flags.during_gc: a GC was under way
-	payloadGCPhaseBits = 10      // 2 bits from here: a GCPhase
-	PayloadGVLKnown    = 1 << 12 // the thread's Ractor's running_ec was read
-	PayloadGVLHeld     = 1 << 13 // ... and was the sample's EC: the thread held the GVL
-	PayloadRegionKnown = 1 << 14 // the thread's unblock.func was read
-	PayloadInRegion    = 1 << 15 // ... and was set: a blocking region (the GVL released)
-	// PayloadOffCPU: taken as the thread left a CPU (record --wall). The
+	GCRunning   = 1 << 9  // flags.during_gc: a GC was under way
+	gcPhaseBits = 10      // 2 bits from here: a GCPhase
+	GVLKnown    = 1 << 12 // the thread's Ractor's running_ec was read
+	GVLHeld     = 1 << 13 // ... and was the sample's EC: the thread held the GVL
+	RegionKnown = 1 << 14 // the thread's unblock.func was read
+	InRegion    = 1 << 15 // ... and was set: a blocking region (the GVL released)
+	// OffCPU: taken as the thread left a CPU (record --wall). The
 	// program puts the time it left (CLOCK_MONOTONIC ns) in Period; the
 	// recorder replaces it with the time the thread stayed off.
-	PayloadOffCPU    = 1 << 16
-	PayloadPreempted = 1 << 17 // ... preempted: it left runnable, not blocked
-	// PayloadGVLLast: GVLHeld says the thread was the last to take the GVL
+	OffCPU    = 1 << 16
+	Preempted = 1 << 17 // ... preempted: it left runnable, not blocked
+	// GVLLast: GVLHeld says the thread was the last to take the GVL
 	// (ractor running_ec), which it stays after releasing it.
-	PayloadGVLLast    = 1 << 18
-	payloadStateFlags = PayloadGCRunning | 3<<payloadGCPhaseBits | PayloadGVLKnown | PayloadGVLHeld |
-		PayloadRegionKnown | PayloadInRegion | PayloadOffCPU | PayloadPreempted | PayloadGVLLast
+	GVLLast    = 1 << 18
+	stateFlags = GCRunning | 3<<gcPhaseBits | GVLKnown | GVLHeld |
+		RegionKnown | InRegion | OffCPU | Preempted | GVLLast
 
-	PayloadLabelsCut = 1 << 19 // the fiber had more than MaxLabels labels
-	PayloadLabelsBad = 1 << 20 // its label table did not read as one
-	// PayloadLabelsNamed is set by the recorder, never by the program: each
+	LabelsCut = 1 << 19 // the fiber had more than MaxLabels labels
+	LabelsBad = 1 << 20 // its label table did not read as one
+	// LabelsNamed is set by the recorder, never by the program: each
 	// label's Key and Value hold ids of names in the recording's symbol
 	// table (NameLabels).
-	PayloadLabelsNamed = 1 << 21
-	// PayloadOldStale: a GC started while the program read the frames'
+	LabelsNamed = 1 << 21
+	// OldStale: a GC started while the program read the frames'
 	// generations (Frame.IseqOld, Frame.MEOld), which say nothing then.
-	PayloadOldStale = 1 << 22
+	OldStale = 1 << 22
 )
 
 // GCPhase is the phase of a GC under way (GC_PHASE_* in ruby.bpf.c).
@@ -149,7 +149,7 @@ type Payload struct {
 	// Labels are the sampled fiber's request labels (ruby-profiler's state).
 	Labels []Label
 	// Natives are the user stack's PCs as the program unwound them with
-	// the process's unwind tables (Sampler.SetUnwindTables), leaf first:
+	// the process's unwind tables (bpf.Sampler.UnwindMappings), leaf first:
 	// the interrupted PC, then return addresses. NativeStop says why the
 	// walk ended (NativeOff: the program did not unwind).
 	Natives    []uint64
@@ -186,7 +186,7 @@ func (s NativeStop) String() string {
 // Label is one key/value pair of a fiber's request labels as the program
 // copied it: an ID and a VALUE, and of a heap object value its first bytes
 // (Obj) and, for a String kept outside its object, its first bytes (Ext).
-type Label = rubyLabel
+type Label = cLabel
 
 // GCStamp is where the process's garbage collector was when a sample was
 // taken. Code is freed, and its memory reused, only by the GC: a name read
@@ -228,37 +228,37 @@ type Frame struct {
 	Env uint64
 	// IseqOld and MEOld: the frame was not named for its sample's GC
 	// interval when sampled, and its iseq, and the object in CME (or none),
-	// were in the old generation then (never with PayloadOldStale). A C
+	// were in the old generation then (never with OldStale). A C
 	// frame has only MEOld, whatever was named before.
 	IseqOld, MEOld bool
 	// EnvOld: Env escaped to the heap, as an object of the old generation
-	// when sampled (never with PayloadOldStale).
+	// when sampled (never with OldStale).
 	EnvOld bool
 }
 
 var (
-	headerSize = int(unsafe.Sizeof(rubyPayloadHeader{}))
-	frameSize  = int(unsafe.Sizeof(rubyFrame{}))
-	labelSize  = int(unsafe.Sizeof(rubyLabel{}))
+	headerSize = int(unsafe.Sizeof(cPayloadHeader{}))
+	frameSize  = int(unsafe.Sizeof(cFrame{}))
+	labelSize  = int(unsafe.Sizeof(cLabel{}))
 	// headerSizeV5 is the header of versions 1 to 5: without nlabels and
 	// label_size.
-	headerSizeV5 = int(unsafe.Offsetof(rubyPayloadHeader{}.Nlabels))
+	headerSizeV5 = int(unsafe.Offsetof(cPayloadHeader{}.Nlabels))
 	// headerSizeV7 is the header of versions 6 and 7: without nnatives
 	// and native_stop.
-	headerSizeV7 = int(unsafe.Offsetof(rubyPayloadHeader{}.Nnatives))
+	headerSizeV7 = int(unsafe.Offsetof(cPayloadHeader{}.Nnatives))
 )
 
-// DecodePayload reads a sample's RAW bytes. It trusts nothing in them.
-func DecodePayload(raw []byte) (*Payload, error) {
+// Decode reads a sample's RAW bytes. It trusts nothing in them.
+func Decode(raw []byte) (*Payload, error) {
 	p := &Payload{}
-	if err := DecodePayloadInto(p, raw); err != nil {
+	if err := DecodeInto(p, raw); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// DecodePayloadInto is DecodePayload into p, reusing its Frames' storage.
-func DecodePayloadInto(p *Payload, raw []byte) error {
+// DecodeInto is Decode into p, reusing its Frames' storage.
+func DecodeInto(p *Payload, raw []byte) error {
 	h, err := decodeHeader(raw)
 	if err != nil {
 		return err
@@ -293,16 +293,16 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 	}
 	if h.Version >= 5 {
 		f := h.Flags
-		p.Thread = ThreadFacts{GCRunning: f&PayloadGCRunning != 0, GCPhase: GCPhase(f >> payloadGCPhaseBits & 3),
-			GVLKnown: f&PayloadGVLKnown != 0, GVLHeld: f&PayloadGVLHeld != 0, GVLLast: f&PayloadGVLLast != 0,
-			RegionKnown: f&PayloadRegionKnown != 0, InRegion: f&PayloadInRegion != 0,
-			OffCPU: f&PayloadOffCPU != 0, Preempted: f&PayloadPreempted != 0}
+		p.Thread = ThreadFacts{GCRunning: f&GCRunning != 0, GCPhase: GCPhase(f >> gcPhaseBits & 3),
+			GVLKnown: f&GVLKnown != 0, GVLHeld: f&GVLHeld != 0, GVLLast: f&GVLLast != 0,
+			RegionKnown: f&RegionKnown != 0, InRegion: f&InRegion != 0,
+			OffCPU: f&OffCPU != 0, Preempted: f&Preempted != 0}
 	} else {
-		p.Flags &^= payloadStateFlags // bits that meant nothing then
+		p.Flags &^= stateFlags // bits that meant nothing then
 	}
-	if h.Version >= 4 && h.Flags&PayloadGCStamped != 0 {
+	if h.Version >= 4 && h.Flags&GCStamped != 0 {
 		p.GC = GCStamp{Stamped: true, Count: h.GcCount, Epoch: h.GcEpoch,
-			Marking: h.Flags&PayloadGCMarking != 0, Compacting: h.Flags&PayloadGCCompacting != 0}
+			Marking: h.Flags&GCMarking != 0, Compacting: h.Flags&GCCompacting != 0}
 	}
 	b := raw[h.HeaderSize:]
 	for i := range p.Frames {
@@ -316,7 +316,7 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 			// A Ruby frame's pc is 8-aligned; a C frame's is 0.
 			bits := fr.PC & pcBits
 			fr.PC &^= pcBits
-			fresh := h.Flags&PayloadOldStale == 0
+			fresh := h.Flags&OldStale == 0
 			fr.IseqOld = bits&pcIseqOld != 0 && fresh
 			fr.MEOld = bits&pcMEOld != 0 && fresh
 			fr.EnvOld = bits&pcEnvOld != 0 && fresh
@@ -331,8 +331,8 @@ func DecodePayloadInto(p *Payload, raw []byte) error {
 
 // decodeHeader reads and checks a payload's header: its frames lie inside
 // raw.
-func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
-	var h rubyPayloadHeader
+func decodeHeader(raw []byte) (cPayloadHeader, error) {
+	var h cPayloadHeader
 	if len(raw) < headerSizeV5 {
 		return h, fmt.Errorf("payload: %d bytes, shorter than its header", len(raw))
 	}
@@ -349,10 +349,10 @@ func decodeHeader(raw []byte) (rubyPayloadHeader, error) {
 		h.Nnatives, h.NativeStop = 0, 0
 	}
 	switch {
-	case h.Magic != PayloadMagic:
+	case h.Magic != Magic:
 		return h, fmt.Errorf("payload: bad magic %#x", h.Magic)
-	case h.Version < 1 || h.Version > PayloadVersion:
-		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, PayloadVersion)
+	case h.Version < 1 || h.Version > Version:
+		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, Version)
 	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSizeV7 ||
 		h.Version >= 8 && int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
 		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
@@ -378,7 +378,7 @@ func SetOffCPU(raw []byte, ns uint64) error {
 	if err != nil {
 		return err
 	}
-	if h.Version < 5 || h.Flags&PayloadOffCPU == 0 {
+	if h.Version < 5 || h.Flags&OffCPU == 0 {
 		return errors.New("payload: not taken off the CPU")
 	}
 	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.Period):], ns)
@@ -386,7 +386,7 @@ func SetOffCPU(raw []byte, ns uint64) error {
 }
 
 // NameFrames overwrites, in a sample's RAW payload as the program wrote it,
-// each frame's iseq with ids[i] and flags the payload PayloadNamed: the
+// each frame's iseq with ids[i] and flags the payload Named: the
 // names a recording decided for this sample travel with it. It changes
 // nothing and says why when the payload is not one it can read. It reads
 // only the header: the caller has decoded the payload already.
@@ -402,16 +402,16 @@ func NameFrames(raw []byte, p *Payload, ids []uint64) error {
 	if n != len(ids) || p != nil && len(p.Frames) != n {
 		return fmt.Errorf("payload: %d names for %d frames", len(ids), n)
 	}
-	iseq := int(unsafe.Offsetof(rubyFrame{}.Iseq))
+	iseq := int(unsafe.Offsetof(cFrame{}.Iseq))
 	for i, id := range ids {
 		binary.LittleEndian.PutUint64(raw[hs+i*frameSize+iseq:], id)
 		if p != nil {
 			p.Frames[i].Iseq = id
 		}
 	}
-	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|PayloadNamed)
+	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|Named)
 	if p != nil {
-		p.Flags |= PayloadNamed
+		p.Flags |= Named
 	}
 	return nil
 }
@@ -454,7 +454,7 @@ func (p *Payload) RawFrames(r *rubystack.Reader) []rubystack.RawFrame {
 			rf.Top = i == 0 // the walk starts at ec->cfp, whose pc a JIT may leave stale
 			// As rubystack's walker: the top frame runs JIT code (its line is 0
 			// where rb_profile_frames says so).
-			rf.JIT = i == 0 && !f.CFrame && p.Flags&PayloadTopJIT != 0 &&
+			rf.JIT = i == 0 && !f.CFrame && p.Flags&TopJIT != 0 &&
 				r.Layout.Capabilities.TopJITFrameLineZero
 			out = append(out, rf)
 		}
@@ -486,7 +486,7 @@ func toRawFrame(r *rubystack.Reader, f Frame) (rubystack.RawFrame, error) {
 
 // NameLabels overwrites, in a sample's RAW payload, each label's key and
 // value with the ids of their names (names[i] for label i) and flags the
-// payload PayloadLabelsNamed: a recording carries what its labels said, not
+// payload LabelsNamed: a recording carries what its labels said, not
 // addresses that mean something only in the live process.
 // p, when not nil, is raw decoded, and is given the same names.
 func NameLabels(raw []byte, p *Payload, names [][2]uint64) error {
@@ -498,7 +498,7 @@ func NameLabels(raw []byte, p *Payload, names [][2]uint64) error {
 		return fmt.Errorf("payload: %d names for %d labels", len(names), h.Nlabels)
 	}
 	at := int(h.HeaderSize) + int(h.Nframes)*frameSize
-	key, value := int(unsafe.Offsetof(rubyLabel{}.Key)), int(unsafe.Offsetof(rubyLabel{}.Value))
+	key, value := int(unsafe.Offsetof(cLabel{}.Key)), int(unsafe.Offsetof(cLabel{}.Value))
 	for i, n := range names {
 		binary.LittleEndian.PutUint64(raw[at+i*labelSize+key:], n[0])
 		binary.LittleEndian.PutUint64(raw[at+i*labelSize+value:], n[1])
@@ -506,9 +506,9 @@ func NameLabels(raw []byte, p *Payload, names [][2]uint64) error {
 			p.Labels[i].Key, p.Labels[i].Value = n[0], n[1]
 		}
 	}
-	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|PayloadLabelsNamed)
+	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|LabelsNamed)
 	if p != nil {
-		p.Flags |= PayloadLabelsNamed
+		p.Flags |= LabelsNamed
 	}
 	return nil
 }
