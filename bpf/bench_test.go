@@ -20,6 +20,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/profilerstate"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
+	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
 	"github.com/rubyperf/rubyperf/threadlocal"
@@ -36,7 +37,10 @@ import (
 // (no read of the thread's state: its Ractor, unblock.func and the GVL
 // owner); shape "labels" is testdata/ruby/labels.rb (fibers serving labelled
 // requests), whose variant "labels" reads the request labels (ruby-profiler's
-// state, 2 pairs). A variant's run alternates its configuration with its
+// state, 2 pairs); variant "native" unwinds the user stack in the program
+// (Sampler.UnwindMappings) and its peer does not (shape "blocks" is
+// testdata/ruby/nativedeep.rb, 60 Ruby levels that re-enter the interpreter
+// natively at each, at depth 0). A variant's run alternates its configuration with its
 // peer's (the default; labels.rb without ReadLabels) every window, so that
 // both share the run's noise: the variant's figures are its windows', and
 // the peer's and the paired difference (each variant window less the peer
@@ -64,6 +68,8 @@ func BenchmarkBPFRunTime(b *testing.B) {
 		{"distinct", 2000, 8192, ""}, {"depth", 10, 0, ""}, {"distinct", 200, 0, ""}, {"depth", 10, 2048, ""},
 		{"distinct", 200, 2048, ""}, {"distinct", 200, 32768, ""},
 		{"labels", 0, 8192, "labels"},
+		{"depth", 10, 0, "native"}, {"depth", 200, 0, "native"}, {"distinct", 200, 0, "native"},
+		{"blocks", 0, 0, "native"}, {"blocks", 0, 8192, ""}, {"blocks", 0, 32768, ""},
 	}
 	name := func(c config) string {
 		n := fmt.Sprintf("%s-%d-stack-%d", c.shape, c.depth, c.stack)
@@ -81,9 +87,14 @@ func BenchmarkBPFRunTime(b *testing.B) {
 		b.Run(name(cf), func(b *testing.B) {
 			var tg target
 			var labelled ProcessConfig
-			if cf.shape == "labels" {
+			switch cf.shape {
+			case "labels":
 				tg, labelled = startLabelled(b, r)
-			} else {
+			case "blocks":
+				blocks, _ := filepath.Abs("../testdata/ruby/nativedeep.rb")
+				cmd := testruby.Start(b, r, blocks, "3600")
+				tg = prepareTB(b, cmd.Process.Pid)
+			default:
 				args := []string{fmt.Sprint(cf.depth)}
 				if cf.shape == "distinct" {
 					args = append(args, "distinct")
@@ -118,15 +129,26 @@ func BenchmarkBPFRunTime(b *testing.B) {
 			if err := s.AddProcess(tg.pid, tg.config); err != nil {
 				b.Fatal(err)
 			}
+			var switchArm []func()
+			for _, cfg := range arms {
+				switchArm = append(switchArm, func() { s.Reconfigure(tg.pid, cfg) })
+			}
+			if cf.variant == "native" {
+				objs := &native.Objects{}
+				unwind := func() {
+					if n, err := s.UnwindMappings(tg.pid, processMappings(b, tg.pid), objs); n == 0 {
+						b.Fatalf("no mapping with unwind rows: %v", err)
+					}
+				}
+				unwind()
+				switchArm = []func(){unwind, func() { s.RemoveExecMaps(tg.pid) }}
+				arms = make([]ProcessConfig, 2) // (only counted)
+			}
 			rd := &benchReader{s: s, named: map[[3]uint64]bool{}}
 			// One Run for all ops: Run stops sampling when it returns.
 			b.ResetTimer()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.N)*time.Second)
 			windows := make(chan []counters, 1)
-			var switchArm []func()
-			for _, cfg := range arms {
-				switchArm = append(switchArm, func() { s.Reconfigure(tg.pid, cfg) })
-			}
 			go func() { windows <- s.windows(ctx, switchArm...) }()
 			err = s.Run(ctx, rd.record)
 			cancel()
@@ -169,6 +191,9 @@ func BenchmarkBPFRunTime(b *testing.B) {
 			b.ReportMetric(float64(rt.Nanoseconds())/float64(c.Samples), "mean-ns/sample")
 			b.ReportMetric(float64(rt.Nanoseconds())/float64(runs), "ns/run")
 			b.ReportMetric(float64(rd.frames)/float64(rd.n), "frames/sample")
+			if rd.unwound > 0 {
+				b.ReportMetric(float64(rd.natives)/float64(rd.unwound), "natives/unwound-sample")
+			}
 			b.ReportMetric(float64(c.OutputErrors), "lost")
 			b.ReportMetric(float64(c.Urgent)/float64(c.Samples), "urgent/sample")
 			if cf.shape == "labels" {
@@ -312,6 +337,7 @@ type benchReader struct {
 	s                 *Sampler
 	named             map[[3]uint64]bool
 	n, frames, labels int // samples decoded; their frames and labels
+	natives, unwound  int // native frames; samples unwound natively
 	labelled          int // samples with labels
 	ends              int // ends of off-CPU intervals (Options.Wall)
 }
@@ -333,6 +359,10 @@ func (rd *benchReader) record(rec Record) error {
 		return nil
 	}
 	rd.frames += len(p.Frames)
+	rd.natives += len(p.Natives)
+	if p.NativeStop != payload.NativeOff {
+		rd.unwound++
+	}
 	rd.labels += len(p.Labels)
 	if len(p.Labels) > 0 {
 		rd.labelled++

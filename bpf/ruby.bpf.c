@@ -225,6 +225,11 @@ struct frame {
 // MAX_NATIVE bounds the native frames one sample carries.
 #define MAX_NATIVE 512
 #define NATIVE_FRAMES ((MAX_NATIVE * 8 + sizeof(struct frame) - 1) / sizeof(struct frame))
+// USTACK_CHUNK bytes of the user stack are read at once by the native walk,
+// from a little below the first address it needs: the frames above lie
+// above it, so one read serves several.
+#define USTACK_CHUNK 1024
+#define USTACK_BELOW 64
 
 struct sample_buf {
 	struct payload_header h;
@@ -242,6 +247,10 @@ struct sample_buf {
 	// walk_ctx on the stack: the verifier does not track values in a map,
 	// so the walk's states still converge from one frame to the next.
 	__u64 env_lo, env_hi;
+	// The part of the user stack the native walk reads from: USTACK_CHUNK
+	// bytes from ustack_lo (ustack_lo ~0: none yet).
+	__u8 ustack[USTACK_CHUNK + 8];
+	__u64 ustack_lo;
 };
 
 struct {
@@ -865,8 +874,8 @@ struct exec_map {
 };
 
 struct proc_maps {
-	__u32 n; // mappings, sorted by start, not overlapping
-	__u32 pad;
+	__u32 n;   // mappings, sorted by start, not overlapping
+	__u32 gen; // changed by user space with the mappings: row_cache entries of another gen are stale
 	struct exec_map maps[MAX_EXEC_MAPS];
 };
 
@@ -886,6 +895,41 @@ struct {
 	__type(key, __u32);
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
+
+// row_cache: per CPU, a direct-mapped cache of the rows found for an
+// address: deep stacks return through the same few call sites again and
+// again, and a slot costs next to nothing against two binary searches.
+#define ROW_CACHE_SLOTS 4096
+struct cached_row {
+	__u64 addr; // the address looked up (a return address less 1)
+	__u32 tgid, gen;
+	struct unwind_row row;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ROW_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct cached_row);
+} row_cache SEC(".maps");
+
+// read_ustack reads the user stack's u64 at addr, through buf->ustack.
+static __always_inline long read_ustack(struct sample_buf *buf, __u64 addr, __u64 *out)
+{
+	__u64 off = addr - buf->ustack_lo;
+	if (addr < buf->ustack_lo || off > USTACK_CHUNK - 8) {
+		__u64 lo = addr - USTACK_BELOW;
+		if (addr < USTACK_BELOW || bpf_probe_read_user(buf->ustack, USTACK_CHUNK, (void *)lo)) {
+			// The end of the stack's mapping: read alone.
+			buf->ustack_lo = ~0ULL;
+			return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+		}
+		buf->ustack_lo = lo;
+		off = USTACK_BELOW;
+	}
+	asm volatile("" : "+r"(off));
+	*out = *(__u64 *)&buf->ustack[off & (USTACK_CHUNK - 1)];
+	return 0;
+}
 
 struct native_ctx {
 	struct proc_maps *pm;
@@ -964,24 +1008,41 @@ static long native_step(__u32 i, void *arg)
 	// verifier must see it on the register used.
 	asm volatile("" : "+r"(slot));
 	n->buf->natives[slot & (MAX_NATIVE - 1)] = n->pc;
-	long mi = exec_map_of(n->tgid, n->pc);
-	if (mi < 0) {
-		n->stop = NATIVE_NO_TABLE;
-		return 1;
-	}
-	struct exec_map *m = &n->pm->maps[mi & (MAX_EXEC_MAPS - 1)];
 	// A return address points after its call: look up the call.
-	__u64 rel = n->pc - m->base - (i > 0);
-	if (n->pc < m->base || rel > 0xffffffffULL) {
-		n->stop = NATIVE_NO_RULE;
-		return 1;
-	}
-	long ri = row_of(m->rows, m->nrows, (__u32)rel);
-	__u32 rk = ri;
-	struct unwind_row *r = ri < 0 ? NULL : bpf_map_lookup_elem(&unwind_rows, &rk);
-	if (!r) {
-		n->stop = NATIVE_NO_RULE;
-		return 1;
+	__u64 addr = n->pc - (i > 0);
+	__u32 gen = n->pm->gen;
+	__u32 ck = ((addr ^ n->tgid) * 0x9E3779B97F4A7C15ULL) >> 52; // 12 bits
+	ck &= ROW_CACHE_SLOTS - 1;
+	struct cached_row *c = bpf_map_lookup_elem(&row_cache, &ck);
+	struct unwind_row *r;
+	if (c && c->addr == addr && c->tgid == n->tgid && c->gen == gen) {
+		r = &c->row;
+	} else {
+		long mi = exec_map_of(n->tgid, n->pc);
+		if (mi < 0) {
+			n->stop = NATIVE_NO_TABLE;
+			return 1;
+		}
+		struct exec_map *m = &n->pm->maps[mi & (MAX_EXEC_MAPS - 1)];
+		__u64 rel = addr - m->base;
+		if (addr < m->base || rel > 0xffffffffULL) {
+			n->stop = NATIVE_NO_RULE;
+			return 1;
+		}
+		long ri = row_of(m->rows, m->nrows, (__u32)rel);
+		__u32 rk = ri;
+		r = ri < 0 ? NULL : bpf_map_lookup_elem(&unwind_rows, &rk);
+		if (!r) {
+			n->stop = NATIVE_NO_RULE;
+			return 1;
+		}
+		if (c) {
+			c->addr = addr;
+			c->tgid = n->tgid;
+			c->gen = gen;
+			c->row = *r;
+			r = &c->row;
+		}
 	}
 	__u64 cfa;
 	switch (r->kind & ROW_CFA_MASK) {
@@ -1012,14 +1073,17 @@ static long native_step(__u32 i, void *arg)
 		n->stop = NATIVE_NOT_UP;
 		return 1;
 	}
-	__u64 ra;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+	__u64 ra, fp;
+	__u8 kind = r->kind;
+	__s64 fp_off = r->fp_off;
+	if (read_ustack(n->buf, cfa - 8, &ra)) {
 		n->stop = NATIVE_READ;
 		return 1;
 	}
-	switch (r->kind & ROW_FP_MASK) {
+	switch (kind & ROW_FP_MASK) {
 	case ROW_FP_AT_CFA:
-		n->fp_known = !bpf_probe_read_user(&n->fp, sizeof(n->fp), (void *)(cfa + 8 * (__s64)r->fp_off));
+		n->fp_known = !read_ustack(n->buf, cfa + 8 * fp_off, &fp);
+		n->fp = fp;
 		break;
 	case ROW_FP_UNKNOWN:
 		n->fp_known = 0;
@@ -1100,6 +1164,7 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	buf->h.nnatives = 0;
 	buf->h.native_stop = NATIVE_OFF;
 	buf->env_lo = buf->env_hi = 0;
+	buf->ustack_lo = ~0ULL;
 
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	__u64 tp = 0;

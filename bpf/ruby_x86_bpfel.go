@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type rubyCachedRow struct {
+	_    structs.HostLayout
+	Addr uint64
+	Tgid uint32
+	Gen  uint32
+	Row  rubyUnwindRow
+}
+
 type rubyExecMap struct {
 	_     structs.HostLayout
 	Start uint64
@@ -109,7 +117,7 @@ type rubyProcConfig struct {
 type rubyProcMaps struct {
 	_    structs.HostLayout
 	N    uint32
-	Pad  uint32
+	Gen  uint32
 	Maps [256]rubyExecMap
 }
 
@@ -150,13 +158,15 @@ type rubySampleBuf struct {
 		Obj   [64]uint8
 		Ext   [48]uint8
 	}
-	Pairs [128]uint64
-	Cfps  [1024]uint8
-	Envs  [1024]uint8
-	Gc    [2048]uint8
-	Th    [512]uint8
-	EnvLo uint64
-	EnvHi uint64
+	Pairs    [128]uint64
+	Cfps     [1024]uint8
+	Envs     [1024]uint8
+	Gc       [2048]uint8
+	Th       [512]uint8
+	EnvLo    uint64
+	EnvHi    uint64
+	Ustack   [1032]uint8
+	UstackLo uint64
 }
 
 type rubySeenFrame struct {
@@ -184,6 +194,7 @@ const (
 	rubyMapOffcpuSince   = "offcpu_since"
 	rubyMapProcUnwind    = "proc_unwind"
 	rubyMapProcs         = "procs"
+	rubyMapRowCache      = "row_cache"
 	rubyMapScratch       = "scratch"
 	rubyMapSeenFrames    = "seen_frames"
 	rubyMapUnwindRows    = "unwind_rows"
@@ -254,6 +265,7 @@ type rubyMapSpecs struct {
 	OffcpuSince  *ebpf.MapSpec `ebpf:"offcpu_since"`
 	ProcUnwind   *ebpf.MapSpec `ebpf:"proc_unwind"`
 	Procs        *ebpf.MapSpec `ebpf:"procs"`
+	RowCache     *ebpf.MapSpec `ebpf:"row_cache"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	SeenFrames   *ebpf.MapSpec `ebpf:"seen_frames"`
 	UnwindRows   *ebpf.MapSpec `ebpf:"unwind_rows"`
@@ -294,6 +306,7 @@ type rubyMaps struct {
 	OffcpuSince  *ebpf.Map `ebpf:"offcpu_since"`
 	ProcUnwind   *ebpf.Map `ebpf:"proc_unwind"`
 	Procs        *ebpf.Map `ebpf:"procs"`
+	RowCache     *ebpf.Map `ebpf:"row_cache"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	SeenFrames   *ebpf.Map `ebpf:"seen_frames"`
 	UnwindRows   *ebpf.Map `ebpf:"unwind_rows"`
@@ -309,6 +322,7 @@ func (m *rubyMaps) Close() error {
 		m.OffcpuSince,
 		m.ProcUnwind,
 		m.Procs,
+		m.RowCache,
 		m.Scratch,
 		m.SeenFrames,
 		m.UnwindRows,

@@ -135,6 +135,7 @@ type Sampler struct {
 	rowMem   *ebpf.Memory
 	rowsUsed uint32
 	rowSpans map[string]rowSpan
+	execGen  uint32 // proc_maps.gen of the last SetExecMaps
 }
 
 // Record is one raw record read from a CPU's ring: its header and data,

@@ -174,6 +174,9 @@ func (s *Sampler) SetExecMaps(pid int, maps []ExecMap) error {
 		}
 	}
 	pm.N = uint32(n)
+	// Rows the program cached for this process's old mappings are stale.
+	s.execGen++
+	pm.Gen = s.execGen
 	if err := s.objs.ProcUnwind.Update(uint32(pid), &pm, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("pid %d: unwind mappings: %w", pid, err)
 	}

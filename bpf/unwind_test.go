@@ -36,16 +36,10 @@ func TestNativeFramesEqualUnwind(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			pm, err := procmaps.Read(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
 			var maps native.Maps
-			var list []native.Mapping
-			for _, m := range pm {
-				nm := native.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, Path: m.Path, Exec: len(m.Perms) > 2 && m.Perms[2] == 'x'}
-				maps.Add(nm)
-				list = append(list, nm)
+			list := processMappings(t, pid)
+			for _, m := range list {
+				maps.Add(m)
 			}
 			objs := &native.Objects{}
 			n, err := s.UnwindMappings(pid, list, objs)
@@ -125,4 +119,19 @@ func atPC(f []native.Frame, i int) uint64 {
 		return f[i].PC
 	}
 	return 0
+}
+
+// processMappings reads a process's mappings as native's.
+func processMappings(tb testing.TB, pid int) []native.Mapping {
+	tb.Helper()
+	pm, err := procmaps.Read(pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var list []native.Mapping
+	for _, m := range pm {
+		list = append(list, native.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, Path: m.Path,
+			Exec: len(m.Perms) > 2 && m.Perms[2] == 'x'})
+	}
+	return list
 }
