@@ -22,7 +22,9 @@ type Options struct {
 	Interval  time.Duration // one profile per process per interval; default 10 s
 	Frequency int           // samples per second; default 99
 	StackSize int           // as recording.Options.StackSize
-	Merge     merge.Options // the view: which native frames profiles keep
+	// NativeTables is recording.Options.NativeTables.
+	NativeTables bool
+	Merge        merge.Options // the view: which native frames profiles keep
 	// Labels are resource attributes of every profile (--label); an
 	// attribute the agent sets itself (process.pid, ...) is not replaced.
 	Labels      map[string]string
@@ -175,7 +177,7 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 	}
 	recorded := make(chan result, 1)
 	go func() {
-		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, StackSize: opts.StackSize,
+		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, StackSize: opts.StackSize, NativeTables: opts.NativeTables,
 			Debuginfo: opts.Debuginfo, Warn: opts.Log, Merge: opts.Merge, Stacks: a.take, MemoryBudget: opts.MemoryBudget / 2,
 			Progress: func(p recording.Progress) {
 				if a.progress.Swap(&p) == nil {

@@ -2,6 +2,7 @@ package native
 
 import (
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
@@ -171,3 +172,21 @@ func compareReg(name string, got RegRule, regs map[uint64]frame.DWRule, reg uint
 }
 
 func itoa(v int64) string { return RegRule{Kind: RegAtCFA, Offset: int32(v)}.String()[3:] }
+
+// BenchmarkCompileTable compiles Debian's libruby 3.1 (about 69,000 rows)
+// from its loaded call frame information: what attaching to a Ruby whose
+// libruby no earlier target mapped costs for its unwind table.
+func BenchmarkCompileTable(b *testing.B) {
+	const path = "/usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1"
+	o := LoadObject(path)
+	if o.Err() != nil {
+		b.Skipf("%s: %v", path, o.Err()) // (a benchmark; the tests above require their objects)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		o.tableOnce = sync.Once{}
+		if _, err := o.Table(ArchX86_64); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -133,18 +133,12 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 	out := dst
 	pc := r[dwarfRA]
 	for len(out)-len(dst) < MaxFrames && pc != 0 {
-		m, ok := maps.Find(pc)
+		f, ok := frameAt(pc, maps, objs)
 		if !ok {
 			break
 		}
-		jit := isJITMapping(m)
-		f := Frame{PC: pc, Mapping: m, JIT: jit}
-		if !jit && (m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath) {
-			f.Object = objs.Get(m.Path)
-			f.VAddr = f.Object.VAddr(pc - m.Start + m.Offset)
-		}
 		out = append(out, f)
-		if jit {
+		if f.JIT {
 			next, nextKnown, ok := jitStep(&r, &known, read, maps, objs)
 			if !ok { // (a step always moves the stack pointer up)
 				break
@@ -235,4 +229,33 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 		pc = ra
 	}
 	return out
+}
+
+// frameAt describes the frame at pc: its mapping, and the object mapped
+// there. It is false when no mapping holds pc.
+func frameAt(pc uint64, maps *Maps, objs *Objects) (Frame, bool) {
+	m, ok := maps.Find(pc)
+	if !ok {
+		return Frame{}, false
+	}
+	f := Frame{PC: pc, Mapping: m, JIT: isJITMapping(m)}
+	if !f.JIT && (m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath) {
+		f.Object = objs.Get(m.Path)
+		f.VAddr = f.Object.VAddr(pc - m.Start + m.Offset)
+	}
+	return f, true
+}
+
+// FramesAt describes the frames of PCs found by another unwinder (the BPF
+// program's walk over the unwind tables), leaf first, as Unwind describes
+// its own: it appends them to dst up to the first PC no mapping holds.
+func FramesAt(dst []Frame, pcs []uint64, maps *Maps, objs *Objects) []Frame {
+	for _, pc := range pcs[:min(len(pcs), MaxFrames)] {
+		f, ok := frameAt(pc, maps, objs)
+		if !ok {
+			break
+		}
+		dst = append(dst, f)
+	}
+	return dst
 }

@@ -103,6 +103,7 @@ func (s *session) skipped(pid int, err error) {
 // add makes t a target: sampled from now on, with its threads and
 // mappings described in the file (timestamp 0: before any sample).
 func (s *session) add(t *Target) error {
+	s.tables.loadNow(t.PID) // (not under s.mu: it may take tens of ms)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.targets[t.PID]; ok {
@@ -188,9 +189,12 @@ func (s *session) sideBand(rec perfdata.Record) bool {
 	if !target {
 		return false // not a target: keep the file small
 	}
-	if rec.Type() == perfdata.RecordMmap2 {
+	if m, ok := rec.(*perfdata.Mmap2); ok {
 		if t := s.targets[pid]; t != nil && t.labels == nil {
 			t.labelsLook = true // an extension that keeps labels may have been loaded
+		}
+		if m.Prot&4 != 0 { // PROT_EXEC
+			s.tables.request(pid)
 		}
 	}
 	switch {

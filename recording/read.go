@@ -48,8 +48,11 @@ type ReadStats struct {
 	SymbolsFrom string
 	Fallbacks   int // samples whose Ruby and native stacks could not be interleaved
 	Incomplete  int // samples whose native unwinding stopped early (merge.IncompleteName)
-	Truncated   int // samples whose Ruby stack was cut at payload.MaxFrames (merge.TruncatedName)
-	NoPayload   int // samples without a readable Ruby payload (native only)
+	// TableUnwound counts samples whose native frames the program unwound
+	// with the unwind tables (Options.NativeTables when recorded).
+	TableUnwound int
+	Truncated    int // samples whose Ruby stack was cut at payload.MaxFrames (merge.TruncatedName)
+	NoPayload    int // samples without a readable Ruby payload (native only)
 	// NotNamed counts Ruby frames named only for other samples (ReplacedLabel).
 	NotNamed int
 	// Unknown counts Ruby frames that could not be read ([unknown]).
@@ -322,7 +325,11 @@ func (rd *reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 		}
 		rd.natives = append(rd.natives[:0], rd.natives[n:]...)
 	}
-	rd.natives = rd.userFrames(rd.natives, s, im)
+	var pp *payload.Payload
+	if perr == nil {
+		pp = p
+	}
+	rd.natives = rd.userFrames(rd.natives, s, pp, im)
 	if rd.opts.NativeOnly {
 		for _, n := range rd.natives {
 			st.Frames = append(st.Frames, n.Frame)
@@ -395,16 +402,36 @@ func (rd *reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Nativ
 	return out
 }
 
-func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) []merge.Native {
+// userFrames describes a sample's native user frames: those the program
+// unwound with the unwind tables (p's Natives, nil p: none), or those
+// unwound here from its stack copy, whichever reach further; the copy is
+// unwound only when the program's walk ended short of the thread's first
+// frame (JIT code, no call frame information).
+func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, p *payload.Payload, im Image) []merge.Native {
 	maps, ok := rd.maps[s.Pid]
 	if !ok {
 		return out
 	}
-	if len(s.RegsUser) == 0 || len(s.StackUser) == 0 {
-		return rd.callchainUserFrames(out, s.Callchain, maps, rd.objects(s.Pid))
+	objs := rd.objects(s.Pid)
+	copied := len(s.RegsUser) > 0 && len(s.StackUser) > 0
+	rd.unwound = rd.unwound[:0]
+	if p != nil && len(p.Natives) > 0 {
+		rd.unwound = native.FramesAt(rd.unwound, p.Natives, maps, objs)
+		rd.stats.TableUnwound++
+	}
+	if copied && (p == nil || len(p.Natives) == 0 || p.NativeStop != payload.NativeOutermost) {
+		tables := len(rd.unwound)
+		rd.unwound = native.Unwind(rd.unwound, s.RegsUser, s.StackUser, maps, objs)
+		if fromCopy := len(rd.unwound) - tables; fromCopy > tables {
+			rd.unwound = append(rd.unwound[:0], rd.unwound[tables:]...)
+		} else {
+			rd.unwound = rd.unwound[:tables]
+		}
+	}
+	if len(rd.unwound) == 0 && !copied {
+		return rd.callchainUserFrames(out, s.Callchain, maps, objs)
 	}
 	vm, hasVM := rd.symtab.VMExec[im]
-	rd.unwound = native.Unwind(rd.unwound[:0], s.RegsUser, s.StackUser, maps, rd.objects(s.Pid))
 	for i, f := range rd.unwound {
 		// A caller's frame is shown inside its call instruction (the return
 		// address - 1), as perf does: a call that ends a function would

@@ -45,9 +45,15 @@ type Options struct {
 	// native unwinding (perf's --call-graph dwarf,SIZE): 0 means
 	// bpf.DefaultOptions' 8 KiB, a negative size none (no native user frames).
 	StackSize int
-	Duration  time.Duration
-	Output    string
-	DebugFile string
+	// NativeTables: the program unwinds each target's native stack with
+	// its objects' call frame information, compiled into unwind tables
+	// (samples carry payload.Payload.Natives), whole at any depth; the
+	// stack copy (StackSize) serves where the tables do not reach (JIT
+	// code).
+	NativeTables bool
+	Duration     time.Duration
+	Output       string
+	DebugFile    string
 	// Debuginfo finds debug files for the Ruby binaries attached (give it a
 	// short timeout: attaching waits for it); nil: local files only.
 	Debuginfo *debuginfo.Finder
@@ -205,6 +211,9 @@ type session struct {
 	sharedIDs, ids []uint64
 	labelIDs       [][2]uint64
 
+	// tables gives the program the targets' unwind tables (Options.NativeTables).
+	tables *unwindTables
+
 	// off holds off-CPU samples until their threads are back (Options.Wall).
 	off offCPU
 
@@ -320,6 +329,9 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	s.sampler = sampler
 	defer sampler.Close()
+	if opts.NativeTables {
+		s.tables = newUnwindTables(s)
+	}
 
 	// The recording goes to a new file that replaces the output only once
 	// there is something to record: a refused recording leaves an existing
@@ -457,6 +469,13 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		}
 	}()
 	go s.discover(runCtx)
+	// The tables' goroutine uses the sampler: it ends before the sampler
+	// is closed.
+	tablesCtx, tablesDone := context.WithCancel(runCtx)
+	var tablesRun sync.WaitGroup
+	if s.tables != nil {
+		tablesRun.Go(func() { s.tables.run(tablesCtx) })
+	}
 	if opts.Status != nil {
 		go s.status(runCtx, start)
 	}
@@ -466,6 +485,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		handle = opts.wrapHandle(handle)
 	}
 	runErr := sampler.Run(runCtx, handle)
+	tablesDone()
+	tablesRun.Wait()
 	sampler.Stop()
 	if cmd != nil {
 		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/agent"
-	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
@@ -47,7 +46,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	native := fs.Bool("native", false, "every native frame, the interpreter's own between Ruby frames included")
 	rubyOnly := fs.Bool("ruby-only", false, "Ruby frames and C methods only")
 	match := fs.String("match", "", "sample only the Ruby processes whose command line matches this regular expression (e.g. 'puma|sidekiq')")
-	stackSize := fs.Int("stack-size", int(bpf.DefaultOptions.StackSize), "bytes of native stack each sample copies for unwinding C frames; 0: no native user frames")
+	nativeStack := addNativeStackFlags(fs)
 	budget := byteSize(agent.DefaultMemoryBudget)
 	fs.Var(&budget, "memory-budget", "bytes the agent may hold of what grows with what the Rubies run (names, frames, stacks, the queue): past it, names start afresh and stacks count as over the limit; like 128M")
 	pos, err := parseFlags(fs, args)
@@ -76,8 +75,6 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		return usageError{fmt.Sprintf("--queue %d: at least 1", *queue)}
 	case *native && *rubyOnly:
 		return usageError{"--native and --ruby-only ask for opposite views: give one"}
-	case *stackSize < 0 || *stackSize%8 != 0 || *stackSize > bpf.MaxStackSize:
-		return usageError{fmt.Sprintf("--stack-size %d: a multiple of 8 from 0 to %d", *stackSize, bpf.MaxStackSize)}
 	case *insecure && (*caFile != "" || *certFile != "" || *keyFile != ""):
 		return usageError{"--insecure turns TLS off: it cannot go with --ca-file, --cert-file or --key-file"}
 	case (*certFile == "") != (*keyFile == ""):
@@ -106,12 +103,12 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	opts := agent.Options{
 		Endpoint: agent.Endpoint{Address: *endpoint, Protocol: *protocol, Insecure: *insecure, CAFile: *caFile,
 			CertFile: *certFile, KeyFile: *keyFile, Headers: headers},
-		Interval: time.Duration(interval), Frequency: *freq, StackSize: *stackSize, Merge: merge.Options{View: view},
+		Interval: time.Duration(interval), Frequency: *freq, Merge: merge.Options{View: view},
 		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
 		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: export.LineWriter{W: stderr}, Select: sel, MemoryBudget: int64(budget),
 	}
-	if *stackSize == 0 {
-		opts.StackSize = -1
+	if opts.NativeTables, opts.StackSize, err = nativeStack.options(); err != nil {
+		return err
 	}
 	fmt.Fprintf(stderr, "rubyperf agent: sampling every Ruby process at %d Hz; a profile per process every %s to %s (%s%s)\n",
 		*freq, time.Duration(interval), *endpoint, *protocol, map[bool]string{true: ", plain text", false: ", TLS"}[*insecure])

@@ -149,3 +149,10 @@ type helpRequest struct{ fs *flag.FlagSet }
 
 func (helpRequest) Error() string { return "help requested" }
 func (helpRequest) Unwrap() error { return flag.ErrHelp }
+
+// flagSet tells whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

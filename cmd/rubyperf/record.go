@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/recording"
 	"github.com/rubyperf/rubyperf/rubystack"
@@ -33,14 +32,14 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
 	out := fs.String("o", "rubyperf.data", "output file")
 	debugFile := fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary")
-	stackSize := fs.Int("stack-size", int(bpf.DefaultOptions.StackSize), "bytes of native stack each sample copies for unwinding C frames (perf's dwarf,SIZE); 0: no native user frames")
+	nativeStack := addNativeStackFlags(fs)
 	budget := byteSize(recording.DefaultMemoryBudget)
 	fs.Var(&budget, "memory-budget", "bytes the recorder may hold of what grows with the targets' code (names, frames): past it, new frames are named coarser and counted; like 256M or 1G")
 	cmdArgs, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	opts := recording.Options{All: *all, FollowForks: *follow, Wall: *wall, Frequency: *freq, StackSize: *stackSize, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
+	opts := recording.Options{All: *all, FollowForks: *follow, Wall: *wall, Frequency: *freq, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
 		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: export.LineWriter{W: stderr}, MemoryBudget: int64(budget)}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
@@ -65,13 +64,11 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", *freq)}
 	case dur < 0:
 		return usageError{"-d must be positive"}
-	case *stackSize < 0 || *stackSize%8 != 0 || *stackSize > bpf.MaxStackSize:
-		return usageError{fmt.Sprintf("--stack-size %d: a multiple of 8 from 0 to %d", *stackSize, bpf.MaxStackSize)}
 	case budget < recording.MinMemoryBudget:
 		return usageError{fmt.Sprintf("--memory-budget %s: at least %s", budget, byteSize(recording.MinMemoryBudget))}
 	}
-	if *stackSize == 0 {
-		opts.StackSize = -1 // none; recording.Options' zero value is the default
+	if opts.NativeTables, opts.StackSize, err = nativeStack.options(); err != nil {
+		return err
 	}
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		opts.Status = stderr

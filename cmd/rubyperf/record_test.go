@@ -410,7 +410,7 @@ func TestRecordStackSize(t *testing.T) {
 	bytesPerSample := map[int]float64{}
 	for _, size := range []int{0, 2048, 8192} {
 		out := filepath.Join(t.TempDir(), "rubyperf.data")
-		sum := record(t, "-F", "199", "-d", "2", "--stack-size", strconv.Itoa(size), "-o", out, "-p", pid)
+		sum := record(t, "-F", "199", "-d", "2", "--unwind", "copy", "--stack-size", strconv.Itoa(size), "-o", out, "-p", pid)
 		if sum.samples < 50 {
 			t.Fatalf("--stack-size %d: only %d samples", size, sum.samples)
 		}

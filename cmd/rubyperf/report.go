@@ -52,8 +52,12 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	width := terminalWidth(stdout)
 	fmt.Fprintf(stdout, "# %s: %d samples", *in.input, stats.Samples)
 	if stats.Incomplete > 0 {
-		fmt.Fprintf(stdout, ", %d (%.1f%%) under %s (record with a larger --stack-size)", stats.Incomplete,
-			100*float64(stats.Incomplete)/float64(max(stats.Samples, 1)), merge.IncompleteName)
+		hint := "record with --unwind both, or a larger --stack-size"
+		if stats.TableUnwound > 0 {
+			hint = "where the unwind tables stop: JIT code, a signal frame or code without call frame information; a larger --stack-size helps with JIT code"
+		}
+		fmt.Fprintf(stdout, ", %d (%.1f%%) under %s (%s)", stats.Incomplete,
+			100*float64(stats.Incomplete)/float64(max(stats.Samples, 1)), merge.IncompleteName, hint)
 	}
 	if stats.Fallbacks > 0 {
 		fmt.Fprintf(stdout, ", %d with Ruby frames on top of native ones (not interleaved)", stats.Fallbacks)

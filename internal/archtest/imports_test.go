@@ -26,7 +26,7 @@ var allowed = map[string][]string{
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat"},
+	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "procmaps"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
 	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).

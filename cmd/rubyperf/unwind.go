@@ -1,0 +1,43 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/rubyperf/rubyperf/bpf"
+)
+
+// nativeStackFlags are record's and agent's flags for how native user
+// frames are found.
+type nativeStackFlags struct {
+	fs        *flag.FlagSet
+	unwind    *string
+	stackSize *int
+}
+
+func addNativeStackFlags(fs *flag.FlagSet) nativeStackFlags {
+	return nativeStackFlags{fs: fs,
+		unwind: fs.String("unwind", "both", "how native user frames are found: tables (the BPF program unwinds each stack with the objects' call frame information, at any depth), "+
+			"copy (a copy of --stack-size bytes of stack, unwound afterwards), or both (tables, and the copy where they stop short: JIT code)"),
+		stackSize: fs.Int("stack-size", int(bpf.DefaultOptions.StackSize), "bytes of native stack each sample copies for unwinding (perf's dwarf,SIZE; --unwind copy or both); 0: none"),
+	}
+}
+
+// options checks the flags and says what recording.Options take: whether
+// the program unwinds with tables, and the stack copy's size (-1: none, 0:
+// the default).
+func (f nativeStackFlags) options() (tables bool, stackSize int, err error) {
+	switch *f.unwind {
+	case "tables", "copy", "both":
+	default:
+		return false, 0, usageError{fmt.Sprintf("--unwind %q: tables, copy or both", *f.unwind)}
+	}
+	if n := *f.stackSize; n < 0 || n%8 != 0 || n > bpf.MaxStackSize {
+		return false, 0, usageError{fmt.Sprintf("--stack-size %d: a multiple of 8 from 0 to %d", n, bpf.MaxStackSize)}
+	}
+	stackSize = *f.stackSize
+	if stackSize == 0 || *f.unwind == "tables" && !flagSet(f.fs, "stack-size") {
+		stackSize = -1 // none; recording.Options' zero value is the default
+	}
+	return *f.unwind != "copy", stackSize, nil
+}

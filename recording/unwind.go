@@ -1,0 +1,122 @@
+package recording
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/procmaps"
+)
+
+// unwindTables gives the program each target's unwind tables
+// (Options.NativeTables): every executable file a target maps has its call
+// frame information compiled once per file (shared by the targets that map
+// it) and its rows loaded once; a target's list of mappings with rows is
+// made after attach and again after it maps more code (a C extension
+// required). The work runs in its own goroutine, never under the session's
+// lock: naming samples must not wait for a compile (about 10 ms for a
+// libruby, more to read its call frame information).
+type unwindTables struct {
+	sampler *bpf.Sampler
+	objs    *native.Objects // used by run alone
+	warn    func(key, msg string)
+
+	loading sync.Mutex // held by load: objs and the sampler's rows are one caller's at a time
+
+	mu      sync.Mutex
+	pending map[int]bool // pids whose list is to be made (again)
+	wake    chan struct{}
+	warned  map[string]bool // problems told once (s.mu)
+}
+
+func newUnwindTables(s *session) *unwindTables {
+	u := &unwindTables{sampler: s.sampler, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}},
+		pending: map[int]bool{}, wake: make(chan struct{}, 1), warned: map[string]bool{}}
+	u.warn = func(key, msg string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if u.warned[key] || s.opts.Warn == nil {
+			return
+		}
+		u.warned[key] = true
+		fmt.Fprintln(s.opts.Warn, msg)
+	}
+	return u
+}
+
+// request asks for pid's list to be made (again), soon.
+func (u *unwindTables) request(pid int) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	u.pending[pid] = true
+	u.mu.Unlock()
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run makes the lists asked for until ctx ends.
+func (u *unwindTables) run(ctx context.Context) {
+	if runtime.GOARCH != "amd64" {
+		u.warn("arch", fmt.Sprintf("rubyperf: native unwinding in the program is not built for %s: the stack copy serves", runtime.GOARCH))
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.wake:
+		}
+		u.mu.Lock()
+		pids := u.pending
+		u.pending = map[int]bool{}
+		u.mu.Unlock()
+		for pid := range pids {
+			if ctx.Err() != nil {
+				return
+			}
+			u.load(pid)
+		}
+	}
+}
+
+// loadNow makes pid's list at once: at attach, before the first sample,
+// so that every sample of a target has its native frames.
+func (u *unwindTables) loadNow(pid int) {
+	if u != nil && runtime.GOARCH == "amd64" {
+		u.load(pid)
+	}
+}
+
+// load makes pid's list of mappings with rows. A target the tables cannot
+// serve is still sampled: its samples go without native frames from the
+// program (the stack copy, if any, serves).
+func (u *unwindTables) load(pid int) {
+	u.loading.Lock()
+	defer u.loading.Unlock()
+	pm, err := procmaps.Read(pid)
+	if err != nil {
+		return // gone: its exit ends it
+	}
+	list := make([]native.Mapping, 0, len(pm))
+	for _, m := range pm {
+		if len(m.Perms) > 2 && m.Perms[2] == 'x' {
+			list = append(list, native.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, Path: m.Path, Exec: true})
+		}
+	}
+	n, err := u.sampler.UnwindMappings(pid, list, u.objs)
+	if err != nil {
+		key := err.Error()
+		if errors.Is(err, bpf.ErrNoRowRoom) {
+			key = "budget"
+		}
+		u.warn(key, fmt.Sprintf("rubyperf: pid %d: %d mappings unwound in the program; %v", pid, n, err))
+	}
+}
