@@ -841,6 +841,12 @@ struct unwind_row {
 #define ROW_CFA_PLT 3         // SP + cfa_off, + 8 once (pc & 15) >= fp_off
 #define ROW_CFA_OUTERMOST 4   // the thread's first frame
 #define ROW_CFA_UNSUPPORTED 5 // a rule the rows do not model
+#define ROW_CFA_SIGNAL 6      // a signal frame: the interrupted registers are in the ucontext at SP
+// Where a signal frame's ucontext keeps them (x86_64 Linux, from its SP:
+// uc_mcontext.gregs[REG_RBP], [REG_RSP], [REG_RIP]; native.SignalFrame*).
+#define SIGNAL_FP (40 + 8 * 10)
+#define SIGNAL_SP (40 + 8 * 15)
+#define SIGNAL_PC (40 + 8 * 16)
 #define ROW_CFA_MASK 7
 #define ROW_FP_SAME (0 << 3)
 #define ROW_FP_AT_CFA (1 << 3)
@@ -939,6 +945,7 @@ struct native_ctx {
 	__u32 fp_known;
 	__u32 stop;    // NATIVE_*; 0 while walking
 	__u32 nowrite; // the iteration that stopped wrote no frame
+	__u32 ret;     // pc is a return address (not where the thread was)
 };
 
 // exec_map_of: the index in tgid's mappings of the one holding pc, or -1.
@@ -1009,7 +1016,7 @@ static long native_step(__u32 i, void *arg)
 	asm volatile("" : "+r"(slot));
 	n->buf->natives[slot & (MAX_NATIVE - 1)] = n->pc;
 	// A return address points after its call: look up the call.
-	__u64 addr = n->pc - (i > 0);
+	__u64 addr = n->pc - (n->ret ? 1 : 0);
 	__u32 gen = n->pm->gen;
 	__u32 ck = ((addr ^ n->tgid) * 0x9E3779B97F4A7C15ULL) >> 52; // 12 bits
 	ck &= ROW_CACHE_SLOTS - 1;
@@ -1062,6 +1069,19 @@ static long native_step(__u32 i, void *arg)
 	case ROW_CFA_OUTERMOST:
 		n->stop = NATIVE_OUTERMOST;
 		return 1;
+	case ROW_CFA_SIGNAL: {
+		__u64 sp, pc, fp;
+		if (read_ustack(n->buf, n->sp + SIGNAL_SP, &sp) || read_ustack(n->buf, n->sp + SIGNAL_PC, &pc)) {
+			n->stop = NATIVE_READ;
+			return 1;
+		}
+		n->fp_known = !read_ustack(n->buf, n->sp + SIGNAL_FP, &fp);
+		n->fp = fp;
+		n->sp = sp;
+		n->pc = pc;
+		n->ret = 0; // where the signal interrupted the thread
+		return 0;
+	}
 	case ROW_CFA_NONE:
 		n->stop = NATIVE_NO_RULE;
 		return 1;
@@ -1091,6 +1111,7 @@ static long native_step(__u32 i, void *arg)
 	}
 	n->sp = cfa;
 	n->pc = ra;
+	n->ret = 1;
 	return 0;
 }
 

@@ -32,6 +32,7 @@ const (
 	rowCFAPLT         = 3
 	rowCFAOutermost   = 4
 	rowCFAUnsupported = 5
+	rowCFASignal      = 6
 	rowFPSame         = 0 << 3
 	rowFPAtCFA        = 1 << 3
 	rowFPUnknown      = 2 << 3
@@ -92,6 +93,8 @@ func encodeKind(r native.Row) uint8 {
 		return rowCFANone
 	case native.CFAOutermost:
 		return rowCFAOutermost
+	case native.CFASignal:
+		return rowCFASignal
 	case native.CFAStackPointer:
 		cfa = rowCFASP
 	case native.CFAFramePointer:

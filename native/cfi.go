@@ -67,6 +67,12 @@ type cfiState struct {
 // instructions the rows found so far stand and the rest of the FDE is
 // CFAUnsupported.
 func fdeRows(arch Arch, f fdeRange, rows []Row) ([]Row, error) {
+	if f.signal {
+		if arch != ArchX86_64 {
+			return append(rows, Row{Start: f.begin, CFA: CFAUnsupported}), nil
+		}
+		return append(rows, Row{Start: f.begin, CFA: CFASignal}), nil
+	}
 	if f.raColumn != arch.RA || f.codeAlign == 0 {
 		return append(rows, Row{Start: f.begin, CFA: CFAUnsupported}), nil
 	}

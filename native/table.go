@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/rubyperf/rubyperf/debuginfo"
 )
@@ -34,6 +35,21 @@ const (
 	// CFAUnsupported: a rule the table does not model (another register,
 	// an expression other than the PLT's): unwinding stops there.
 	CFAUnsupported
+	// CFASignal: a signal frame (its CIE's augmentation has 'S': glibc's
+	// __restore_rt), whose caller's registers the kernel saved in the
+	// ucontext at SP (x86_64 Linux: struct rt_sigframe less its return
+	// address). The caller's PC is where the signal interrupted it, not a
+	// return address.
+	CFASignal
+)
+
+// The interrupted registers in a signal frame, from its SP: struct
+// ucontext's uc_mcontext at 40, and in it gregs[REG_RBP], [REG_RSP] and
+// [REG_RIP] (x86_64 Linux).
+const (
+	SignalFrameFP = 40 + 8*10
+	SignalFrameSP = 40 + 8*15
+	SignalFramePC = 40 + 8*16
 )
 
 func (b CFABase) String() string {
@@ -48,6 +64,8 @@ func (b CFABase) String() string {
 		return "plt"
 	case CFAOutermost:
 		return "outermost"
+	case CFASignal:
+		return "signal"
 	}
 	return "unsupported"
 }
@@ -140,6 +158,7 @@ type fdeRange struct {
 	codeAlign    uint64
 	dataAlign    int64
 	raColumn     uint64
+	signal       bool // the CIE's augmentation has 'S'
 }
 
 // compileTable turns FDEs (sorted by begin) into a table. An FDE that
@@ -251,7 +270,7 @@ func (o *Object) Table(arch Arch) (*Table, error) {
 			}
 			fdes = append(fdes, fdeRange{begin: f.Begin(), end: f.End(), initial: f.CIE.InitialInstructions,
 				instructions: f.Instructions, codeAlign: f.CIE.CodeAlignmentFactor, dataAlign: f.CIE.DataAlignmentFactor,
-				raColumn: f.CIE.ReturnAddressRegister})
+				raColumn: f.CIE.ReturnAddressRegister, signal: strings.Contains(f.CIE.Augmentation, "S")})
 		}
 		o.tableErr = debuginfo.Guard(func() error {
 			var err error

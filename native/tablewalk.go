@@ -46,6 +46,7 @@ type TableFinder func(pc uint64) (t *Table, vaddr uint64, ok bool)
 // interprets the call frame information itself, is its reference.
 func WalkTable(dst []uint64, pc, sp, fp, lr uint64, read func(addr uint64) (uint64, bool), find TableFinder) ([]uint64, TableStop) {
 	fpKnown := true
+	exact := true // pc is where the thread was, not a return address
 	out := dst
 	for n := 0; ; n++ {
 		if n >= MaxFrames {
@@ -60,9 +61,10 @@ func WalkTable(dst []uint64, pc, sp, fp, lr uint64, read func(addr uint64) (uint
 			return out, StopNoTable
 		}
 		lookup := vaddr
-		if n > 0 {
+		if !exact {
 			lookup-- // a return address points after its call
 		}
+		exact = false
 		row, ok := t.Lookup(lookup)
 		if !ok {
 			return out, StopNoRule
@@ -71,6 +73,15 @@ func WalkTable(dst []uint64, pc, sp, fp, lr uint64, read func(addr uint64) (uint
 		switch row.CFA {
 		case CFAOutermost:
 			return out, StopOutermost
+		case CFASignal:
+			next, ok1 := read(sp + SignalFrameSP)
+			npc, ok2 := read(sp + SignalFramePC)
+			nfp, ok3 := read(sp + SignalFrameFP)
+			if !ok1 || !ok2 {
+				return out, StopRead
+			}
+			sp, pc, fp, fpKnown, exact = next, npc, nfp, ok3, true
+			continue
 		case CFAStackPointer:
 			cfa = sp + uint64(int64(row.CFAOffset))
 		case CFAFramePointer:

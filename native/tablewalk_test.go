@@ -41,8 +41,35 @@ func TestWalkTableMatchesUnwind(t *testing.T) {
 	}
 }
 
-// compareWalks unwinds every sample of a perf.data file both ways.
-func compareWalks(t *testing.T, data string) {
+// TestWalkTableSignalFrames records a C program that spends much of its
+// time deep in a signal handler, and unwinds its samples both ways: both
+// step over the kernel's signal frame (glibc's __restore_rt) into the code
+// the signal interrupted, down to main's caller.
+func TestWalkTableSignalFrames(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the recorded registers are x86_64's")
+	}
+	perf := testskip.Command(t, "perf", "linux-perf")
+	cc := testskip.Command(t, "gcc", "gcc")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sighandler")
+	if out, err := exec.Command(cc, "-O1", "-fomit-frame-pointer", "-o", bin, "testdata/sighandler.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	data := filepath.Join(dir, "perf.data")
+	if out, err := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", "997", "--call-graph", "dwarf,16384",
+		"-o", data, "--", bin, "2").CombinedOutput(); err != nil {
+		testskip.Privileged(t, err)
+		t.Fatalf("perf record: %v\n%s", err, out)
+	}
+	if through := compareWalks(t, data); through < 100 {
+		t.Errorf("only %d samples unwound through a signal frame", through)
+	}
+}
+
+// compareWalks unwinds every sample of a perf.data file both ways. It
+// returns how many went through a signal frame to the thread's first.
+func compareWalks(t *testing.T, data string) (throughSignal int) {
 	rd, err := perfdata.Open(data)
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +113,9 @@ func compareWalks(t *testing.T, data string) {
 			walked, stop = WalkTable(walked[:0], regs[8], sp0, regs[6], 0, read, TableFinderOf(ArchX86_64, m, objs))
 			stops[stop]++
 			frames += len(unwound)
+			if stop == StopOutermost && throughSignalFrame(walked, TableFinderOf(ArchX86_64, m, objs)) {
+				throughSignal++
+			}
 			n := 0
 			for n < len(walked) && n < len(unwound) && walked[n] == unwound[n].PC {
 				n++
@@ -120,6 +150,20 @@ func compareWalks(t *testing.T, data string) {
 	if float64(same) < 0.995*float64(samples) {
 		t.Errorf("%d of %d samples unwound alike (want >= 99.5%%)", same, samples)
 	}
+	t.Logf("%d samples unwound through a signal frame", throughSignal)
+	return throughSignal
+}
+
+// throughSignalFrame tells whether a walk went through a signal frame.
+func throughSignalFrame(pcs []uint64, find TableFinder) bool {
+	for _, pc := range pcs[1:] {
+		if t, vaddr, ok := find(pc); ok {
+			if r, ok := t.Lookup(vaddr - 1); ok && r.CFA == CFASignal {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func at(pcs []uint64, i int) uint64 {

@@ -3,6 +3,7 @@ package native
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 
@@ -132,6 +133,7 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 	}
 	out := dst
 	pc := r[dwarfRA]
+	exact := true // pc is where the thread was, not a return address
 	for len(out)-len(dst) < MaxFrames && pc != 0 {
 		f, ok := frameAt(pc, maps, objs)
 		if !ok {
@@ -152,8 +154,18 @@ func Unwind(dst []Frame, regs []uint64, stack []byte, maps *Maps, objs *Objects)
 		}
 		// A return address points after its call: look up the call itself.
 		lookup := f.VAddr
-		if len(out)-len(dst) > 1 {
+		if !exact {
 			lookup--
+		}
+		exact = false
+		if f.Object.signalFrame(lookup) {
+			next, nextKnown, ok := signalStep(read, r[dwarfRSP])
+			if !ok {
+				break
+			}
+			r, known, exact = next, nextKnown, true
+			pc = r[dwarfRA]
+			continue
 		}
 		ctx := f.Object.frameAt(lookup)
 		if ctx == nil {
@@ -258,4 +270,33 @@ func FramesAt(dst []Frame, pcs []uint64, maps *Maps, objs *Objects) []Frame {
 		dst = append(dst, f)
 	}
 	return dst
+}
+
+// signalFrame tells whether vaddr is in a signal frame's code: its CIE's
+// augmentation has 'S' (glibc's __restore_rt).
+func (o *Object) signalFrame(vaddr uint64) bool {
+	fde := o.fde(vaddr)
+	return fde != nil && fde.CIE != nil && strings.Contains(fde.CIE.Augmentation, "S")
+}
+
+// ucontextRegs are where struct ucontext's uc_mcontext.gregs keeps the
+// callee-saved registers, by DWARF number (x86_64 Linux: REG_RBX 11, REG_RBP
+// 10, REG_R12..R15 4..7), besides SP and PC (SignalFrameSP, SignalFramePC).
+var ucontextRegs = [...][2]uint64{{3, 11}, {dwarfRBP, 10}, {12, 4}, {13, 5}, {14, 6}, {15, 7}}
+
+// signalStep steps over a signal frame whose stack pointer is sp: the
+// interrupted registers are in the ucontext the kernel saved there.
+func signalStep(read func(uint64) (uint64, bool), sp uint64) (next [dwarfMax]uint64, known [dwarfMax]bool, ok bool) {
+	var good bool
+	if next[dwarfRSP], good = read(sp + SignalFrameSP); !good {
+		return next, known, false
+	}
+	if next[dwarfRA], good = read(sp + SignalFramePC); !good {
+		return next, known, false
+	}
+	known[dwarfRSP], known[dwarfRA] = true, true
+	for _, g := range ucontextRegs {
+		next[g[0]], known[g[0]] = read(sp + 40 + 8*g[1])
+	}
+	return next, known, true
 }
