@@ -1000,6 +1000,80 @@ __attribute__((noinline)) long row_of(__u32 first, __u32 nrows, __u32 rel)
 	return first + lo;
 }
 
+// JIT code (an anonymous executable mapping, listed with no rows) has no
+// call frame information: its frame is stepped over by the nearest slot
+// above its SP that holds a return address into code with rows, right
+// after a call instruction those rows cover (native.Unwind's jitStep, which
+// this mirrors; the call is recognised by its encoding, callEndsAt in
+// native's tablewalk.go). JIT_SCAN bounds the slots searched.
+#define JIT_SCAN 64
+
+// call_ends_at: the 8 code bytes before a return address end with a call
+// instruction: e8 rel32, or ff /2 (through a register, or memory through a
+// register, SIB, disp8 or disp32, or rip+disp32), whatever prefixes it has.
+static __always_inline int call_ends_at(__u8 b[8])
+{
+	if (b[3] == 0xe8)
+		return 1;
+	// ff /2 ends at the end when its modrm and SIB say it is as long as the
+	// bytes from ff on.
+	for (int n = 2; n <= 7; n++) {
+		__u8 ff = b[(8 - n) & 7], modrm = b[(9 - n) & 7];
+		if (ff != 0xff || (modrm & 0x38) != 0x10)
+			continue;
+		__u8 mod = modrm >> 6, rm = modrm & 7;
+		int len = 2; // ff modrm
+		if (mod != 3 && rm == 4) {
+			len++; // a SIB byte
+			if (n < 3)
+				continue;
+			if (mod == 0 && (b[(10 - n) & 7] & 7) == 5)
+				len += 4; // no base: disp32
+		}
+		if (mod == 1)
+			len += 1;
+		else if (mod == 2 || (mod == 0 && rm == 5))
+			len += 4;
+		if (len == n) // (a prefix before ff changes nothing of where it ends)
+			return 1;
+	}
+	return 0;
+}
+
+// jit_return: the slot (counted in 8 bytes from sp) of the first value
+// above a JIT frame's sp that is a return address into code with rows, or
+// -1. A global function, verified once.
+__attribute__((noinline)) long jit_return(__u32 tgid, __u64 sp)
+{
+	struct proc_maps *pm = bpf_map_lookup_elem(&proc_unwind, &tgid);
+	if (!pm)
+		return -1;
+	for (int c = 0; c < JIT_SCAN / 8; c++) {
+		__u64 vals[8];
+		if (bpf_probe_read_user(vals, sizeof(vals), (void *)(sp + c * 64)))
+			return -1;
+		for (int k = 0; k < 8; k++) {
+			__u64 v = vals[k];
+			long mi = exec_map_of(tgid, v);
+			if (mi < 0)
+				continue;
+			struct exec_map *m = &pm->maps[mi & (MAX_EXEC_MAPS - 1)];
+			if (m->nrows == 0 || v - 1 < m->base || v - 1 - m->base > 0xffffffffULL)
+				continue;
+			long ri = row_of(m->rows, m->nrows, (__u32)(v - 1 - m->base));
+			__u32 rk = ri;
+			struct unwind_row *r = ri < 0 ? NULL : bpf_map_lookup_elem(&unwind_rows, &rk);
+			if (!r || (r->kind & ROW_CFA_MASK) == ROW_CFA_NONE)
+				continue;
+			__u8 code[8];
+			if (bpf_probe_read_user(code, sizeof(code), (void *)(v - 8)) || !call_ends_at(code))
+				continue;
+			return c * 8 + k;
+		}
+	}
+	return -1;
+}
+
 // native_step unwinds one frame: a bpf_loop callback, frame i written by
 // iteration i.
 static long native_step(__u32 i, void *arg)
@@ -1031,6 +1105,28 @@ static long native_step(__u32 i, void *arg)
 			return 1;
 		}
 		struct exec_map *m = &n->pm->maps[mi & (MAX_EXEC_MAPS - 1)];
+		if (m->nrows == 0) { // JIT code
+			long slot = jit_return(n->tgid, n->sp);
+			if (slot < 0 || slot >= JIT_SCAN) {
+				n->stop = NATIVE_NO_TABLE;
+				return 1;
+			}
+			__u64 at = n->sp + 8 * slot, ra, fp;
+			if (read_ustack(n->buf, at, &ra)) {
+				n->stop = NATIVE_READ;
+				return 1;
+			}
+			// A JIT that keeps a frame pointer saved its caller's below
+			// the return address, and pointed FP there.
+			if (n->fp_known && slot > 0 && n->fp == at - 8) {
+				n->fp_known = !read_ustack(n->buf, at - 8, &fp);
+				n->fp = fp;
+			}
+			n->sp = at + 8;
+			n->pc = ra;
+			n->ret = 1;
+			return 0;
+		}
 		__u64 rel = addr - m->base;
 		if (addr < m->base || rel > 0xffffffffULL) {
 			n->stop = NATIVE_NO_RULE;

@@ -198,6 +198,11 @@ func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Ob
 	var out []ExecMap
 	var first error
 	for _, m := range maps {
+		if native.IsJITMapping(m) {
+			// Listed without rows: the program steps over its frames.
+			out = append(out, ExecMap{Start: m.Start, End: m.Limit})
+			continue
+		}
 		if !m.Exec || m.Path == "" || m.Path[0] != '/' && m.Path != native.VDSOPath {
 			continue
 		}

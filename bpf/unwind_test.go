@@ -40,6 +40,31 @@ func TestNativeFramesEqualUnwind(t *testing.T) {
 	}
 }
 
+// TestNativeJITFrames is TestNativeFramesEqualUnwind under each JIT of
+// each test Ruby (every method compiled on its first call): the program
+// steps over the JIT's frames, which have no call frame information, by
+// the return address above them, as native.Unwind does.
+func TestNativeJITFrames(t *testing.T) {
+	testskip.Privileged(t, Supported())
+	script, err := testruby.RepoPath("testdata/ruby/nativedeep.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range testruby.WithJIT(t) {
+		t.Run(run.Name(), func(t *testing.T) {
+			cmd := testruby.Start(t, run.Ruby, append(append([]string{}, run.JIT.Args...), script, "60")...)
+			tg := prepare(t, cmd.Process.Pid)
+			c := compareNative(t, tg.pid, tg.config, 16384)
+			if float64(c.shorter) > 0.005*float64(c.samples) {
+				t.Errorf("%d of %d samples stopped short (want <= 0.5%%)", c.shorter, c.samples)
+			}
+			if c.jit == 0 {
+				t.Errorf("no sample stepped over a JIT frame")
+			}
+		})
+	}
+}
+
 // TestNativeSignalFrames samples a C program that spends much of its time
 // deep in a signal handler (native/testdata/sighandler.c): the program's
 // walk steps over the kernel's signal frame into the interrupted code, down
@@ -77,6 +102,7 @@ func TestNativeSignalFrames(t *testing.T) {
 type nativeComparison struct {
 	samples, same, deeper, shorter int
 	signal                         int // walks that went through a signal frame to the first frame
+	jit                            int // walks that stepped over a JIT frame to the first frame
 }
 
 // compareNative samples pid for 1.5 s with both unwinders: the program's
@@ -149,13 +175,21 @@ func compareNative(t *testing.T, pid int, cfg ProcessConfig, stack uint32) nativ
 		if p.NativeStop == payload.NativeOutermost && throughSignalFrame(p.Natives, find) {
 			c.signal++
 		}
+		if p.NativeStop == payload.NativeOutermost && len(p.Natives) > 1 {
+			for _, pc := range p.Natives[:len(p.Natives)-1] {
+				if m, ok := maps.Find(pc); ok && native.IsJITMapping(m) {
+					c.jit++
+					break
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d samples: %d alike, %d deeper than the %d-byte copy, %d shorter, %d through a signal frame; %.0f native frames a sample; stops %v",
-		c.samples, c.same, c.deeper, stack, c.shorter, c.signal, float64(frames)/float64(max(c.samples, 1)), stops)
+	t.Logf("%d samples: %d alike, %d deeper than the %d-byte copy, %d shorter, %d through a signal frame, %d over a JIT frame; %.0f native frames a sample; stops %v",
+		c.samples, c.same, c.deeper, stack, c.shorter, c.signal, c.jit, float64(frames)/float64(max(c.samples, 1)), stops)
 	if c.samples < 100 {
 		t.Fatalf("only %d samples", c.samples)
 	}

@@ -30,8 +30,9 @@ import (
 // (YJIT pushes three registers and, around a call, the live ones).
 const maxJITScan = 64
 
-// isJITMapping tells whether m is executable memory no file backs.
-func isJITMapping(m Mapping) bool {
+// IsJITMapping tells whether m is executable memory no file backs: code a
+// JIT compiled.
+func IsJITMapping(m Mapping) bool {
 	return m.Exec && (m.Path == "" || m.Path == "//anon" || strings.HasPrefix(m.Path, "[anon"))
 }
 
@@ -68,7 +69,7 @@ func jitStep(r *[dwarfMax]uint64, known *[dwarfMax]bool, read func(uint64) (uint
 // mapped file whose call frame information covers the call.
 func isReturnAddress(addr uint64, maps *Maps, objs *Objects) bool {
 	m, ok := maps.Find(addr)
-	if !ok || !m.Exec || m.Path == "" || m.Path[0] != '/' || isJITMapping(m) {
+	if !ok || !m.Exec || m.Path == "" || m.Path[0] != '/' || IsJITMapping(m) {
 		return false
 	}
 	o := objs.Get(m.Path)

@@ -129,7 +129,7 @@ func WalkTable(dst []uint64, pc, sp, fp, lr uint64, read func(addr uint64) (uint
 func TableFinderOf(arch Arch, maps *Maps, objs *Objects) TableFinder {
 	return func(pc uint64) (*Table, uint64, bool) {
 		m, ok := maps.Find(pc)
-		if !ok || isJITMapping(m) || !(m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath) {
+		if !ok || IsJITMapping(m) || !(m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath) {
 			return nil, 0, false
 		}
 		o := objs.Get(m.Path)

@@ -250,7 +250,7 @@ func frameAt(pc uint64, maps *Maps, objs *Objects) (Frame, bool) {
 	if !ok {
 		return Frame{}, false
 	}
-	f := Frame{PC: pc, Mapping: m, JIT: isJITMapping(m)}
+	f := Frame{PC: pc, Mapping: m, JIT: IsJITMapping(m)}
 	if !f.JIT && (m.Path != "" && m.Path[0] == '/' || m.Path == VDSOPath) {
 		f.Object = objs.Get(m.Path)
 		f.VAddr = f.Object.VAddr(pc - m.Start + m.Offset)

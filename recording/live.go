@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/rubyperf/rubyperf/merge"
@@ -62,10 +61,7 @@ type live struct {
 	swept time.Time
 	// Processes in another mount namespace (a container) map files by
 	// paths of their own: each namespace has its own objects.
-	selfNS  string
-	host    *mountSpace
-	spaces  map[string]*mountSpace
-	spaceOf map[uint32]*mountSpace
+	spaces *mountSpaces
 	// refused tells of mapped files not read, in any namespace.
 	refused func(error)
 }
@@ -75,27 +71,16 @@ type exit struct {
 	at       time.Time
 }
 
-// mountSpace is the files of a mount namespace, loaded through the root of
-// the last process seen in it.
-type mountSpace struct {
-	objs *native.Objects
-	pid  uint32
-}
-
 // liveGrace is how long a live recording keeps what it knows of a thread
 // or process after its exit, for its samples still in the rings.
 const liveGrace = 2 * time.Second
 
 // Bounds of what a live recording keeps: exits waiting for their grace to
-// pass (past it they are forgotten at once), and mount namespaces (past it
-// they start afresh).
-const (
-	maxExits       = 1 << 16
-	maxMountSpaces = 256
-)
+// pass (past it they are forgotten at once).
+const maxExits = 1 << 16
 
 func newLive(s *session, fn func(merge.Stack, *Process)) *live {
-	l := &live{s: s, fn: fn, spaces: map[string]*mountSpace{}, spaceOf: map[uint32]*mountSpace{}, refused: refusedWarner(s.opts.Warn)}
+	l := &live{s: s, fn: fn, refused: refusedWarner(s.opts.Warn)}
 	var kernel *native.Kernel
 	if f, err := os.Open("/proc/kallsyms"); err == nil {
 		kernel, _ = native.ParseKallsyms(io.LimitReader(f, maxKallsyms)) // the kernel's own: what it read serves
@@ -103,9 +88,8 @@ func newLive(s *session, fn func(merge.Stack, *Process)) *live {
 	}
 	l.rd = &reader{opts: ReadOptions{Merge: s.opts.Merge}, symtab: s.symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
 		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}, Refused: l.refused}}
-	l.rd.objectsOf = l.objectsOf
-	l.host = &mountSpace{objs: l.rd.objs}
-	l.selfNS, _ = os.Readlink("/proc/self/ns/mnt")
+	l.spaces = newMountSpaces(l.rd.objs, s.opts.Debuginfo, l.refused)
+	l.rd.objectsOf = l.spaces.objectsOf
 	return l
 }
 
@@ -162,7 +146,7 @@ func (l *live) reap(now time.Time) {
 		delete(l.rd.comms, e.tid)
 		if e.pid == e.tid {
 			delete(l.rd.maps, e.pid)
-			delete(l.spaceOf, e.pid)
+			l.spaces.forget(e.pid)
 			l.s.forget(int(e.pid))
 		}
 	}
@@ -183,37 +167,6 @@ func (l *live) reap(now time.Time) {
 // sweepEvery is how often a live recording looks for targets gone without
 // an exit record (the kernel drops records when its ring is full).
 const sweepEvery = 5 * time.Second
-
-// objectsOf is where the files pid maps are loaded from: the recorder's own
-// filesystem, or the root of a process in pid's mount namespace.
-func (l *live) objectsOf(pid uint32) *native.Objects {
-	if sp, ok := l.spaceOf[pid]; ok {
-		sp.pid = pid
-		return sp.objs
-	}
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-	if err != nil || ns == l.selfNS {
-		l.spaceOf[pid] = l.host
-		return l.host.objs
-	}
-	sp := l.spaces[ns]
-	if sp == nil {
-		if len(l.spaces) >= maxMountSpaces {
-			clear(l.spaces)
-			clear(l.spaceOf)
-		}
-		sp = &mountSpace{}
-		debuginfo := l.s.opts.Debuginfo
-		sp.objs = &native.Objects{Open: func(path string) *native.Object {
-			root := fmt.Sprintf("/proc/%d/root", sp.pid)
-			return native.LoadObjectWith(filepath.Join(root, path), native.LoadOptions{Debuginfo: debuginfo, Name: path, Root: root})
-		}, Refused: l.refused}
-		l.spaces[ns] = sp
-	}
-	sp.pid = pid
-	l.spaceOf[pid] = sp
-	return sp.objs
-}
 
 // process is what the recording knows of pid (s.mu held).
 func (s *session) process(pid int) *Process {

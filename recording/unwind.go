@@ -22,7 +22,7 @@ import (
 // libruby, more to read its call frame information).
 type unwindTables struct {
 	sampler *bpf.Sampler
-	objs    *native.Objects // used by run alone
+	spaces  *mountSpaces // the files of each target's mount namespace (load's alone)
 	warn    func(key, msg string)
 
 	loading sync.Mutex // held by load: objs and the sampler's rows are one caller's at a time
@@ -34,7 +34,8 @@ type unwindTables struct {
 }
 
 func newUnwindTables(s *session) *unwindTables {
-	u := &unwindTables{sampler: s.sampler, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}},
+	host := &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}}
+	u := &unwindTables{sampler: s.sampler, spaces: newMountSpaces(host, s.opts.Debuginfo, nil),
 		pending: map[int]bool{}, wake: make(chan struct{}, 1), warned: map[string]bool{}}
 	u.warn = func(key, msg string) {
 		s.mu.Lock()
@@ -111,7 +112,9 @@ func (u *unwindTables) load(pid int) {
 			list = append(list, native.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, Path: m.Path, Exec: true})
 		}
 	}
-	n, err := u.sampler.UnwindMappings(pid, list, u.objs)
+	objs := u.spaces.objectsOf(uint32(pid))
+	u.spaces.forget(uint32(pid)) // (a pid may be another process later)
+	n, err := u.sampler.UnwindMappings(pid, list, objs)
 	if err != nil {
 		key := err.Error()
 		if errors.Is(err, bpf.ErrNoRowRoom) {
