@@ -58,6 +58,13 @@ func TestTableMatchesCFI(t *testing.T) {
 						continue
 					}
 					checked++
+					if r.CFA == CFASignal {
+						if !o.signalFrame(addr) {
+							mismatched++
+							t.Errorf("%#x: a signal frame's row where the CIE says none", addr)
+						}
+						continue
+					}
 					if why := compareRow(r, ctx, addr); why != "" {
 						mismatched++
 						if mismatched <= 10 {
