@@ -9,12 +9,13 @@ import (
 
 // bpfRow is the BPF program's cost at one stack depth.
 type bpfRow struct {
-	shape                              string  // "depth": one method's recursion; "distinct": distinct methods and blocks; "labels": labels.rb
+	shape                              string  // "depth": one method's recursion; "distinct": distinct methods and blocks; "labels": labels.rb; "blocks": nativedeep.rb
 	depth, stack                       int     // Ruby frames; bytes of user stack copied
-	variant                            string  // "": the default; "nothread": EcThread = 0; "labels": request labels read
+	variant                            string  // "": the default; "nothread": EcThread = 0; "labels": request labels read; "native": unwound with the tables
 	nsPerSample, framesPerSamp, urgent float64 // ns: the median window
 	p10, p90                           float64 // ns per sample in the 10th and 90th percentile windows
 	labels                             float64 // request labels per labelled sample (shape "labels")
+	natives                            float64 // native frames per sample unwound with the tables (variant "native")
 	// A variant's run alternates windows with its peer's configuration (the
 	// default; labels.rb without labels read): the peer's windows, and the
 	// median of the paired differences, variant less peer, over pairs.
@@ -98,6 +99,7 @@ func (b *bench) bpfCost() ([]bpfRow, []offCPURow, error) {
 		r.framesPerSamp, r.urgent, r.labels = metrics["frames/sample"], metrics["urgent/sample"], metrics["labels/labelled-sample"]
 		r.peer, r.peerP10, r.peerP90 = metrics["peer-ns/sample"], metrics["p10-peer-ns/sample"], metrics["p90-peer-ns/sample"]
 		r.diff, r.pairs = metrics["diff-ns/sample"], metrics["pairs"]
+		r.natives = metrics["natives/unwound-sample"]
 		rows = append(rows, r)
 	}
 	if len(rows) == 0 {

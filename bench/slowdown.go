@@ -15,12 +15,17 @@ type tool struct {
 	name string // "unprofiled", "rubyperf", "perf", "stackprof"
 	hz   int
 	wall bool // rubyperf record --wall: threads also sampled as they leave a CPU
+	// unwind is rubyperf record's --unwind ("": its default).
+	unwind string
 }
 
 func (t tool) String() string {
 	name := t.name
 	if t.wall {
 		name += " --wall"
+	}
+	if t.unwind != "" {
+		name += " --unwind " + t.unwind
 	}
 	if t.hz == 0 {
 		return name
@@ -64,6 +69,9 @@ func (b *bench) runTarget(t tool, work []string) (slowRun, error) {
 		argv = []string{b.rubyperf, "record", "-F", hz, "-o", out}
 		if t.wall {
 			argv = append(argv, "--wall")
+		}
+		if t.unwind != "" {
+			argv = append(argv, "--unwind", t.unwind)
 		}
 		argv = append(append(argv, "--"), work...)
 	case "perf":

@@ -183,6 +183,8 @@ func (r bpfRow) stackName() string {
 		return fmt.Sprintf("%d, distinct methods and blocks", r.depth)
 	case "labels":
 		return fmt.Sprintf("`labels.rb`, fibers serving labelled requests (%.0f frames)", r.framesPerSamp)
+	case "blocks":
+		return fmt.Sprintf("`nativedeep.rb`, 60 levels re-entering the VM through blocks and C methods (%.0f frames)", r.framesPerSamp)
 	}
 	return fmt.Sprintf("%d, one method", r.depth)
 }
@@ -244,7 +246,7 @@ func (t *table) abTable(p func(string, ...any)) {
 	if len(rows) == 0 {
 		return
 	}
-	p("**A/B**: what one read of the sample costs, `BenchmarkBPFRunTime` as above (8 KiB stack copy), each run")
+	p("**A/B**: what one read of the sample costs, `BenchmarkBPFRunTime` as above (8 KiB stack copy, none for native unwinding), each run")
 	p("alternating 250 ms windows with the read and without it (thread state: `EcThread` = 0; labels: `ReadLabels` or")
 	p("not), so both share the run's noise: medians of each one's windows, and the median of the differences between")
 	p("adjacent windows:")
@@ -261,6 +263,8 @@ func (t *table) abTable(p func(string, ...any)) {
 			with, without, cost = without, with, -cost
 		case "labels":
 			what = fmt.Sprintf("request labels (%.1f per labelled sample)", r.labels)
+		case "native":
+			what = fmt.Sprintf("native unwinding with the tables (%.0f native frames a sample; no stack copy)", r.natives)
 		default:
 			what = r.variant
 		}
