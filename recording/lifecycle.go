@@ -103,7 +103,6 @@ func (s *session) skipped(pid int, err error) {
 // add makes t a target: sampled from now on, with its threads and
 // mappings described in the file (timestamp 0: before any sample).
 func (s *session) add(t *Target) error {
-	s.tables.loadNow(t.PID) // (not under s.mu: it may take tens of ms)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.targets[t.PID]; ok {
@@ -125,6 +124,9 @@ func (s *session) add(t *Target) error {
 	}
 	s.nextGen++
 	s.register(t)
+	// Its tables come a moment later: sampling must start at once (a
+	// target forking as it starts must be followed from its fork).
+	s.tables.request(t.PID)
 	return nil
 }
 
@@ -321,6 +323,9 @@ func (s *session) forked(child, parent int) {
 		return
 	}
 	s.register(t)
+	// The program copied the parent's mappings with rows, if it had them
+	// yet: make the child's own.
+	s.tables.request(child)
 	s.event(fmt.Sprintf("pid %d forked pid %d: recorded", parent, child))
 }
 

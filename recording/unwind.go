@@ -16,9 +16,11 @@ import (
 // (Options.NativeTables): every executable file a target maps has its call
 // frame information compiled once per file (shared by the targets that map
 // it) and its rows loaded once; a target's list of mappings with rows is
-// made after attach and again after it maps more code (a C extension
-// required). The work runs in its own goroutine, never under the session's
-// lock: naming samples must not wait for a compile (about 10 ms for a
+// made right after attach (its first samples go without: the stack copy
+// serves them, if any) and again after it maps more code (a C extension
+// required) or forks. The work runs in its own goroutine, never under the
+// session's lock and never before a target is sampled: neither naming
+// samples nor following a fork may wait for a compile (about 10 ms for a
 // libruby, more to read its call frame information).
 type unwindTables struct {
 	sampler *bpf.Sampler
@@ -85,14 +87,6 @@ func (u *unwindTables) run(ctx context.Context) {
 			}
 			u.load(pid)
 		}
-	}
-}
-
-// loadNow makes pid's list at once: at attach, before the first sample,
-// so that every sample of a target has its native frames.
-func (u *unwindTables) loadNow(pid int) {
-	if u != nil && runtime.GOARCH == "amd64" {
-		u.load(pid)
 	}
 }
 
