@@ -3,6 +3,7 @@ package recording
 import (
 	"fmt"
 
+	"github.com/rubyperf/rubyperf/internal/bounded"
 	"github.com/rubyperf/rubyperf/native"
 )
 
@@ -16,13 +17,13 @@ const maxKallsymsRatio = 64
 // times its own size of text, and maxKallsyms.
 func decodeKallsyms(b []byte) (*native.Kernel, error) {
 	limit := min(int64(len(b))*maxKallsymsRatio+64<<10, maxKallsyms)
-	text, err := gunzipCapped(b, limit)
+	text, err := bounded.Gunzip(b, limit)
 	if err != nil {
 		return nil, fmt.Errorf("kernel symbol table: %w", err)
 	}
 	k, err := native.ParseKallsyms(text)
 	if err != nil {
-		if text.n > limit {
+		if text.Over() {
 			err = fmt.Errorf("over %d bytes decompressed from %d compressed (kallsyms compresses under %d:1)",
 				limit, len(b), maxKallsymsRatio)
 		}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/rubyperf/rubyperf/internal/bounded"
 	"github.com/rubyperf/rubyperf/payload"
 )
 
@@ -154,12 +155,12 @@ func DecodeSymbolTable(b []byte) (*SymbolTable, error) {
 }
 
 func decodeSymbolTable(b []byte) (*SymbolTable, error) {
-	text, err := gunzipCapped(b, maxSymbolTableBytes)
+	text, err := bounded.Gunzip(b, maxSymbolTableBytes)
 	if err != nil {
 		return nil, err
 	}
 	dec := json.NewDecoder(text)
-	text.held, text.maxHeld = dec.InputOffset, maxEntryBytes
+	text.HoldAtMost(dec.InputOffset, maxEntryBytes)
 	if err := delim(dec, '{'); err != nil {
 		return nil, err
 	}

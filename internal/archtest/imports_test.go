@@ -26,7 +26,7 @@ var allowed = map[string][]string{
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat"},
+	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "internal/bounded"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
 	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).
@@ -62,6 +62,9 @@ var allowed = map[string][]string{
 	// internal/safefile opens what another user may have put at a path
 	// (a FIFO, a device) without blocking, for every package that reads one.
 	"internal/safefile": {},
+	// internal/bounded decompresses a recording's sections within bounds,
+	// for every package that reads one.
+	"internal/bounded": {},
 	// internal/procstat reads /proc/PID/stat for the recorder, the
 	// benchmarks and the tests.
 	"internal/procstat": {},
@@ -89,7 +92,7 @@ var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata", "intern
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
-var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true,
+var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true, "internal/bounded": true,
 	"internal/testskip": true, "internal/procstat": true}
 
 // externalOnly packages may import, outside the standard library, only
