@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // A name is proven for its sample only by what the recorder reads in time,
@@ -104,7 +105,7 @@ func TestNamesUnderGCPressure(t *testing.T) {
 					}
 					frames++
 					switch {
-					case f.Name == rubystack.UnknownLabel || f.Name == ReplacedLabel:
+					case f.Name == rubystack.UnknownLabel || f.Name == symtab.ReplacedLabel:
 						unnamed++
 					case f.File == script && !inMethod(f.Name, f.Line, ru.JIT.Name != ""):
 						if wrong++; wrong <= 5 {

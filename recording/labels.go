@@ -4,6 +4,7 @@ import (
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Request labels (ruby-profiler's per-fiber state): the program copies each
@@ -35,14 +36,14 @@ func (s *session) nameLabels(t *Target, p *payload.Payload, raw []byte) {
 			if t.labelKeys == nil || len(t.labelKeys) >= labelKeyCacheMax {
 				t.labelKeys = map[uint64]uint64{}
 			}
-			key = s.symtab.NameID(FrameInfo{Label: name})
+			key = s.symtab.NameID(symtab.FrameInfo{Label: name})
 			t.labelKeys[l.Key] = key
 		}
 		text, err := t.Reader.DescribeValue(rubystack.ValueCopy{Value: l.Value, Obj: l.Obj[:], Ext: l.Ext[:]})
 		if err != nil {
 			text = UnknownLabelValue
 		}
-		names = append(names, [2]uint64{key, s.symtab.NameID(FrameInfo{Label: text})})
+		names = append(names, [2]uint64{key, s.symtab.NameID(symtab.FrameInfo{Label: text})})
 	}
 	s.labelIDs = names
 	payload.NameLabels(raw, p, names) // a payload it cannot read stays as it was: unnamed

@@ -11,6 +11,7 @@ import (
 	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Process is what a live recording knows of a process it samples.
@@ -253,7 +254,7 @@ func (s *session) forget(pid int) {
 // still sampled shares (a forked child reads through its parent's binary).
 func (s *session) closeRetired() {
 	n := 0
-	var gone map[Image]bool
+	var gone map[symtab.Image]bool
 	for _, t := range s.retired {
 		if s.sharedBinary(t) {
 			s.retired[n] = t
@@ -261,12 +262,12 @@ func (s *session) closeRetired() {
 			continue
 		}
 		if gone == nil {
-			gone = map[Image]bool{}
+			gone = map[symtab.Image]bool{}
 		}
-		gone[Image{uint32(t.PID), t.Config.Gen}] = true
+		gone[symtab.Image{PID: uint32(t.PID), Gen: t.Config.Gen}] = true
 		t.Close()
 	}
-	s.symtab.forgetImages(gone)
+	s.symtab.ForgetImages(gone)
 	clear(s.retired[n:])
 	s.retired = s.retired[:n]
 }
@@ -294,10 +295,10 @@ const liveMaxNames = 1 << 18
 // restartNames starts the symbol table afresh once it is full, or its
 // memory budget spent (s.mu held).
 func (s *session) restartNames() {
-	if len(s.symtab.Names) < liveMaxNames && !s.symtab.full() || len(s.off.held) > 0 {
+	if len(s.symtab.Names) < liveMaxNames && !s.symtab.Full() || len(s.off.held) > 0 {
 		return
 	}
-	s.symtab.restart()
+	s.symtab.Restart()
 	s.lastFrames, s.lastHeld = nil, 0
 	s.sum.NamesRestarted++
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // livecodeParts is how many files livecode.rb may require: more than it
@@ -69,7 +70,7 @@ func TestLiveCodeNamed(t *testing.T) {
 						continue
 					}
 					switch {
-					case f.Name == rubystack.UnknownLabel || f.Name == ReplacedLabel:
+					case f.Name == rubystack.UnknownLabel || f.Name == symtab.ReplacedLabel:
 						bad = true
 					case strings.HasPrefix(f.File, dir) || strings.HasPrefix(f.File, "(template "):
 						isYoung = true

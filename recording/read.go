@@ -20,6 +20,7 @@ import (
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // ReadOptions tune how a recording is read.
@@ -90,7 +91,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		return nil, err
 	}
 	defer r.Close()
-	symtab := NewSymbolTable()
+	table := symtab.New()
 	var stats ReadStats
 	// What could not be read is told once the rest has been: a recording
 	// that then fails to read is told in one line, its error.
@@ -98,8 +99,8 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	warn := func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
 	if b, ok := r.Feature(perfdata.Feature(FeatureRubySymbols)); ok {
 		// A table that cannot be read costs the Ruby names, not the samples.
-		if t, err := DecodeSymbolTable(b); err == nil {
-			symtab = t
+		if t, err := symtab.Decode(b); err == nil {
+			table = t
 		} else {
 			warn("%s: %v: Ruby frames show as %s", path, err, rubystack.UnknownLabel)
 		}
@@ -117,11 +118,11 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 				owner = int(sys.Uid)
 			}
 		}
-		b, err := safefile.ReadOwned(SymbolsPath(path), maxSymbolTableBytes, owner)
+		b, err := safefile.ReadOwned(SymbolsPath(path), symtab.MaxBytes, owner)
 		if err == nil {
-			var t *SymbolTable
-			if t, err = DecodeSymbolTable(b); err == nil {
-				symtab, stats.SymbolsFrom = t, SymbolsPath(path)
+			var t *symtab.Table
+			if t, err = symtab.Decode(b); err == nil {
+				table, stats.SymbolsFrom = t, SymbolsPath(path)
 				names = "Ruby names from " + stats.SymbolsFrom
 			} else {
 				err = fmt.Errorf("%s: %w", SymbolsPath(path), err)
@@ -146,7 +147,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 			warn("%s: %v: kernel frames show as %s", path, err, rubystack.UnknownLabel)
 		}
 	}
-	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
+	rd := &reader{opts: opts, symtab: table, kernel: kernel, maps: map[uint32]*native.Maps{},
 		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}, Refused: refusedWarner(opts.Warn)},
 		stats: stats}
 	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
@@ -241,7 +242,7 @@ func (rd *reader) apply(rec perfdata.Record) {
 
 type reader struct {
 	opts   ReadOptions
-	symtab *SymbolTable
+	symtab *symtab.Table
 	kernel *native.Kernel
 	maps   map[uint32]*native.Maps
 	comms  map[uint32]string
@@ -309,7 +310,7 @@ func (rd *reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 		p = &rd.payload
 		perr = payload.DecodeInto(p, s.Raw)
 	}
-	im := Image{PID: s.Pid}
+	im := symtab.Image{PID: s.Pid}
 	if perr == nil {
 		im.Gen = p.Gen
 	}
@@ -339,7 +340,7 @@ func (rd *reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 			case r.Name == rubystack.UnknownLabel:
 				rd.stats.Unknown++
 				unnamed = true
-			case r.Name == ReplacedLabel:
+			case r.Name == symtab.ReplacedLabel:
 				rd.stats.NotNamed++
 				unnamed = true
 			}
@@ -395,7 +396,7 @@ func (rd *reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Nativ
 	return out
 }
 
-func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) []merge.Native {
+func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im symtab.Image) []merge.Native {
 	maps, ok := rd.maps[s.Pid]
 	if !ok {
 		return out
@@ -441,7 +442,7 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, im Image) [
 
 func (rd *reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
 	r := merge.Ruby{Finish: f.Finish}
-	var info FrameInfo
+	var info symtab.FrameInfo
 	var named, ok bool
 	if p.Flags&payload.Named != 0 {
 		// The recorder decided the frame's name when it read the sample,
@@ -449,7 +450,7 @@ func (rd *reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
 		// (f.Error with f.Env): the id alone says.
 		info, named, ok = rd.symtab.FrameName(f.Iseq)
 	} else {
-		info, named, ok = rd.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
+		info, named, ok = rd.symtab.Lookup(symtab.Key(p.PID, p.Gen, f), p.GC)
 		named = named && !f.Error
 	}
 	switch {
@@ -458,7 +459,7 @@ func (rd *reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
 	case !ok:
 		// Named only for other GC intervals: the code there may have been
 		// freed and replaced since.
-		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: ReplacedLabel}
+		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: symtab.ReplacedLabel}
 	case info.Drop:
 		r.Hidden = true
 	default:

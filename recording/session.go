@@ -22,6 +22,7 @@ import (
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 	"github.com/rubyperf/rubyperf/threadlocal"
 )
 
@@ -173,7 +174,7 @@ type session struct {
 	w       output // a perfdata.Writer, or live
 	live    *live  // Options.Stacks
 	sampler *bpf.Sampler
-	symtab  *SymbolTable
+	symtab  *symtab.Table
 	// builds and files are what attaching one target leaves for the next:
 	// its Ruby's layout and anchors, and what was read of the files it maps
 	// looking for request labels (a fleet of one Ruby reads them once).
@@ -281,10 +282,10 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.MemoryBudget <= 0 {
 		opts.MemoryBudget = DefaultMemoryBudget
 	}
-	s := &session{opts: opts, symtab: NewSymbolTable(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
+	s := &session{opts: opts, symtab: symtab.New(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
 		lifecycle: newLifecycle()}
 	b := splitBudget(opts.MemoryBudget)
-	s.symtab.setBudget(b)
+	s.symtab.SetBudget(b.names, b.keys)
 	s.maxLastHeld = int(b.lastFrames / lastFrameCost)
 	s.sum.Output = opts.Output
 	start := time.Now()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Bounds on reading a recording whose symbol tables are decompression or
@@ -239,8 +240,8 @@ func TestHostileSymbolsBeside(t *testing.T) {
 	}
 
 	// A valid table whose names nobody chose: not trusted, not read.
-	forged := recording.NewSymbolTable()
-	forged.NameID(recording.FrameInfo{Label: "Forged#by_nobody", Path: "/forged.rb", Line: 1})
+	forged := symtab.New()
+	forged.NameID(symtab.FrameInfo{Label: "Forged#by_nobody", Path: "/forged.rb", Line: 1})
 	b, err := forged.Encode()
 	if err != nil {
 		t.Fatal(err)

@@ -20,13 +20,16 @@ var allowed = map[string][]string{
 	"rubystack": {"rubybuild", "procmaps"},
 	// payload decodes what the BPF program writes (its C structs declared
 	// from the program's BTF); it loads nothing, so it links no cilium.
-	"payload":   {"rubystack"},
+	"payload": {"rubystack"},
+	// symtab is a recording's Ruby symbol table: filled from live memory
+	// through rubystack while recording, read back from the file after.
+	"symtab":    {"payload", "rubystack", "internal/bounded"},
 	"bpf":       {"rubybuild", "rubystack", "payload", "native"},
 	"perfdata":  {"internal/safefile"},
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "internal/bounded"},
+	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "internal/bounded", "symtab"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
 	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).
