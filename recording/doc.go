@@ -3,7 +3,9 @@
 // the program writes with payload, names each new Ruby frame from live
 // memory into a symtab.Table, and writes a perf.data
 // through perfdata, with the Ruby symbol table in a private feature section
-// so the file needs no live process afterwards. It follows what targets do
+// (readback.FeatureRubySymbols) so the file needs no live process
+// afterwards; readback reads it back. A live recording merges each sample
+// as it is read, through a readback.Reader. It follows what targets do
 // while recorded: an exec ends the image (a Ruby is attached again as a new
 // generation, payload.Payload.Gen), a fork may add a target, an exit ends one.
 //
@@ -19,5 +21,6 @@
 // memory budget.
 //
 // It must not know how perf.data is laid out (perfdata does), how the VM
-// is read (rubystack does), or how the symbol table is kept (symtab does).
+// is read (rubystack does), how the symbol table is kept (symtab does), or
+// how a sample is merged into a stack (readback and merge do).
 package recording

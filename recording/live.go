@@ -11,6 +11,7 @@ import (
 	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/symtab"
 )
 
@@ -46,13 +47,13 @@ func (f fileOutput) WriteRecord(raw []byte, _ perfdata.Record, _ *payload.Payloa
 }
 
 // live reads a recording as it is made: each record is decoded and taken
-// as ReadStacks takes a file's, and each sample is merged and handed on
+// as readback.ReadStacks takes a file's, and each sample is merged and handed on
 // (Options.Stacks). Its methods run with the session's lock held.
 type live struct {
 	s      *session
 	attr   perfdata.Attr
 	record perfdata.RecordBuffer // what a record not decoded by the session is decoded into
-	rd     *reader
+	rd     *readback.Reader
 	fn     func(merge.Stack, *Process)
 
 	// exits are the threads that exited, forgotten once liveGrace has
@@ -96,16 +97,16 @@ const (
 )
 
 func newLive(s *session, fn func(merge.Stack, *Process)) *live {
-	l := &live{s: s, fn: fn, spaces: map[string]*mountSpace{}, spaceOf: map[uint32]*mountSpace{}, refused: refusedWarner(s.opts.Warn)}
+	l := &live{s: s, fn: fn, spaces: map[string]*mountSpace{}, spaceOf: map[uint32]*mountSpace{}, refused: readback.RefusedWarner(s.opts.Warn)}
 	var kernel *native.Kernel
 	if f, err := os.Open("/proc/kallsyms"); err == nil {
-		kernel, _ = native.ParseKallsyms(io.LimitReader(f, maxKallsyms)) // the kernel's own: what it read serves
+		kernel, _ = native.ParseKallsyms(io.LimitReader(f, readback.MaxKallsyms)) // the kernel's own: what it read serves
 		f.Close()
 	}
-	l.rd = &reader{opts: ReadOptions{Merge: s.opts.Merge}, symtab: s.symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}, Refused: l.refused}}
-	l.rd.objectsOf = l.objectsOf
-	l.host = &mountSpace{objs: l.rd.objs}
+	objs := &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}, Refused: l.refused}
+	l.rd = readback.NewReader(readback.ReadOptions{Merge: s.opts.Merge}, s.symtab, kernel, objs)
+	l.rd.ObjectsOf = l.objectsOf
+	l.host = &mountSpace{objs: objs}
 	l.selfNS, _ = os.Readlink("/proc/self/ns/mnt")
 	return l
 }
@@ -119,7 +120,7 @@ func (l *live) WriteRecord(raw []byte, rec perfdata.Record, p *payload.Payload) 
 	if rec == nil {
 		var err error
 		if rec, err = perfdata.DecodeRecordInto(raw, &l.attr, &l.record); err != nil {
-			return nil // as ReadStacks would stop at it; a live reader goes on
+			return nil // as readback.ReadStacks would stop at it; a live reader goes on
 		}
 		p = nil // not rec's
 	}
@@ -137,8 +138,7 @@ func (l *live) Close() error                              { return nil }
 func (l *live) take(rec perfdata.Record, p *payload.Payload) error {
 	switch rec := rec.(type) {
 	case *perfdata.Sample:
-		st := l.rd.stack(rec, p)
-		l.rd.stats.Samples++
+		st := l.rd.Stack(rec, p)
 		l.fn(st, l.s.process(int(rec.Pid)))
 	case *perfdata.Exit:
 		if len(l.exits) >= maxExits {
@@ -146,7 +146,7 @@ func (l *live) take(rec perfdata.Record, p *payload.Payload) error {
 		}
 		l.exits = append(l.exits, exit{pid: rec.Pid, tid: rec.Tid, at: time.Now()})
 	default:
-		l.rd.apply(rec)
+		l.rd.Apply(rec)
 	}
 	return nil
 }
@@ -160,9 +160,9 @@ func (l *live) reap(now time.Time) {
 			n++
 			continue
 		}
-		delete(l.rd.comms, e.tid)
+		l.rd.ForgetThread(e.tid)
 		if e.pid == e.tid {
-			delete(l.rd.maps, e.pid)
+			l.rd.ForgetProcess(e.pid)
 			delete(l.spaceOf, e.pid)
 			l.s.forget(int(e.pid))
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 	"github.com/rubyperf/rubyperf/symtab"
@@ -58,9 +59,10 @@ type Options struct {
 	Warn io.Writer
 	// Stacks, when set, makes the recording live: no file is written
 	// (Output is not used); each sample is merged as it is read, as
-	// ReadStacks would read it from a file, and handed to Stacks with the
-	// process it is of. Stacks runs with the recording's lock held: keep it
-	// short, and copy what it keeps of the stack (its Frames are reused).
+	// readback.ReadStacks would read it from a file, and handed to Stacks
+	// with the process it is of. Stacks runs with the recording's lock
+	// held: keep it short, and copy what it keeps of the stack (its Frames
+	// are reused).
 	// A live recording forgets the processes that exit, so it can run for
 	// days.
 	Stacks func(merge.Stack, *Process)
@@ -184,7 +186,7 @@ type session struct {
 	mu sync.Mutex // guards the lifecycle, symtab, counters, and the maps below
 	lifecycle
 	nextGen  uint32    // the Gen of the next attach
-	started  time.Time // when sampling started (FeatureStartTime)
+	started  time.Time // when sampling started (readback.FeatureStartTime)
 	sum      Summary
 	buildIDs map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
 
@@ -220,12 +222,8 @@ type session struct {
 // stands, should the recorder be killed (SIGKILL, the OOM killer, a crash):
 // the header then covers every record written, and the Ruby symbol table,
 // which goes into the file only when the recording ends, has a copy
-// beside it (SymbolsPath).
+// beside it (readback.SymbolsPath).
 const checkpointInterval = time.Second
-
-// SymbolsPath is where a recording in progress keeps a copy of its Ruby
-// symbol table: beside it, removed once the table is in the file.
-func SymbolsPath(recording string) string { return recording + ".symbols" }
 
 // checkpoint makes the recording readable as it stands, at most once a
 // checkpointInterval (s.mu held). The copy of the symbol table goes first:
@@ -244,7 +242,7 @@ func (s *session) checkpoint() error {
 		// Written whole each time: a table of many names takes a while to
 		// compress, so it is written at most a tenth of the time.
 		began := time.Now()
-		if f, err := outfile.Create(SymbolsPath(s.opts.Output), 0o600); err == nil {
+		if f, err := outfile.Create(readback.SymbolsPath(s.opts.Output), 0o600); err == nil {
 			if err := s.symtab.Write(f); err != nil {
 				f.Abort()
 			} else if f.Commit() == nil {
@@ -429,8 +427,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, err
 		}
 		// A killed recording's copy of its symbol table goes with it to .old.
-		if _, err := os.Lstat(SymbolsPath(opts.Output)); err == nil {
-			os.Rename(SymbolsPath(opts.Output), SymbolsPath(opts.Output+".old"))
+		if _, err := os.Lstat(readback.SymbolsPath(opts.Output)); err == nil {
+			os.Rename(readback.SymbolsPath(opts.Output), readback.SymbolsPath(opts.Output+".old"))
 		}
 	}
 
@@ -582,14 +580,14 @@ func (s *session) finish() error {
 	}
 	if s.live == nil {
 		if b, err := s.symtab.Encode(); err == nil {
-			s.w.SetFeature(perfdata.Feature(FeatureRubySymbols), b)
+			s.w.SetFeature(perfdata.Feature(readback.FeatureRubySymbols), b)
 		} else {
 			errs = append(errs, err)
 		}
 		if b, err := gzipFile("/proc/kallsyms"); err == nil {
-			s.w.SetFeature(perfdata.Feature(FeatureKallsyms), b)
+			s.w.SetFeature(perfdata.Feature(readback.FeatureKallsyms), b)
 		}
-		s.w.SetFeature(perfdata.Feature(FeatureStartTime), binary.LittleEndian.AppendUint64(nil, uint64(s.started.UnixNano())))
+		s.w.SetFeature(perfdata.Feature(readback.FeatureStartTime), binary.LittleEndian.AppendUint64(nil, uint64(s.started.UnixNano())))
 		s.describeHost()
 	}
 	for _, t := range s.targets {
@@ -602,13 +600,10 @@ func (s *session) finish() error {
 		errs = append(errs, fmt.Errorf("%s: %w", s.opts.Output, err))
 	}
 	if len(errs) == 0 && s.live == nil {
-		os.Remove(SymbolsPath(s.opts.Output)) // the table is in the file now
+		os.Remove(readback.SymbolsPath(s.opts.Output)) // the table is in the file now
 	}
 	return errors.Join(errs...)
 }
-
-// maxKallsyms bounds /proc/kallsyms as read (it is ~10 MiB on a big kernel).
-const maxKallsyms = 64 << 20
 
 func gzipFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -618,7 +613,7 @@ func gzipFile(path string) ([]byte, error) {
 	defer f.Close()
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	if _, err := io.Copy(zw, io.LimitReader(f, maxKallsyms)); err != nil {
+	if _, err := io.Copy(zw, io.LimitReader(f, readback.MaxKallsyms)); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {

@@ -14,8 +14,9 @@ import (
 	"github.com/rubyperf/rubyperf/payload"
 )
 
-// The symbol table's on-disk format (FeatureRubySymbols): gzipped JSON,
-// written one entry at a time and read back within bounds.
+// The symbol table's on-disk format (a private feature section of the
+// recording's perf.data): gzipped JSON, written one entry at a time and
+// read back within bounds.
 
 // symbolTableVersion is the format of the Ruby symbol table section.
 // Version 3 lists names, which samples refer to by id (payload.Named);
@@ -72,7 +73,7 @@ type frameJSON struct {
 	nameJSON        // its fields, as if they were frameJSON's
 }
 
-// Encode is the table as the FeatureRubySymbols section (see Write).
+// Encode is the table as the Ruby symbol table section (see Write).
 func (t *Table) Encode() ([]byte, error) {
 	var buf bytes.Buffer
 	if err := t.Write(&buf); err != nil {
@@ -81,7 +82,7 @@ func (t *Table) Encode() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Write writes the table as the FeatureRubySymbols section to w: the names
+// Write writes the table as the Ruby symbol table section to w: the names
 // named samples refer to, and where each process's VM entry function is.
 // Frame keys and their spans stay behind: each sample carries its names.
 // It writes the JSON of symbolTableJSON a name at a time, so it holds no
@@ -148,7 +149,7 @@ const (
 	maxUnknownKeys = 64        // top-level keys this version does not know
 )
 
-// Decode reads a FeatureRubySymbols section. It reads the JSON
+// Decode reads a Ruby symbol table section. It reads the JSON
 // one entry at a time and refuses the table at the first entry no recorder
 // writes (a frame of no process, a name twice, an entry or a string over
 // its bound), so what it holds is never more than the entries it keeps.

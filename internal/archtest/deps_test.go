@@ -9,7 +9,7 @@ import (
 // noLoader lists the packages that read what the BPF program wrote, which
 // must not link what loads it: neither bpf nor cilium/ebpf, through any
 // import (go list -deps), so that reading a recording needs neither.
-var noLoader = []string{"payload", "symtab"}
+var noLoader = []string{"payload", "symtab", "readback"}
 
 func TestReadersLinkNoLoader(t *testing.T) {
 	gocmd, err := exec.LookPath("go")

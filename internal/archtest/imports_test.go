@@ -23,13 +23,16 @@ var allowed = map[string][]string{
 	"payload": {"rubystack"},
 	// symtab is a recording's Ruby symbol table: filled from live memory
 	// through rubystack while recording, read back from the file after.
-	"symtab":    {"payload", "rubystack", "internal/bounded"},
+	"symtab": {"payload", "rubystack", "internal/bounded"},
+	// readback reads a recording back into merged stacks; it loads nothing,
+	// so report, script and convert link no cilium.
+	"readback":  {"symtab", "payload", "merge", "native", "perfdata", "rubystack", "debuginfo", "internal/safefile", "internal/bounded"},
 	"bpf":       {"rubybuild", "rubystack", "payload", "native"},
 	"perfdata":  {"internal/safefile"},
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "internal/bounded", "symtab"},
+	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "internal/bounded", "symtab", "readback"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
 	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).

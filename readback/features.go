@@ -1,4 +1,7 @@
-package recording
+package readback
+
+// The sections of a perf.data a recording adds to perf's: private
+// feature bits, which perf 6.1 skips.
 
 // FeatureRubySymbols is the private perf.data feature bit holding the Ruby
 // symbol table. perf 6.1 skips feature bits it does not know.
@@ -11,3 +14,7 @@ const FeatureKallsyms = 201
 // FeatureStartTime holds when sampling started, wall-clock time: a u64 of
 // Unix nanoseconds (samples carry perf's clock, which counts from boot).
 const FeatureStartTime = 202
+
+// SymbolsPath is where a recording in progress keeps a copy of its Ruby
+// symbol table: beside it, removed once the table is in the file.
+func SymbolsPath(recording string) string { return recording + ".symbols" }

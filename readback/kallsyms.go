@@ -1,4 +1,4 @@
-package recording
+package readback
 
 import (
 	"fmt"
@@ -13,10 +13,14 @@ import (
 // more is not the kernel's.
 const maxKallsymsRatio = 64
 
+// MaxKallsyms bounds /proc/kallsyms as read, by the recorder and from a
+// recording (it is ~10 MiB on a big kernel).
+const MaxKallsyms = 64 << 20
+
 // decodeKallsyms reads a FeatureKallsyms section: at most maxKallsymsRatio
-// times its own size of text, and maxKallsyms.
+// times its own size of text, and MaxKallsyms.
 func decodeKallsyms(b []byte) (*native.Kernel, error) {
-	limit := min(int64(len(b))*maxKallsymsRatio+64<<10, maxKallsyms)
+	limit := min(int64(len(b))*maxKallsymsRatio+64<<10, MaxKallsyms)
 	text, err := bounded.Gunzip(b, limit)
 	if err != nil {
 		return nil, fmt.Errorf("kernel symbol table: %w", err)

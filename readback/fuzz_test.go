@@ -1,4 +1,4 @@
-package recording
+package readback
 
 import (
 	"bytes"
@@ -74,7 +74,7 @@ func FuzzDecodeKallsyms(f *testing.F) {
 		if zip {
 			data = gzipped(data)
 		}
-		limit := min(int64(len(data))*maxKallsymsRatio+64<<10, maxKallsyms)
+		limit := min(int64(len(data))*maxKallsymsRatio+64<<10, MaxKallsyms)
 		text := min(gunzippedLen(data, limit), limit+1)
 		var k *native.Kernel
 		var err error
