@@ -130,11 +130,11 @@ type Summary struct {
 	NamesRestarted int
 	// FramesOverBudget counts frames of samples named coarser than read,
 	// or not read, because the memory budget for names was spent: the
-	// method's name without its line, or OverBudgetLabel (budget.go).
+	// method's name without its line, or symtab.OverBudgetLabel (budget.go).
 	FramesOverBudget uint64
 	// FramesNotNamed counts frames of samples that could not be named for
 	// their sample: the name read at their addresses could not be proven to
-	// hold then (they read as ReplacedLabel).
+	// hold then (they read as symtab.ReplacedLabel).
 	FramesNotNamed uint64
 	// NoGCStamps lists, a line each, the targets whose samples carry no GC
 	// stamp, and why: frames of code freed and replaced while recording may
