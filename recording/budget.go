@@ -1,8 +1,6 @@
 package recording
 
 import (
-	"strings"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/rubyperf/rubyperf/payload"
@@ -14,7 +12,8 @@ import (
 // them has a hard budget (Options.MemoryBudget), split over what grows:
 //
 //   - names (half): the distinct frame names, by the bytes of their
-//     label and path, each cut at MaxNameBytes (NameCut marks the cut);
+//     label and path, each cut at symtab.MaxNameBytes (symtab.NameCut
+//     marks the cut);
 //   - frame keys (a quarter): the frames' addresses and the spans their
 //     names hold for;
 //   - a thread's previous stack, to skip what the next shares (a
@@ -23,7 +22,8 @@ import (
 // Past the names' budget a frame read for the first time is named without
 // its line (the method's name, interned once in a reserve of an eighth
 // more), and past that reserve, or past the frame keys' budget, it is
-// named OverBudgetLabel without being read. Such frames are counted
+// named symtab.OverBudgetLabel without being read (symtab/budget.go).
+// Such frames are counted
 // (Summary.FramesOverBudget); nothing grows past the budget. A live
 // recording (the agent) starts its table afresh instead, once nothing
 // waits on the names it gave.
@@ -37,27 +37,8 @@ const DefaultMemoryBudget = 256 << 20
 // MinMemoryBudget is the smallest budget a recording takes.
 const MinMemoryBudget = 16 << 20
 
-// MaxNameBytes bounds a frame name's label, and its path, each: a longer
-// one keeps its first MaxNameBytes bytes (whole UTF-8 characters) and
-// ends in NameCut.
-const MaxNameBytes = 1 << 10
-
-// NameCut ends a label or path cut at MaxNameBytes.
-const NameCut = "[...]"
-
-// OverBudgetLabel names a frame first seen once the recording's memory
-// budget for names was spent: it was not read.
-const OverBudgetLabel = "[name over the memory budget]"
-
-// Estimated bytes what the table holds costs beyond the strings: a name's
-// place in Names and nameIDs; a frame key's map entry; one of its names.
-const (
-	nameOverhead = 3*int64(unsafe.Sizeof(FrameInfo{})) + 64
-	keyOverhead  = int64(unsafe.Sizeof(FrameKey{})) + 64
-	namedCost    = int64(unsafe.Sizeof(Named{}))
-	// lastFrameCost: lastFrames holds a frame and its name's id.
-	lastFrameCost = int64(unsafe.Sizeof(payload.Frame{})) + 8
-)
+// lastFrameCost: lastFrames holds a frame and its name's id.
+const lastFrameCost = int64(unsafe.Sizeof(payload.Frame{})) + 8
 
 // budget is a memory budget split over what grows (see above).
 type budget struct {
@@ -68,110 +49,4 @@ type budget struct {
 func splitBudget(total int64) budget {
 	total = max(total, MinMemoryBudget)
 	return budget{names: total / 2, keys: total / 4, lastFrames: total / 16}
-}
-
-// cutName is info with its label and path cut at MaxNameBytes: a copy, so
-// the longer strings read are not kept.
-func cutName(info FrameInfo) FrameInfo {
-	info.Label = cutString(info.Label)
-	info.Path = cutString(info.Path)
-	return info
-}
-
-// cutString is s cut at MaxNameBytes, at a character's start, and marked.
-func cutString(s string) string {
-	if len(s) <= MaxNameBytes {
-		return s
-	}
-	n := MaxNameBytes
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n-- // a character cut in two is left out whole
-	}
-	return strings.Clone(s[:n]) + NameCut
-}
-
-// nameCost is what interning a name costs the budget.
-func nameCost(info FrameInfo) int64 {
-	return int64(len(info.Label)+len(info.Path)) + nameOverhead
-}
-
-// setBudget bounds what the table holds while recording (0: no bound, as
-// for a table read from a file).
-func (t *SymbolTable) setBudget(b budget) {
-	t.maxNameBytes, t.maxKeyBytes = b.names, b.keys
-}
-
-// keysFull says whether the frame keys' budget is spent.
-func (t *SymbolTable) keysFull() bool {
-	return t.maxKeyBytes > 0 && t.keyBytes+keyOverhead+namedCost > t.maxKeyBytes
-}
-
-// canonical is info as the table holds it: its strings are those of the
-// name it has in Names, not another copy read for another key; past the
-// names' budget, the name it gets there (overBudget).
-func (t *SymbolTable) canonical(info FrameInfo) FrameInfo {
-	if id := t.NameID(info); id >= NameFirst {
-		return t.Names[id-NameFirst]
-	}
-	return info
-}
-
-// full says whether the names' or the frame keys' budget is spent.
-func (t *SymbolTable) full() bool {
-	return t.keysFull() || t.maxNameBytes > 0 && t.nameBytes >= t.maxNameBytes
-}
-
-// overBudget is the id of the name a frame read as info gets once the
-// names' budget is spent: its method's name without a line, within the
-// reserve, else OverBudgetLabel.
-func (t *SymbolTable) overBudget(info FrameInfo) uint64 {
-	coarse := FrameInfo{Label: info.Label, Path: info.Path, HasPath: info.HasPath, CFunc: info.CFunc,
-		Unknown: info.Unknown, Drop: info.Drop}
-	if id, ok := t.nameIDs[coarse]; ok {
-		return id
-	}
-	if cost := nameCost(coarse); t.nameBytes+cost <= t.maxNameBytes+t.maxNameBytes/8 && len(t.Names) < maxNames {
-		id := t.intern(coarse, cost)
-		t.coarse[id] = true
-		return id
-	}
-	return t.overBudgetID()
-}
-
-// overBudgetID is the id of OverBudgetLabel, interned at its first use
-// (past every budget: it is one name).
-func (t *SymbolTable) overBudgetID() uint64 {
-	t.overBudgetGiven = true
-	info := FrameInfo{Label: OverBudgetLabel}
-	if id, ok := t.nameIDs[info]; ok {
-		return id
-	}
-	return t.intern(info, nameCost(info))
-}
-
-// givenOverBudget says whether any name was given past the budget yet: until
-// then no frame is OverBudget, and a sample's need not be looked at.
-func (t *SymbolTable) givenOverBudget() bool { return t.overBudgetGiven || len(t.coarse) > 0 }
-
-// OverBudget says whether name id was given past the names' budget: a
-// method's name without its line, or OverBudgetLabel.
-func (t *SymbolTable) OverBudget(id uint64) bool {
-	if t.coarse[id] {
-		return true
-	}
-	info, named, ok := t.FrameName(id)
-	return named && ok && info.Label == OverBudgetLabel && info.Path == "" && !info.Unknown
-}
-
-// keyCost is what frame key k with its names costs the budget.
-func keyCost(names []Named) int64 {
-	return keyOverhead + int64(len(names))*namedCost
-}
-
-// dropKey forgets frame key k, and what it cost.
-func (t *SymbolTable) dropKey(k FrameKey) {
-	if names, ok := t.Frames[k]; ok {
-		t.keyBytes -= keyCost(names)
-		delete(t.Frames, k)
-	}
 }

@@ -1,9 +1,11 @@
 // Package recording runs a recording: it attaches to Ruby processes (given,
 // started, or discovered), samples them with the bpf package, decodes what
-// the program writes with payload, symbolizes each new Ruby frame from live
-// memory through rubystack, and writes a perf.data
+// the program writes with payload, names each new Ruby frame from live
+// memory into a symtab.Table, and writes a perf.data
 // through perfdata, with the Ruby symbol table in a private feature section
-// so the file needs no live process afterwards. It follows what targets do
+// (readback.FeatureRubySymbols) so the file needs no live process
+// afterwards; readback reads it back. A live recording merges each sample
+// as it is read, through a readback.Reader. It follows what targets do
 // while recorded: an exec ends the image (a Ruby is attached again as a new
 // generation, payload.Payload.Gen), a fork may add a target, an exit ends one.
 //
@@ -13,8 +15,12 @@
 // GC intervals: payload.GCStamp): those of the GC interval it was read in,
 // when a sample of that interval ran the code, and, for code in the old generation,
 // every later sample until the next major GC. A frame no name holds for
-// reads as ReplacedLabel, never as the code that was there before.
+// reads as symtab.ReplacedLabel, never as the code that was there before.
+// The proofs, and the table's on-disk format, are symtab's; the recorder
+// decides when to read (the GC stamps before and after), and splits the
+// memory budget.
 //
-// It owns the symbol table's on-disk format. It must not know how perf.data
-// is laid out (perfdata does) or how the VM is read (rubystack does).
+// It must not know how perf.data is laid out (perfdata does), how the VM
+// is read (rubystack does), how the symbol table is kept (symtab does), or
+// how a sample is merged into a stack (readback and merge do).
 package recording

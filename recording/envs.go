@@ -5,6 +5,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // maxKnownEnvs bounds what a target remembers of the environment chains it
@@ -25,7 +26,7 @@ type envChains struct {
 type envChain struct {
 	cme  uint64
 	span payload.Span
-	run  oldCheck // run.lo.st not Stamped: none
+	run  symtab.OldRun // run.lo.st not Stamped: none
 }
 
 // envWalk is what walkEnvs found for one environment of a sample.
@@ -79,21 +80,21 @@ func walkEnvs(t *Target, p *payload.Payload) {
 		case ok && c.span.Covers(p.GC):
 			walks[f.Env] = envWalk{cme: c.cme, proven: true}
 			continue
-		case ok && f.EnvOld && c.run.lo.st.Stamped && c.run.extend(sampleCheck(p.GC)):
+		case ok && f.EnvOld && c.run.Started() && c.run.Extend(symtab.SampleCheck(p.GC)):
 			t.envs.known[f.Env] = c // the same objects since: no read
 			walks[f.Env] = envWalk{cme: c.cme, proven: true}
 			continue
 		}
 		cme, old, err := t.Reader.EnvMethodEntry(f.Env)
 		if err == nil {
-			walks[f.Env] = envWalk{cme: cme, old: old, read: true, span: spanFor(p.GC, now, old)}
+			walks[f.Env] = envWalk{cme: cme, old: old, read: true, span: symtab.SpanFor(p.GC, now, old)}
 			reads++
 		}
 	}
 	end()
 	if reads > 0 {
 		after, err := t.Reader.GCStamp()
-		read, valid := readBetween(now, after)
+		read, valid := symtab.ReadBetween(now, after)
 		valid = valid && err == nil
 		moved := after != now
 		for _, f := range p.Frames {
@@ -106,18 +107,18 @@ func walkEnvs(t *Target, p *payload.Payload) {
 				continue
 			}
 			w.proven = !moved && w.span.Covers(p.GC) ||
-				w.old && provenFor(p.GC, f.EnvOld, read)
+				w.old && symtab.ProvenFor(p.GC, f.EnvOld, read)
 			c := envChain{cme: w.cme}
 			if !moved {
 				c.span = w.span
 			}
 			if w.old {
-				c.run = oldCheck{lo: read, hi: read}
-				if k, ok := t.envs.known[f.Env]; ok && k.cme == w.cme && k.run.lo.st.Stamped && k.run.extend(read) {
+				c.run = symtab.RunFrom(read)
+				if k, ok := t.envs.known[f.Env]; ok && k.cme == w.cme && k.run.Started() && k.run.Extend(read) {
 					c.run = k.run
 				}
 			}
-			if c.span != (payload.Span{}) || c.run.lo.st.Stamped {
+			if c.span != (payload.Span{}) || c.run.Started() {
 				t.envs.known[f.Env] = c
 			}
 			walks[f.Env] = w

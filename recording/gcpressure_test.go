@@ -15,7 +15,9 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // A name is proven for its sample only by what the recorder reads in time,
@@ -97,14 +99,14 @@ func TestNamesUnderGCPressure(t *testing.T) {
 				t.Fatalf("gcpressure.rb wrote %q: %v", b, err)
 			}
 			frames, unnamed, wrong := 0, 0, 0
-			_, err = ReadStacks(out, ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
+			_, err = readback.ReadStacks(out, readback.ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
 				for _, f := range s.Frames {
 					if f.Kind != merge.KindRuby && f.Kind != merge.KindCFunc {
 						continue
 					}
 					frames++
 					switch {
-					case f.Name == rubystack.UnknownLabel || f.Name == ReplacedLabel:
+					case f.Name == rubystack.UnknownLabel || f.Name == symtab.ReplacedLabel:
 						unnamed++
 					case f.File == script && !inMethod(f.Name, f.Line, ru.JIT.Name != ""):
 						if wrong++; wrong <= 5 {

@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -48,7 +49,7 @@ func TestMergedStacksGolden(t *testing.T) {
 			type views struct{ native, ruby []string }
 			byThread := map[string]*views{}
 			for _, view := range []merge.View{merge.ViewNative, merge.ViewRuby} {
-				_, err := ReadStacks(out, ReadOptions{Merge: merge.Options{View: view}}, func(s merge.Stack) error {
+				_, err := readback.ReadStacks(out, readback.ReadOptions{Merge: merge.Options{View: view}}, func(s merge.Stack) error {
 					v := byThread[s.Comm]
 					if v == nil {
 						v = &views{}

@@ -1,9 +1,10 @@
 package recording
 
 import (
-	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/payload"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Request labels (ruby-profiler's per-fiber state): the program copies each
@@ -14,9 +15,6 @@ import (
 
 // labelKeyCacheMax bounds the key names a target keeps: keys are few.
 const labelKeyCacheMax = 1 << 12
-
-// UnknownLabelValue is the value of a label that could not be read.
-const UnknownLabelValue = "[unknown]"
 
 // nameLabels names the labels of sample p (its RAW payload raw), read
 // through t's Reader.
@@ -30,40 +28,20 @@ func (s *session) nameLabels(t *Target, p *payload.Payload, raw []byte) {
 		if !ok {
 			name, err := t.Reader.IDName(l.Key)
 			if err != nil || name == "" {
-				name = UnknownLabelValue
+				name = readback.UnknownLabelValue
 			}
 			if t.labelKeys == nil || len(t.labelKeys) >= labelKeyCacheMax {
 				t.labelKeys = map[uint64]uint64{}
 			}
-			key = s.symtab.NameID(FrameInfo{Label: name})
+			key = s.symtab.NameID(symtab.FrameInfo{Label: name})
 			t.labelKeys[l.Key] = key
 		}
 		text, err := t.Reader.DescribeValue(rubystack.ValueCopy{Value: l.Value, Obj: l.Obj[:], Ext: l.Ext[:]})
 		if err != nil {
-			text = UnknownLabelValue
+			text = readback.UnknownLabelValue
 		}
-		names = append(names, [2]uint64{key, s.symtab.NameID(FrameInfo{Label: text})})
+		names = append(names, [2]uint64{key, s.symtab.NameID(symtab.FrameInfo{Label: text})})
 	}
 	s.labelIDs = names
 	payload.NameLabels(raw, p, names) // a payload it cannot read stays as it was: unnamed
-}
-
-// labelsOf reads a sample's labels as the recorder named them.
-func (rd *reader) labelsOf(p *payload.Payload, out []merge.Label) []merge.Label {
-	out = out[:0]
-	if p.Flags&payload.LabelsNamed == 0 {
-		return out // never named (a recorder killed before): addresses mean nothing now
-	}
-	for _, l := range p.Labels {
-		k, _, kok := rd.symtab.FrameName(l.Key)
-		v, _, vok := rd.symtab.FrameName(l.Value)
-		if !kok {
-			continue
-		}
-		if !vok {
-			v.Label = UnknownLabelValue
-		}
-		out = append(out, merge.Label{Key: k.Label, Value: v.Label})
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // lifecycle is what a recording knows of its targets' lives, from the
@@ -137,7 +138,7 @@ func (s *session) register(t *Target) {
 		t.info = describe(t)
 	}
 	if a := t.Process.Binary.Anchors(t.Reader.Layout).VMExec; a.Found && a.Size > 0 {
-		s.symtab.VMExec[Image{uint32(t.PID), t.Config.Gen}] = VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
+		s.symtab.VMExec[symtab.Image{PID: uint32(t.PID), Gen: t.Config.Gen}] = symtab.VMExec{Path: t.Process.MappedPath, Start: a.Address, End: a.Address + a.Size}
 	}
 	if _, again := s.execd[t.PID]; !again {
 		s.sum.Targets++

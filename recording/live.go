@@ -10,6 +10,8 @@ import (
 	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/readback"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Process is what a live recording knows of a process it samples.
@@ -44,13 +46,13 @@ func (f fileOutput) WriteRecord(raw []byte, _ perfdata.Record, _ *payload.Payloa
 }
 
 // live reads a recording as it is made: each record is decoded and taken
-// as ReadStacks takes a file's, and each sample is merged and handed on
+// as readback.ReadStacks takes a file's, and each sample is merged and handed on
 // (Options.Stacks). Its methods run with the session's lock held.
 type live struct {
 	s      *session
 	attr   perfdata.Attr
 	record perfdata.RecordBuffer // what a record not decoded by the session is decoded into
-	rd     *reader
+	rd     *readback.Reader
 	fn     func(merge.Stack, *Process)
 
 	// exits are the threads that exited, forgotten once liveGrace has
@@ -80,16 +82,16 @@ const liveGrace = 2 * time.Second
 const maxExits = 1 << 16
 
 func newLive(s *session, fn func(merge.Stack, *Process)) *live {
-	l := &live{s: s, fn: fn, refused: refusedWarner(s.opts.Warn)}
+	l := &live{s: s, fn: fn, refused: readback.RefusedWarner(s.opts.Warn)}
 	var kernel *native.Kernel
 	if f, err := os.Open("/proc/kallsyms"); err == nil {
-		kernel, _ = native.ParseKallsyms(io.LimitReader(f, maxKallsyms)) // the kernel's own: what it read serves
+		kernel, _ = native.ParseKallsyms(io.LimitReader(f, readback.MaxKallsyms)) // the kernel's own: what it read serves
 		f.Close()
 	}
-	l.rd = &reader{opts: ReadOptions{Merge: s.opts.Merge}, symtab: s.symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}, Refused: l.refused}}
-	l.spaces = newMountSpaces(l.rd.objs, s.opts.Debuginfo, l.refused)
-	l.rd.objectsOf = l.spaces.objectsOf
+	objs := &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}, Refused: l.refused}
+	l.rd = readback.NewReader(readback.ReadOptions{Merge: s.opts.Merge}, s.symtab, kernel, objs)
+	l.spaces = newMountSpaces(objs, s.opts.Debuginfo, l.refused)
+	l.rd.ObjectsOf = l.spaces.objectsOf
 	return l
 }
 
@@ -102,7 +104,7 @@ func (l *live) WriteRecord(raw []byte, rec perfdata.Record, p *payload.Payload) 
 	if rec == nil {
 		var err error
 		if rec, err = perfdata.DecodeRecordInto(raw, &l.attr, &l.record); err != nil {
-			return nil // as ReadStacks would stop at it; a live reader goes on
+			return nil // as readback.ReadStacks would stop at it; a live reader goes on
 		}
 		p = nil // not rec's
 	}
@@ -120,8 +122,7 @@ func (l *live) Close() error                              { return nil }
 func (l *live) take(rec perfdata.Record, p *payload.Payload) error {
 	switch rec := rec.(type) {
 	case *perfdata.Sample:
-		st := l.rd.stack(rec, p)
-		l.rd.stats.Samples++
+		st := l.rd.Stack(rec, p)
 		l.fn(st, l.s.process(int(rec.Pid)))
 	case *perfdata.Exit:
 		if len(l.exits) >= maxExits {
@@ -129,7 +130,7 @@ func (l *live) take(rec perfdata.Record, p *payload.Payload) error {
 		}
 		l.exits = append(l.exits, exit{pid: rec.Pid, tid: rec.Tid, at: time.Now()})
 	default:
-		l.rd.apply(rec)
+		l.rd.Apply(rec)
 	}
 	return nil
 }
@@ -143,9 +144,9 @@ func (l *live) reap(now time.Time) {
 			n++
 			continue
 		}
-		delete(l.rd.comms, e.tid)
+		l.rd.ForgetThread(e.tid)
 		if e.pid == e.tid {
-			delete(l.rd.maps, e.pid)
+			l.rd.ForgetProcess(e.pid)
 			l.spaces.forget(e.pid)
 			l.s.forget(int(e.pid))
 		}
@@ -206,7 +207,7 @@ func (s *session) forget(pid int) {
 // still sampled shares (a forked child reads through its parent's binary).
 func (s *session) closeRetired() {
 	n := 0
-	var gone map[Image]bool
+	var gone map[symtab.Image]bool
 	for _, t := range s.retired {
 		if s.sharedBinary(t) {
 			s.retired[n] = t
@@ -214,12 +215,12 @@ func (s *session) closeRetired() {
 			continue
 		}
 		if gone == nil {
-			gone = map[Image]bool{}
+			gone = map[symtab.Image]bool{}
 		}
-		gone[Image{uint32(t.PID), t.Config.Gen}] = true
+		gone[symtab.Image{PID: uint32(t.PID), Gen: t.Config.Gen}] = true
 		t.Close()
 	}
-	s.symtab.forgetImages(gone)
+	s.symtab.ForgetImages(gone)
 	clear(s.retired[n:])
 	s.retired = s.retired[:n]
 }
@@ -247,10 +248,10 @@ const liveMaxNames = 1 << 18
 // restartNames starts the symbol table afresh once it is full, or its
 // memory budget spent (s.mu held).
 func (s *session) restartNames() {
-	if len(s.symtab.Names) < liveMaxNames && !s.symtab.full() || len(s.off.held) > 0 {
+	if len(s.symtab.Names) < liveMaxNames && !s.symtab.Full() || len(s.off.held) > 0 {
 		return
 	}
-	s.symtab.restart()
+	s.symtab.Restart()
 	s.lastFrames, s.lastHeld = nil, 0
 	s.sum.NamesRestarted++
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // livecodeParts is how many files livecode.rb may require: more than it
@@ -59,7 +61,7 @@ func TestLiveCodeNamed(t *testing.T) {
 				t.Fatalf("livecode.rb: %s %s", sum.CommandEnd, CommandStatus(sum.CommandState))
 			}
 			samples, unnamed, wrong, young := 0, 0, 0, 0
-			_, err = ReadStacks(out, ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
+			_, err = readback.ReadStacks(out, readback.ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
 				samples++
 				bad, isYoung := false, false
 				file := ""                                // the file or template of the Ruby frame it was called from
@@ -69,7 +71,7 @@ func TestLiveCodeNamed(t *testing.T) {
 						continue
 					}
 					switch {
-					case f.Name == rubystack.UnknownLabel || f.Name == ReplacedLabel:
+					case f.Name == rubystack.UnknownLabel || f.Name == symtab.ReplacedLabel:
 						bad = true
 					case strings.HasPrefix(f.File, dir) || strings.HasPrefix(f.File, "(template "):
 						isYoung = true

@@ -7,6 +7,7 @@ import (
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Naming a sample's Ruby frames as the recorder reads it: only the frames
@@ -76,7 +77,7 @@ func (s *session) takeSample(p *payload.Payload, smp *perfdata.Sample) {
 			// It exec'd before its COMM record was read: what was
 			// just read may be the new program's. Unnamed is right.
 			s.symtab.Forget(p.PID, p.Gen, added)
-			ids = s.symtab.names(unseen, ids)
+			ids = s.symtab.NameIDs(unseen, ids)
 			added, bad = nil, 0
 		}
 		s.checkPlausible(t, len(added), bad)
@@ -164,7 +165,7 @@ func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
 		return !named || ok && info.Unknown, !ok
 	})
 	// Per frame a map lookup: only once the budget has cut a name.
-	if s.symtab.givenOverBudget() {
+	if s.symtab.GivenOverBudget() {
 		for _, id := range ids {
 			if s.symtab.OverBudget(id) {
 				s.sum.FramesOverBudget++
@@ -185,7 +186,7 @@ func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
 func (s *session) countUnnamed(p *payload.Payload) {
 	s.countNames(len(p.Frames), func(i int) (unknown, replaced bool) {
 		f := p.Frames[i]
-		info, named, ok := s.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
+		info, named, ok := s.symtab.Lookup(symtab.Key(p.PID, p.Gen, f), p.GC)
 		return f.Error || !named || ok && info.Unknown, !ok
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // offCPURecord is a sample record (header and data) as the bpf-output event
@@ -51,7 +52,7 @@ func TestOffCPUPairing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &session{symtab: NewSymbolTable(), checkpointed: time.Now().Add(time.Hour)}
+	s := &session{symtab: symtab.New(), checkpointed: time.Now().Add(time.Hour)}
 	s.opts.Output = path
 	w, err := perfdata.NewWriter(f)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 // TestRecordedStacksMatchRuby: a recording of a parked scenario (spinning in
@@ -66,7 +67,7 @@ func TestRecordedStacksMatchRuby(t *testing.T) {
 				t.Fatal(err)
 			}
 			samples, bad, emitting := 0, 0, 0
-			_, err = ReadStacks(out, ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
+			_, err = readback.ReadStacks(out, readback.ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
 				samples++
 				var got []string
 				for i, f := range s.Frames {

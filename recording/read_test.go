@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 // recordWorkload records the bundled workload for d and returns the file.
@@ -89,7 +90,7 @@ func sampleKey(tid int, ns uint64) string { return fmt.Sprintf("%d/%d", tid, ns)
 func TestNativeFramesMatchPerf(t *testing.T) {
 	file := recordWorkload(t, "debian-3.1", 3*time.Second)
 	ours := map[string][]string{}
-	_, err := ReadStacks(file, ReadOptions{NativeOnly: true}, func(s merge.Stack) error {
+	_, err := readback.ReadStacks(file, readback.ReadOptions{NativeOnly: true}, func(s merge.Stack) error {
 		fs := []string{}
 		for _, f := range s.Frames {
 			if f.Kind == merge.KindNative {
@@ -144,25 +145,5 @@ func TestNativeFramesMatchPerf(t *testing.T) {
 		same, len(theirs), 100*frac, deeper)
 	if frac < 0.99 {
 		t.Errorf("only %.2f%% of samples agree with perf", 100*frac)
-	}
-}
-
-// TestReadStockPerfCallchain: a file stock perf recorded with -g (no stack
-// copies) gives native stacks from its callchains.
-func TestReadStockPerfCallchain(t *testing.T) {
-	named := 0
-	st, err := ReadStacks("../perfdata/testdata/perf-fp.data", ReadOptions{}, func(s merge.Stack) error {
-		for _, f := range s.Frames {
-			if f.Kind == merge.KindNative && f.Name != "[unknown]" {
-				named++
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Samples == 0 || named == 0 || st.NoPayload != st.Samples {
-		t.Errorf("%+v samples, %d named native frames", st, named)
 	}
 }

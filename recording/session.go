@@ -20,8 +20,10 @@ import (
 	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 	"github.com/rubyperf/rubyperf/threadlocal"
 )
 
@@ -63,9 +65,10 @@ type Options struct {
 	Warn io.Writer
 	// Stacks, when set, makes the recording live: no file is written
 	// (Output is not used); each sample is merged as it is read, as
-	// ReadStacks would read it from a file, and handed to Stacks with the
-	// process it is of. Stacks runs with the recording's lock held: keep it
-	// short, and copy what it keeps of the stack (its Frames are reused).
+	// readback.ReadStacks would read it from a file, and handed to Stacks
+	// with the process it is of. Stacks runs with the recording's lock
+	// held: keep it short, and copy what it keeps of the stack (its Frames
+	// are reused).
 	// A live recording forgets the processes that exit, so it can run for
 	// days.
 	Stacks func(merge.Stack, *Process)
@@ -133,11 +136,11 @@ type Summary struct {
 	NamesRestarted int
 	// FramesOverBudget counts frames of samples named coarser than read,
 	// or not read, because the memory budget for names was spent: the
-	// method's name without its line, or OverBudgetLabel (budget.go).
+	// method's name without its line, or symtab.OverBudgetLabel (budget.go).
 	FramesOverBudget uint64
 	// FramesNotNamed counts frames of samples that could not be named for
 	// their sample: the name read at their addresses could not be proven to
-	// hold then (they read as ReplacedLabel).
+	// hold then (they read as symtab.ReplacedLabel).
 	FramesNotNamed uint64
 	// NoGCStamps lists, a line each, the targets whose samples carry no GC
 	// stamp, and why: frames of code freed and replaced while recording may
@@ -179,7 +182,7 @@ type session struct {
 	w       output // a perfdata.Writer, or live
 	live    *live  // Options.Stacks
 	sampler *bpf.Sampler
-	symtab  *SymbolTable
+	symtab  *symtab.Table
 	// builds and files are what attaching one target leaves for the next:
 	// its Ruby's layout and anchors, and what was read of the files it maps
 	// looking for request labels (a fleet of one Ruby reads them once).
@@ -189,7 +192,7 @@ type session struct {
 	mu sync.Mutex // guards the lifecycle, symtab, counters, and the maps below
 	lifecycle
 	nextGen  uint32    // the Gen of the next attach
-	started  time.Time // when sampling started (FeatureStartTime)
+	started  time.Time // when sampling started (readback.FeatureStartTime)
 	sum      Summary
 	buildIDs map[string][]byte // mapped file to build-id, for HEADER_BUILD_ID
 
@@ -228,12 +231,8 @@ type session struct {
 // stands, should the recorder be killed (SIGKILL, the OOM killer, a crash):
 // the header then covers every record written, and the Ruby symbol table,
 // which goes into the file only when the recording ends, has a copy
-// beside it (SymbolsPath).
+// beside it (readback.SymbolsPath).
 const checkpointInterval = time.Second
-
-// SymbolsPath is where a recording in progress keeps a copy of its Ruby
-// symbol table: beside it, removed once the table is in the file.
-func SymbolsPath(recording string) string { return recording + ".symbols" }
 
 // checkpoint makes the recording readable as it stands, at most once a
 // checkpointInterval (s.mu held). The copy of the symbol table goes first:
@@ -252,7 +251,7 @@ func (s *session) checkpoint() error {
 		// Written whole each time: a table of many names takes a while to
 		// compress, so it is written at most a tenth of the time.
 		began := time.Now()
-		if f, err := outfile.Create(SymbolsPath(s.opts.Output), 0o600); err == nil {
+		if f, err := outfile.Create(readback.SymbolsPath(s.opts.Output), 0o600); err == nil {
 			if err := s.symtab.Write(f); err != nil {
 				f.Abort()
 			} else if f.Commit() == nil {
@@ -290,10 +289,10 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.MemoryBudget <= 0 {
 		opts.MemoryBudget = DefaultMemoryBudget
 	}
-	s := &session{opts: opts, symtab: NewSymbolTable(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
+	s := &session{opts: opts, symtab: symtab.New(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
 		lifecycle: newLifecycle()}
 	b := splitBudget(opts.MemoryBudget)
-	s.symtab.setBudget(b)
+	s.symtab.SetBudget(b.names, b.keys)
 	s.maxLastHeld = int(b.lastFrames / lastFrameCost)
 	s.sum.Output = opts.Output
 	start := time.Now()
@@ -440,8 +439,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, err
 		}
 		// A killed recording's copy of its symbol table goes with it to .old.
-		if _, err := os.Lstat(SymbolsPath(opts.Output)); err == nil {
-			os.Rename(SymbolsPath(opts.Output), SymbolsPath(opts.Output+".old"))
+		if _, err := os.Lstat(readback.SymbolsPath(opts.Output)); err == nil {
+			os.Rename(readback.SymbolsPath(opts.Output), readback.SymbolsPath(opts.Output+".old"))
 		}
 	}
 
@@ -602,14 +601,14 @@ func (s *session) finish() error {
 	}
 	if s.live == nil {
 		if b, err := s.symtab.Encode(); err == nil {
-			s.w.SetFeature(perfdata.Feature(FeatureRubySymbols), b)
+			s.w.SetFeature(perfdata.Feature(readback.FeatureRubySymbols), b)
 		} else {
 			errs = append(errs, err)
 		}
 		if b, err := gzipFile("/proc/kallsyms"); err == nil {
-			s.w.SetFeature(perfdata.Feature(FeatureKallsyms), b)
+			s.w.SetFeature(perfdata.Feature(readback.FeatureKallsyms), b)
 		}
-		s.w.SetFeature(perfdata.Feature(FeatureStartTime), binary.LittleEndian.AppendUint64(nil, uint64(s.started.UnixNano())))
+		s.w.SetFeature(perfdata.Feature(readback.FeatureStartTime), binary.LittleEndian.AppendUint64(nil, uint64(s.started.UnixNano())))
 		s.describeHost()
 	}
 	for _, t := range s.targets {
@@ -622,13 +621,10 @@ func (s *session) finish() error {
 		errs = append(errs, fmt.Errorf("%s: %w", s.opts.Output, err))
 	}
 	if len(errs) == 0 && s.live == nil {
-		os.Remove(SymbolsPath(s.opts.Output)) // the table is in the file now
+		os.Remove(readback.SymbolsPath(s.opts.Output)) // the table is in the file now
 	}
 	return errors.Join(errs...)
 }
-
-// maxKallsyms bounds /proc/kallsyms as read (it is ~10 MiB on a big kernel).
-const maxKallsyms = 64 << 20
 
 func gzipFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -638,7 +634,7 @@ func gzipFile(path string) ([]byte, error) {
 	defer f.Close()
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	if _, err := io.Copy(zw, io.LimitReader(f, maxKallsyms)); err != nil {
+	if _, err := io.Copy(zw, io.LimitReader(f, readback.MaxKallsyms)); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/payload"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // TestNewFrames: a sample is looked up only above the part of its stack
@@ -17,7 +18,7 @@ func TestNewFrames(t *testing.T) {
 		}
 		return out
 	}
-	s := &session{symtab: NewSymbolTable()}
+	s := &session{symtab: symtab.New()}
 	steps := []struct {
 		pid, tid uint32
 		frames   []payload.Frame
@@ -42,7 +43,7 @@ func TestNewFrames(t *testing.T) {
 			p.GC = payload.GCStamp{Stamped: true, Count: 9}
 		}
 		got := s.newFrames(p)
-		s.nameSample(p, nil, s.symtab.names(got, nil))
+		s.nameSample(p, nil, s.symtab.NameIDs(got, nil))
 		if n := len(s.lastFrames[threadKey{p.PID, p.TID, p.Gen}].ids); n != len(st.frames) {
 			t.Errorf("step %d: %d names kept for %d frames", i, n, len(st.frames))
 		}

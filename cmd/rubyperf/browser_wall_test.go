@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -65,7 +66,7 @@ func TestBrowserWallSVG(t *testing.T) {
 	// The graph draws (blocked) over the share of wall-clock time the
 	// recording says its threads were blocked.
 	var blocked, all uint64
-	if _, err := recording.ReadStacks(data, recording.ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
+	if _, err := readback.ReadStacks(data, readback.ReadOptions{Merge: merge.Options{View: merge.ViewRubyOnly}}, func(s merge.Stack) error {
 		all += s.Period
 		if s.State == merge.StateBlocked {
 			blocked += s.Period

@@ -10,7 +10,7 @@ import (
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/outfile"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 // convertDefaults are the output file of each format ("-" is stdout).
@@ -67,7 +67,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		graph = export.NewFlameGraph(export.SVGOptions{Title: "rubyperf: " + *in.input})
 		pw = graph
 	}
-	stats, err := recording.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
 		if pprof != nil && pprof.Options.Period == 0 {
 			pprof.Options.Period = int64(s.Period) // the first sample's
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -149,7 +150,7 @@ func BenchmarkScript(b *testing.B) {
 func topRubyNames(t *testing.T, file string, n int) []string {
 	t.Helper()
 	count := map[string]int{}
-	_, err := recording.ReadStacks(file, recording.ReadOptions{}, func(s merge.Stack) error {
+	_, err := readback.ReadStacks(file, readback.ReadOptions{}, func(s merge.Stack) error {
 		seen := map[string]bool{}
 		for _, f := range s.Frames {
 			if (f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc) && !seen[f.Name] {

@@ -19,7 +19,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/payload"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Faults of the target while it is recorded: each recording is valid (stock
@@ -441,7 +441,7 @@ var roundFrame = regexp.MustCompile(`Rounds\.(?:outer|inner)_(\d+) \(rounds\.rb:
 // round after round (method pairs defined by eval, run 2 ms, removed, then
 // GC and GC.compact) is never named as the code that was there before.
 // Every Ruby whose layout gives GC stamps must name no sample wrongly: a
-// frame it cannot prove reads as recording.ReplacedLabel. One without says
+// frame it cannot prove reads as symtab.ReplacedLabel. One without says
 // so in one line at the start.
 func TestTargetReusesAddresses(t *testing.T) {
 	for _, r := range testruby.All(t) {
@@ -462,7 +462,7 @@ func TestTargetReusesAddresses(t *testing.T) {
 			rounds, bad := numberedCode(t, samples, roundFrame)
 			replaced := 0
 			for _, s := range samples {
-				if s.has(recording.ReplacedLabel) {
+				if s.has(symtab.ReplacedLabel) {
 					replaced++
 				}
 			}
@@ -486,7 +486,7 @@ func TestFramesNamedForTheirSamples(t *testing.T) {
 	samples := threadSamples(t, out, "--ruby-only")
 	replaced := 0
 	for _, s := range samples {
-		if s.has(recording.ReplacedLabel) {
+		if s.has(symtab.ReplacedLabel) {
 			replaced++
 		}
 	}

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/rubyperf/rubyperf/perfdata"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/readback"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // Bounds on reading a recording whose symbol tables are decompression or
@@ -179,15 +180,15 @@ func TestHostileSymbolTableBombs(t *testing.T) {
 		data []byte
 		says []string
 	}{
-		{"ruby-65K", recording.FeatureRubySymbols, framesBomb(t, 65<<10), []string{"ruby symbol table", "frames entry 1"}},
-		{"ruby-255K", recording.FeatureRubySymbols, framesBomb(t, 255<<10), []string{"ruby symbol table", "frames entry 1"}},
+		{"ruby-65K", readback.FeatureRubySymbols, framesBomb(t, 65<<10), []string{"ruby symbol table", "frames entry 1"}},
+		{"ruby-255K", readback.FeatureRubySymbols, framesBomb(t, 255<<10), []string{"ruby symbol table", "frames entry 1"}},
 		// What a bomb that knows the checks above would try next: a table
 		// of nothing but whitespace, one label of hundreds of MB.
-		{"ruby-blank-255K", recording.FeatureRubySymbols, gzipBomb(t, 255<<10, `{"version":3,"names":[`, "        ", `]}`),
+		{"ruby-blank-255K", readback.FeatureRubySymbols, gzipBomb(t, 255<<10, `{"version":3,"names":[`, "        ", `]}`),
 			[]string{"ruby symbol table", "names: an entry over"}},
-		{"ruby-long-255K", recording.FeatureRubySymbols, gzipBomb(t, 255<<10, `{"version":3,"names":[{"label":"`, "aaaaaaaa", `"}]}`),
+		{"ruby-long-255K", readback.FeatureRubySymbols, gzipBomb(t, 255<<10, `{"version":3,"names":[{"label":"`, "aaaaaaaa", `"}]}`),
 			[]string{"ruby symbol table", "names entry 1: an entry over"}},
-		{"kernel-98K", recording.FeatureKallsyms, kallsyms, []string{"kernel symbol table", "compressed"}},
+		{"kernel-98K", readback.FeatureKallsyms, kallsyms, []string{"kernel symbol table", "compressed"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bomb := filepath.Join(t.TempDir(), "bomb.data")
@@ -223,7 +224,7 @@ func TestHostileSymbolsBeside(t *testing.T) {
 		t.Fatalf("report of the unfinished recording: exit %d: %s", clean.code, clean.stderr)
 	}
 
-	symbols := recording.SymbolsPath(unfinished)
+	symbols := readback.SymbolsPath(unfinished)
 	plant := func(content []byte) {
 		t.Helper()
 		os.Remove(symbols)
@@ -239,8 +240,8 @@ func TestHostileSymbolsBeside(t *testing.T) {
 	}
 
 	// A valid table whose names nobody chose: not trusted, not read.
-	forged := recording.NewSymbolTable()
-	forged.NameID(recording.FrameInfo{Label: "Forged#by_nobody", Path: "/forged.rb", Line: 1})
+	forged := symtab.New()
+	forged.NameID(symtab.FrameInfo{Label: "Forged#by_nobody", Path: "/forged.rb", Line: 1})
 	b, err := forged.Encode()
 	if err != nil {
 		t.Fatal(err)

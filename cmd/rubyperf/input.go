@@ -7,7 +7,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 // inputFlags are the flags of every command that reads a recording.
@@ -32,8 +32,8 @@ func addInputFlags(fs *flag.FlagSet) inputFlags {
 // readOptions are how the recording is read: merge options, and where
 // debug files for stripped objects are found (local, --debug-file,
 // DEBUGINFOD_URLS), misses told on stderr.
-func (f inputFlags) readOptions(stderr io.Writer) recording.ReadOptions {
-	return recording.ReadOptions{
+func (f inputFlags) readOptions(stderr io.Writer) readback.ReadOptions {
+	return readback.ReadOptions{
 		Merge:     merge.Options{View: f.view()},
 		Debuginfo: newFinder(stderr, *f.debugFiles),
 		Warn:      export.LineWriter{W: stderr}, // its lines may quote what a target named
@@ -64,9 +64,9 @@ func (f inputFlags) parse(fs *flag.FlagSet, args []string) error {
 }
 
 // stacks reads every merged stack of the recording into memory.
-func (f inputFlags) stacks(stderr io.Writer) ([]merge.Stack, *recording.ReadStats, error) {
+func (f inputFlags) stacks(stderr io.Writer) ([]merge.Stack, *readback.ReadStats, error) {
 	var out []merge.Stack
-	stats, err := recording.ReadStacks(*f.input, f.readOptions(stderr), func(s merge.Stack) error {
+	stats, err := readback.ReadStacks(*f.input, f.readOptions(stderr), func(s merge.Stack) error {
 		s.Frames = slices.Clone(s.Frames)
 		out = append(out, s)
 		return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -74,7 +75,7 @@ func TestRequestLabels(t *testing.T) {
 			endpoint := map[string]uint64{}
 			var labelled, all uint64
 			wrongRequest := 0
-			if _, err := recording.ReadStacks(file, recording.ReadOptions{}, func(s merge.Stack) error {
+			if _, err := readback.ReadStacks(file, readback.ReadOptions{}, func(s merge.Stack) error {
 				inEndpoint := ""
 				for _, f := range s.Frames {
 					if strings.HasPrefix(f.Name, "Endpoints.") {

@@ -19,6 +19,7 @@ import (
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/recording"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 func runRecord(args []string, _, stderr io.Writer) error {
@@ -110,7 +111,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		if sum.SamplesNotNamed > 0 {
 			head, kinds := notNamed(sum.SamplesNotNamed, sum.Samples, sum.UnknownFrames, sum.FramesNotNamed)
 			fmt.Fprintf(stderr, "rubyperf: %s %s (%s: not readable as sampled; %s: the name read could not be proven "+
-				"to hold when sampled, the code may have been freed and replaced)\n", head, kinds, rubystack.UnknownLabel, recording.ReplacedLabel)
+				"to hold when sampled, the code may have been freed and replaced)\n", head, kinds, rubystack.UnknownLabel, symtab.ReplacedLabel)
 		}
 		if n := len(sum.NoGCStamps); n > 1 {
 			fmt.Fprintf(stderr, "rubyperf: %d targets had no GC stamps (the first is above)\n", n)
@@ -146,7 +147,7 @@ func notNamed[N int | uint64](samples, of, unknown, replaced N) (head, kinds str
 		k = append(k, fmt.Sprintf("%d %s", unknown, rubystack.UnknownLabel))
 	}
 	if replaced > 0 {
-		k = append(k, fmt.Sprintf("%d %s", replaced, recording.ReplacedLabel))
+		k = append(k, fmt.Sprintf("%d %s", replaced, symtab.ReplacedLabel))
 	}
 	return fmt.Sprintf("%d of %d samples (%.2f%%) have Ruby frames without a name:", samples, of,
 		100*float64(samples)/float64(max(of, 1))), strings.Join(k, ", ")
@@ -171,7 +172,7 @@ const memoryFixed = 64 << 20
 // and the agent's log.
 func overBudget(frames uint64, budget byteSize) string {
 	return fmt.Sprintf("%d frames of samples named coarser than read (their method without a line, or %s): the memory budget "+
-		"(--memory-budget %s) for the targets' names was spent; nothing past it is kept", frames, recording.OverBudgetLabel, budget)
+		"(--memory-budget %s) for the targets' names was spent; nothing past it is kept", frames, symtab.OverBudgetLabel, budget)
 }
 
 // maxEventLines bounds the lines a summary gives to forks and execs.

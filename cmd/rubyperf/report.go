@@ -17,7 +17,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 func runReport(args []string, stdout, stderr io.Writer) error {
@@ -31,7 +31,7 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	// Each table is counted as the stacks are read: no stack is kept.
 	whole := newReportTable()
 	byThread := map[int]*reportTable{}
-	stats, err := recording.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
 		if !*threads {
 			whole.add(&s)
 			return nil

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -21,7 +21,7 @@ func runScript(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	w := bufio.NewWriterSize(stdout, 1<<16)
-	_, err := recording.ReadStacks(*in.input, in.readOptions(stderr),
+	_, err := readback.ReadStacks(*in.input, in.readOptions(stderr),
 		func(s merge.Stack) error {
 			if *groupBy != "" {
 				merge.GroupBy(&s, *groupBy)

@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -100,7 +101,7 @@ func TestScriptFeedsFlameGraphTools(t *testing.T) {
 	got := collapsePerfScript(t, stdout.Bytes())
 	want := map[string]uint64{}
 	rubyNames := 0
-	_, err := recording.ReadStacks(out, recording.ReadOptions{}, func(s merge.Stack) error {
+	_, err := readback.ReadStacks(out, readback.ReadOptions{}, func(s merge.Stack) error {
 		comm := s.Comm
 		if comm == "" {
 			comm = fmt.Sprintf(":%d", s.TID) // as script prints a thread without a name

@@ -14,6 +14,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -62,7 +63,7 @@ func recordStates(t *testing.T, r testruby.Ruby, mode string, wall bool, hz int)
 	}
 	w := stateWeights{byThread: map[string]map[merge.State]uint64{}, blockedAt: map[string]map[string]uint64{},
 		phases: map[string]int{}}
-	if _, err := recording.ReadStacks(file, recording.ReadOptions{}, func(s merge.Stack) error {
+	if _, err := readback.ReadStacks(file, readback.ReadOptions{}, func(s merge.Stack) error {
 		name := s.Comm
 		if s.PID == s.TID {
 			name = "main"

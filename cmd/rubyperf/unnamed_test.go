@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // notNamedCounts are the Ruby frames without a name in a recording, by
@@ -74,7 +74,7 @@ func TestUnnamedFramesCounted(t *testing.T) {
 		}
 		samples++
 		u := len(regexp.MustCompile(`(?m)^\s+0 \[unknown\] \(\[unknown\]\)$`).FindAllString(s, -1))
-		r := strings.Count(s, recording.ReplacedLabel)
+		r := strings.Count(s, symtab.ReplacedLabel)
 		got.unknown += u
 		got.replaced += r
 		if u+r > 0 {
@@ -122,7 +122,7 @@ func foldedNotNamed(t *testing.T, path string) notNamedCounts {
 			switch fr {
 			case "[unknown]":
 				u++
-			case recording.ReplacedLabel:
+			case symtab.ReplacedLabel:
 				r++
 			}
 		}

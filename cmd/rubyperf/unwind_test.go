@@ -10,7 +10,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
-	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 // TestRecordDeepNativeStacks records, on every test Ruby and with record's
@@ -26,7 +26,7 @@ func TestRecordDeepNativeStacks(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
 	script, _ := filepath.Abs("../../testdata/ruby/nativedeep.rb")
 	incomplete := func(t *testing.T, file string) (samples, incomplete, tables, deepest int) {
-		stats, err := recording.ReadStacks(file, recording.ReadOptions{Merge: merge.Options{View: merge.ViewRuby}}, func(s merge.Stack) error {
+		stats, err := readback.ReadStacks(file, readback.ReadOptions{Merge: merge.Options{View: merge.ViewRuby}}, func(s merge.Stack) error {
 			ruby := 0
 			for _, f := range s.Frames {
 				if f.Kind == merge.KindRuby || f.Kind == merge.KindCFunc {

@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -38,12 +39,12 @@ func TestViewsOfStrippedRuby(t *testing.T) {
 	libruby := ""
 	type view struct {
 		stacks []merge.Stack
-		stats  *recording.ReadStats
+		stats  *readback.ReadStats
 	}
 	read := func(v merge.View) view {
 		var out view
 		var err error
-		out.stats, err = recording.ReadStacks(file, recording.ReadOptions{Merge: merge.Options{View: v}}, func(s merge.Stack) error {
+		out.stats, err = readback.ReadStacks(file, readback.ReadOptions{Merge: merge.Options{View: v}}, func(s merge.Stack) error {
 			s.Frames = slices.Clone(s.Frames)
 			out.stacks = append(out.stacks, s)
 			return nil
@@ -162,7 +163,7 @@ func TestViewsOfStrippedRuby(t *testing.T) {
 // terminal would: Ruby methods with file:line first, then C methods, then
 // native functions, every line within the terminal, the incomplete
 // samples counted; --threads gives each thread its tables.
-func checkReport(t *testing.T, file string, stats *recording.ReadStats) {
+func checkReport(t *testing.T, file string, stats *readback.ReadStats) {
 	t.Setenv("COLUMNS", "80")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"report", "-i", file, "-n", "8"}, &stdout, &stderr); code != 0 {

@@ -20,13 +20,19 @@ var allowed = map[string][]string{
 	"rubystack": {"rubybuild", "procmaps"},
 	// payload decodes what the BPF program writes (its C structs declared
 	// from the program's BTF); it loads nothing, so it links no cilium.
-	"payload":   {"rubystack"},
+	"payload": {"rubystack"},
+	// symtab is a recording's Ruby symbol table: filled from live memory
+	// through rubystack while recording, read back from the file after.
+	"symtab": {"payload", "rubystack", "internal/bounded"},
+	// readback reads a recording back into merged stacks; it loads nothing,
+	// so report, script and convert link no cilium.
+	"readback":  {"symtab", "payload", "merge", "native", "perfdata", "rubystack", "debuginfo", "internal/safefile", "internal/bounded"},
 	"bpf":       {"rubybuild", "rubystack", "payload", "native"},
 	"perfdata":  {"internal/safefile"},
 	"perfmap":   {"internal/safefile"},
 	"outfile":   {},
 	"merge":     {"rubystack"},
-	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "procmaps"},
+	"recording": {"bpf", "payload", "rubybuild", "rubystack", "perfdata", "native", "merge", "debuginfo", "outfile", "threadlocal", "internal/safefile", "internal/procstat", "internal/bounded", "symtab", "readback", "procmaps"},
 	// threadlocal finds a shared object's thread-local variables in a live
 	// process, through glibc's own descriptions: no Ruby, perf or BPF. It
 	// opens ELF files within debuginfo's bounds (debuginfo.NewELF).
@@ -62,6 +68,9 @@ var allowed = map[string][]string{
 	// internal/safefile opens what another user may have put at a path
 	// (a FIFO, a device) without blocking, for every package that reads one.
 	"internal/safefile": {},
+	// internal/bounded decompresses a recording's sections within bounds,
+	// for every package that reads one.
+	"internal/bounded": {},
 	// internal/procstat reads /proc/PID/stat for the recorder, the
 	// benchmarks and the tests.
 	"internal/procstat": {},
@@ -89,7 +98,7 @@ var testImports = map[string][]string{"bpf": {"threadlocal", "perfdata", "intern
 
 // stdlibOnly packages may import nothing outside the standard library
 // (golang.org/x is allowed to rubybuild and rubystack for sys and arch).
-var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true,
+var stdlibOnly = map[string]bool{"perfdata": true, "perfmap": true, "outfile": true, "procmaps": true, "internal/safefile": true, "internal/bounded": true,
 	"internal/testskip": true, "internal/procstat": true}
 
 // externalOnly packages may import, outside the standard library, only

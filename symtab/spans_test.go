@@ -1,4 +1,4 @@
-package recording
+package symtab
 
 import (
 	"testing"
@@ -49,10 +49,10 @@ func TestSpanFor(t *testing.T) {
 			rubystack.GCStamp{Count: 9, Epoch: 9, Idle: true}, true, payload.Span{Epoch: 9, From: 20, To: max}},
 		{"unstamped sample, young: nothing", payload.GCStamp{}, minor(7, 3), false, payload.Span{}},
 	} {
-		if got := spanFor(c.sample, c.now, c.old); got != c.want {
-			t.Errorf("%s: spanFor(%+v, %+v, old %v) = %+v, want %+v", c.name, c.sample, c.now, c.old, got, c.want)
+		if got := SpanFor(c.sample, c.now, c.old); got != c.want {
+			t.Errorf("%s: SpanFor(%+v, %+v, old %v) = %+v, want %+v", c.name, c.sample, c.now, c.old, got, c.want)
 		}
-		if got := spanFor(c.sample, c.now, c.old); got != (payload.Span{}) && !got.Covers(c.sample) && got.From <= c.sample.Interval() {
+		if got := SpanFor(c.sample, c.now, c.old); got != (payload.Span{}) && !got.Covers(c.sample) && got.From <= c.sample.Interval() {
 			t.Errorf("%s: a span from the sample's interval that does not cover it: %+v", c.name, got)
 		}
 	}
@@ -87,7 +87,7 @@ func TestSpanCovers(t *testing.T) {
 // sample the name that holds for it, ReplacedLabel where none does, and
 // keeps them through Encode and Decode.
 func TestSymbolTableSpans(t *testing.T) {
-	tab := NewSymbolTable()
+	tab := New()
 	k := FrameKey{PID: 1, Iseq: 0x1000, PC: 0x1010}
 	first := FrameInfo{Label: "Rounds.outer_1", Path: "rounds.rb", HasPath: true, Line: 12}
 	second := FrameInfo{Label: "Rounds.outer_2", Path: "rounds.rb", HasPath: true, Line: 22}
@@ -97,7 +97,7 @@ func TestSymbolTableSpans(t *testing.T) {
 	if n := len(tab.Frames[k]); n != 2 {
 		t.Fatalf("%d names, want 2 (adjacent intervals of one name merge): %+v", n, tab.Frames[k])
 	}
-	check := func(tab *SymbolTable) {
+	check := func(tab *Table) {
 		t.Helper()
 		for _, c := range []struct {
 			st   payload.GCStamp
@@ -123,13 +123,13 @@ func TestSymbolTableSpans(t *testing.T) {
 	var ids []uint64
 	for _, st := range stamps {
 		p := &payload.Payload{PID: 1, GC: st, Frames: []payload.Frame{{Iseq: 0x1000, PC: 0x1010}, {Iseq: 0x5000, PC: 0x5010}}}
-		ids = append(ids, tab.names(p, nil)...)
+		ids = append(ids, tab.NameIDs(p, nil)...)
 	}
 	b, err := tab.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeSymbolTable(b)
+	back, err := Decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package recording
+package symtab
 
 import (
 	"bufio"
@@ -10,11 +10,19 @@ import (
 	"io"
 	"sort"
 
+	"github.com/rubyperf/rubyperf/internal/bounded"
 	"github.com/rubyperf/rubyperf/payload"
 )
 
-// The symbol table's on-disk format (FeatureRubySymbols): gzipped JSON,
-// written one entry at a time and read back within bounds.
+// The symbol table's on-disk format (a private feature section of the
+// recording's perf.data): gzipped JSON, written one entry at a time and
+// read back within bounds.
+
+// symbolTableVersion is the format of the Ruby symbol table section.
+// Version 3 lists names, which samples refer to by id (payload.Named);
+// version 1 (a name per frame key, for every sample) is read too. (Version 2
+// was never released.)
+const symbolTableVersion = 3
 
 // symbolTableJSON is the section's content, gzipped.
 type symbolTableJSON struct {
@@ -65,8 +73,8 @@ type frameJSON struct {
 	nameJSON        // its fields, as if they were frameJSON's
 }
 
-// Encode is the table as the FeatureRubySymbols section (see Write).
-func (t *SymbolTable) Encode() ([]byte, error) {
+// Encode is the table as the Ruby symbol table section (see Write).
+func (t *Table) Encode() ([]byte, error) {
 	var buf bytes.Buffer
 	if err := t.Write(&buf); err != nil {
 		return nil, err
@@ -74,12 +82,12 @@ func (t *SymbolTable) Encode() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Write writes the table as the FeatureRubySymbols section to w: the names
+// Write writes the table as the Ruby symbol table section to w: the names
 // named samples refer to, and where each process's VM entry function is.
 // Frame keys and their spans stay behind: each sample carries its names.
 // It writes the JSON of symbolTableJSON a name at a time, so it holds no
 // copy of the table (the table may be most of a recording's memory).
-func (t *SymbolTable) Write(w io.Writer) error {
+func (t *Table) Write(w io.Writer) error {
 	var frames []frameJSON
 	if t.decodedFrames {
 		// A table read from a version 1 recording: its samples name their
@@ -131,7 +139,7 @@ func writeList(w *bufio.Writer, key string, n int, elem func(int) any) {
 	w.WriteByte(']')
 }
 
-// Bounds on a symbol table read from a file, besides maxSymbolTableBytes
+// Bounds on a symbol table read from a file, besides MaxBytes
 // and maxNames. A real entry is a label and a path, each at most a few of
 // rubystack's 4 KiB strings, and JSON writes a byte as at most 6.
 const (
@@ -141,29 +149,29 @@ const (
 	maxUnknownKeys = 64        // top-level keys this version does not know
 )
 
-// DecodeSymbolTable reads a FeatureRubySymbols section. It reads the JSON
+// Decode reads a Ruby symbol table section. It reads the JSON
 // one entry at a time and refuses the table at the first entry no recorder
 // writes (a frame of no process, a name twice, an entry or a string over
 // its bound), so what it holds is never more than the entries it keeps.
-func DecodeSymbolTable(b []byte) (*SymbolTable, error) {
-	t, err := decodeSymbolTable(b)
+func Decode(b []byte) (*Table, error) {
+	t, err := decode(b)
 	if err != nil {
 		return nil, fmt.Errorf("ruby symbol table: %w", err)
 	}
 	return t, nil
 }
 
-func decodeSymbolTable(b []byte) (*SymbolTable, error) {
-	text, err := gunzipCapped(b, maxSymbolTableBytes)
+func decode(b []byte) (*Table, error) {
+	text, err := bounded.Gunzip(b, MaxBytes)
 	if err != nil {
 		return nil, err
 	}
 	dec := json.NewDecoder(text)
-	text.held, text.maxHeld = dec.InputOffset, maxEntryBytes
+	text.HoldAtMost(dec.InputOffset, maxEntryBytes)
 	if err := delim(dec, '{'); err != nil {
 		return nil, err
 	}
-	t := NewSymbolTable()
+	t := New()
 	version, unknown := 0, 0
 	seen := map[string]bool{}
 	for dec.More() {

@@ -1,4 +1,4 @@
-package recording
+package symtab
 
 import (
 	"testing"
@@ -14,10 +14,10 @@ func TestLinked(t *testing.T) {
 	st := func(count, epoch uint64, marking bool) payload.GCStamp {
 		return payload.GCStamp{Stamped: true, Count: count, Epoch: epoch, Marking: marking}
 	}
-	sample := func(s payload.GCStamp) check { return sampleCheck(s) }
+	sample := func(s payload.GCStamp) Check { return SampleCheck(s) }
 	for _, c := range []struct {
 		name string
-		a, b check
+		a, b Check
 		want bool
 	}{
 		{"same interval", sample(st(7, 3, false)), sample(st(7, 3, false)), true},
@@ -26,8 +26,8 @@ func TestLinked(t *testing.T) {
 		{"many GCs since a sample while the epoch's major GC marked", sample(st(3, 3, true)), sample(st(40, 3, false)), false},
 		{"two GCs since a sample while the epoch's major GC marked", sample(st(3, 3, true)), sample(st(5, 3, false)), true},
 		{"three GCs since a sample while the epoch's major GC marked", sample(st(3, 3, true)), sample(st(6, 3, false)), false},
-		{"a read before the epoch's major GC swept", check{st: st(3, 3, false)}, check{st: st(40, 3, false)}, false},
-		{"a read once it swept", check{st: st(3, 3, false), safe: true}, check{st: st(40, 3, false)}, true},
+		{"a read before the epoch's major GC swept", Check{st: st(3, 3, false)}, Check{st: st(40, 3, false)}, false},
+		{"a read once it swept", Check{st: st(3, 3, false), safe: true}, Check{st: st(40, 3, false)}, true},
 		{"a major GC since, still marking", sample(st(7, 3, false)), sample(st(8, 8, true)), true},
 		{"a major GC since, done marking: it may have compacted", sample(st(7, 3, false)), sample(st(8, 8, false)), false},
 		{"a major GC since, then a minor one", sample(st(7, 3, false)), sample(st(9, 8, false)), false},
@@ -47,7 +47,7 @@ func TestOldCheckRun(t *testing.T) {
 	st := func(count, epoch uint64) payload.GCStamp {
 		return payload.GCStamp{Stamped: true, Count: count, Epoch: epoch}
 	}
-	r := oldCheck{lo: sampleCheck(st(10, 3)), hi: sampleCheck(st(10, 3))}
+	r := OldRun{lo: SampleCheck(st(10, 3)), hi: SampleCheck(st(10, 3))}
 	for _, c := range []struct {
 		st   payload.GCStamp
 		want bool
@@ -56,7 +56,7 @@ func TestOldCheckRun(t *testing.T) {
 		{st(31, 31), false}, // a major GC since, done marking
 		{st(2, 2), false},   // before the epoch's major GC
 	} {
-		if got := r.extend(sampleCheck(c.st)); got != c.want {
+		if got := r.Extend(SampleCheck(c.st)); got != c.want {
 			t.Errorf("run %+v..%+v takes %+v: %v, want %v", r.lo.st, r.hi.st, c.st, got, c.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package recording
+package symtab
 
 import (
 	"strconv"
@@ -12,8 +12,8 @@ import (
 // MaxNameBytes; past the budget a frame gets its method's name without a
 // line, and past the reserve OverBudgetLabel; each such name says so.
 func TestSymbolTableBudget(t *testing.T) {
-	tab := NewSymbolTable()
-	tab.setBudget(budget{names: 1 << 20, keys: 1 << 20})
+	tab := New()
+	tab.SetBudget(1<<20, 1<<20)
 	long := strings.Repeat("é", 4<<10) // cut inside a character, or not, as the prefix is odd or even
 	var exact, coarse, over int
 	for m := range 200 {

@@ -1,14 +1,12 @@
-package recording
+package symtab
 
 import (
 	"bytes"
 	"compress/gzip"
 	"io"
 	"runtime"
-	"strings"
 	"testing"
 
-	"github.com/rubyperf/rubyperf/native"
 	"github.com/rubyperf/rubyperf/payload"
 )
 
@@ -65,7 +63,7 @@ func checkAllocated(t *testing.T, what string, got uint64, text int64) {
 // errors, never a panic, no more allocated than allocPerByte a byte of
 // text read, and what decodes encodes again, and decodes the same.
 func FuzzDecodeSymbolTable(f *testing.F) {
-	t := NewSymbolTable()
+	t := New()
 	k := FrameKey{PID: 1, Gen: 2, Iseq: 0x1000, PC: 0x2000}
 	t.Frames[k] = []Named{{FrameInfo: FrameInfo{Label: "Object#m", Path: "a.rb", HasPath: true, Line: 3}, Span: payload.FullSpan},
 		{FrameInfo: FrameInfo{Label: "Object#n", Path: "a.rb", HasPath: true, Line: 9}, Span: payload.Span{Epoch: 4, From: 11, To: 11}}}
@@ -85,12 +83,12 @@ func FuzzDecodeSymbolTable(f *testing.F) {
 		if zip {
 			data = gzipped(data)
 		}
-		text := gunzippedLen(data, maxSymbolTableBytes)
-		var st *SymbolTable
+		text := gunzippedLen(data, MaxBytes)
+		var st *Table
 		var err error
-		checkAllocated(t, "a Ruby symbol table", allocated(func() { st, err = DecodeSymbolTable(data) }), text)
-		if text > maxSymbolTableBytes && err == nil {
-			t.Fatalf("a table decompressing past %d bytes decodes", maxSymbolTableBytes)
+		checkAllocated(t, "a Ruby symbol table", allocated(func() { st, err = Decode(data) }), text)
+		if text > MaxBytes && err == nil {
+			t.Fatalf("a table decompressing past %d bytes decodes", MaxBytes)
 		}
 		if err != nil {
 			return
@@ -99,45 +97,13 @@ func FuzzDecodeSymbolTable(f *testing.F) {
 		if err != nil {
 			t.Fatalf("a decoded table does not encode: %v", err)
 		}
-		st2, err := DecodeSymbolTable(again)
+		st2, err := Decode(again)
 		if err != nil {
 			t.Fatalf("a decoded table, encoded, does not decode: %v", err)
 		}
 		if len(st2.Names) != len(st.Names) || len(st2.Frames) != len(st.Frames) || len(st2.VMExec) != len(st.VMExec) {
 			t.Fatalf("a table decoded, encoded and decoded again has %d names, %d frames, %d VM entries; first %d, %d, %d",
 				len(st2.Names), len(st2.Frames), len(st2.VMExec), len(st.Names), len(st.Frames), len(st.VMExec))
-		}
-	})
-}
-
-// FuzzDecodeKallsyms feeds arbitrary bytes, gzipped or not, to the kernel
-// symbol table's decoder (FeatureKallsyms, a section of any perf.data a
-// user opens): errors, never a panic, no more allocated than allocPerByte
-// a byte of the text it may read (maxKallsymsRatio times the section, a
-// section that decompresses past it refused), and no symbol without a name.
-func FuzzDecodeKallsyms(f *testing.F) {
-	f.Add([]byte("ffffffff81000000 T _stext\nffffffff81000010 t helper\t[mod]\n0000000000000000 T hidden\nffffffff81000020 D data\n"), true)
-	f.Add([]byte("81000000 W weak\nnot a line\n\n"), true)
-	f.Add([]byte(strings.Repeat("ffffffff81000000 T a\n", 16)), true)
-	f.Add([]byte(strings.Repeat("x", 1100)), true)
-	f.Add(gzipped([]byte(strings.Repeat("ffffffff81000000 T a\n", 1<<12))), false)
-	f.Fuzz(func(t *testing.T, data []byte, zip bool) {
-		if zip {
-			data = gzipped(data)
-		}
-		limit := min(int64(len(data))*maxKallsymsRatio+64<<10, maxKallsyms)
-		text := min(gunzippedLen(data, limit), limit+1)
-		var k *native.Kernel
-		var err error
-		checkAllocated(t, "a kernel symbol table", allocated(func() { k, err = decodeKallsyms(data) }), text)
-		if text > limit && err == nil {
-			t.Fatalf("%d bytes of section decompressing past %d decode", len(data), limit)
-		}
-		if err != nil {
-			return
-		}
-		if name, _, ok := k.Symbol(^uint64(0)); ok && name == "" {
-			t.Fatalf("a symbol without a name")
 		}
 	})
 }

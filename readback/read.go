@@ -1,4 +1,4 @@
-package recording
+package readback
 
 import (
 	"encoding/binary"
@@ -20,6 +20,7 @@ import (
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // ReadOptions tune how a recording is read.
@@ -34,7 +35,7 @@ type ReadOptions struct {
 	// Warn, when set, gets a line, once the whole recording has been read,
 	// about a recording that was not finished, one about each symbol table
 	// in it that could not be read (its frames show unnamed), and one for
-	// each mapped file refused (refusedWarner).
+	// each mapped file refused (RefusedWarner).
 	Warn io.Writer
 }
 
@@ -93,7 +94,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		return nil, err
 	}
 	defer r.Close()
-	symtab := NewSymbolTable()
+	table := symtab.New()
 	var stats ReadStats
 	// What could not be read is told once the rest has been: a recording
 	// that then fails to read is told in one line, its error.
@@ -101,8 +102,8 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 	warn := func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
 	if b, ok := r.Feature(perfdata.Feature(FeatureRubySymbols)); ok {
 		// A table that cannot be read costs the Ruby names, not the samples.
-		if t, err := DecodeSymbolTable(b); err == nil {
-			symtab = t
+		if t, err := symtab.Decode(b); err == nil {
+			table = t
 		} else {
 			warn("%s: %v: Ruby frames show as %s", path, err, rubystack.UnknownLabel)
 		}
@@ -120,11 +121,11 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 				owner = int(sys.Uid)
 			}
 		}
-		b, err := safefile.ReadOwned(SymbolsPath(path), maxSymbolTableBytes, owner)
+		b, err := safefile.ReadOwned(SymbolsPath(path), symtab.MaxBytes, owner)
 		if err == nil {
-			var t *SymbolTable
-			if t, err = DecodeSymbolTable(b); err == nil {
-				symtab, stats.SymbolsFrom = t, SymbolsPath(path)
+			var t *symtab.Table
+			if t, err = symtab.Decode(b); err == nil {
+				table, stats.SymbolsFrom = t, SymbolsPath(path)
 				names = "Ruby names from " + stats.SymbolsFrom
 			} else {
 				err = fmt.Errorf("%s: %w", SymbolsPath(path), err)
@@ -149,9 +150,8 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 			warn("%s: %v: kernel frames show as %s", path, err, rubystack.UnknownLabel)
 		}
 	}
-	rd := &reader{opts: opts, symtab: symtab, kernel: kernel, maps: map[uint32]*native.Maps{},
-		comms: map[uint32]string{}, objs: &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}, Refused: refusedWarner(opts.Warn)},
-		stats: stats}
+	rd := NewReader(opts, table, kernel, &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}, Refused: RefusedWarner(opts.Warn)})
+	rd.stats = stats
 	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
 	// may sit in the file after samples that need it. Like perf, apply them
 	// by time: collect them first, then replay them up to each sample's time.
@@ -166,11 +166,10 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		switch rec := r.Record().(type) {
 		case *perfdata.Sample:
 			for next < len(side) && side[next].time <= rec.Time {
-				rd.apply(side[next].rec)
+				rd.Apply(side[next].rec)
 				next++
 			}
-			st := rd.stack(rec, nil)
-			rd.stats.Samples++
+			st := rd.Stack(rec, nil)
 			if err := fn(st); err != nil {
 				return &rd.stats, err
 			}
@@ -219,8 +218,9 @@ func sideBand(path string) ([]timed, error) {
 	return out, r.Err()
 }
 
-// apply takes one side-band record into the processes' state.
-func (rd *reader) apply(rec perfdata.Record) {
+// Apply takes one side-band record (COMM, MMAP, MMAP2, FORK) into the
+// processes' state.
+func (rd *Reader) Apply(rec perfdata.Record) {
 	switch rec := rec.(type) {
 	case *perfdata.Mmap2:
 		rd.mapsOf(rec.Pid).Add(native.Mapping{Start: rec.Addr, Limit: rec.Addr + rec.Len, Offset: rec.Pgoff,
@@ -242,17 +242,23 @@ func (rd *reader) apply(rec perfdata.Record) {
 	}
 }
 
-type reader struct {
+// Reader merges a recording's samples one at a time, as they are read:
+// the side-band records taken so far (Apply) say what each process maps
+// and each thread is called; the symbol table names the Ruby frames, and
+// the kernel's symbols the kernel frames. ReadStacks reads a file through
+// one; a live recording reads its records through another as they come.
+type Reader struct {
 	opts   ReadOptions
-	symtab *SymbolTable
+	symtab *symtab.Table
 	kernel *native.Kernel
 	maps   map[uint32]*native.Maps
 	comms  map[uint32]string
 	objs   *native.Objects
 	stats  ReadStats
-	// objectsOf, when set, gives the files a process maps, as it sees them
-	// (a live recording's processes may be in containers); else objs.
-	objectsOf func(pid uint32) *native.Objects
+	// ObjectsOf, when set, gives the files a process maps, as it sees them
+	// (a live recording's processes may be in containers); else the
+	// Reader's own.
+	ObjectsOf func(pid uint32) *native.Objects
 
 	// Buffers reused from one sample to the next.
 	payload payload.Payload
@@ -263,10 +269,24 @@ type reader struct {
 	merger  merge.Merger
 }
 
+// NewReader returns a Reader naming Ruby frames through table, kernel
+// frames through kernel (nil: none), and native frames through the files
+// objs loads (unless ObjectsOf says otherwise).
+func NewReader(opts ReadOptions, table *symtab.Table, kernel *native.Kernel, objs *native.Objects) *Reader {
+	return &Reader{opts: opts, symtab: table, kernel: kernel, maps: map[uint32]*native.Maps{},
+		comms: map[uint32]string{}, objs: objs}
+}
+
+// ForgetThread drops what the Reader knows of thread tid (its name).
+func (rd *Reader) ForgetThread(tid uint32) { delete(rd.comms, tid) }
+
+// ForgetProcess drops what the Reader knows of process pid (its mappings).
+func (rd *Reader) ForgetProcess(pid uint32) { delete(rd.maps, pid) }
+
 // objects is where the files pid maps are loaded from.
-func (rd *reader) objects(pid uint32) *native.Objects {
-	if rd.objectsOf != nil {
-		return rd.objectsOf(pid)
+func (rd *Reader) objects(pid uint32) *native.Objects {
+	if rd.ObjectsOf != nil {
+		return rd.ObjectsOf(pid)
 	}
 	return rd.objs
 }
@@ -275,11 +295,11 @@ func (rd *reader) objects(pid uint32) *native.Objects {
 // plant a FIFO at every path a process maps.
 const maxRefusedLines = 16
 
-// refusedWarner tells w, one line each, of the mapped files that were not
+// RefusedWarner tells w, one line each, of the mapped files that were not
 // read because something other than a regular file is at their path now (a
 // FIFO put there after the recording, say): those frames go unnamed. Nil
 // when w is.
-func refusedWarner(w io.Writer) func(error) {
+func RefusedWarner(w io.Writer) func(error) {
 	if w == nil {
 		return nil
 	}
@@ -294,7 +314,7 @@ func refusedWarner(w io.Writer) func(error) {
 	}
 }
 
-func (rd *reader) mapsOf(pid uint32) *native.Maps {
+func (rd *Reader) mapsOf(pid uint32) *native.Maps {
 	m, ok := rd.maps[pid]
 	if !ok {
 		m = &native.Maps{}
@@ -303,16 +323,25 @@ func (rd *reader) mapsOf(pid uint32) *native.Maps {
 	return m
 }
 
+// Stack merges sample s, and counts it; p is its payload, decoded (and
+// named) by a live recording, or nil: decoded here from s.Raw. The stack's
+// Frames are valid until the next call.
+func (rd *Reader) Stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
+	st := rd.stack(s, p)
+	rd.stats.Samples++
+	return st
+}
+
 // stack merges sample s; p is its payload, decoded (and named) by a live
 // recording, or nil: decoded here from s.Raw.
-func (rd *reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
+func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
 	var perr error
 	if p == nil {
 		p = &rd.payload
 		perr = payload.DecodeInto(p, s.Raw)
 	}
-	im := Image{PID: s.Pid}
+	im := symtab.Image{PID: s.Pid}
 	if perr == nil {
 		im.Gen = p.Gen
 	}
@@ -346,7 +375,7 @@ func (rd *reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 			case r.Name == rubystack.UnknownLabel:
 				rd.stats.Unknown++
 				unnamed = true
-			case r.Name == ReplacedLabel:
+			case r.Name == symtab.ReplacedLabel:
 				rd.stats.NotNamed++
 				unnamed = true
 			}
@@ -391,7 +420,7 @@ func (rd *reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 
 // kernelFrames names the kernel part of a callchain (the user part is
 // unwound from the stack copy).
-func (rd *reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Native {
+func (rd *Reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Native {
 	for ip := range perfdata.CallchainIn(chain, perfdata.ContextKernel) {
 		f := merge.Frame{Kind: merge.KindKernel, Name: rubystack.UnknownLabel, File: "[kernel.kallsyms]", Addr: ip}
 		if name, off, ok := rd.kernel.Symbol(ip); ok {
@@ -407,7 +436,7 @@ func (rd *reader) kernelFrames(out []merge.Native, chain []uint64) []merge.Nativ
 // unwound here from its stack copy, whichever reach further; the copy is
 // unwound only when the program's walk ended short of the thread's first
 // frame (JIT code, no call frame information).
-func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, p *payload.Payload, im Image) []merge.Native {
+func (rd *Reader) userFrames(out []merge.Native, s *perfdata.Sample, p *payload.Payload, im symtab.Image) []merge.Native {
 	maps, ok := rd.maps[s.Pid]
 	if !ok {
 		return out
@@ -466,9 +495,9 @@ func (rd *reader) userFrames(out []merge.Native, s *perfdata.Sample, p *payload.
 	return out
 }
 
-func (rd *reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
+func (rd *Reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
 	r := merge.Ruby{Finish: f.Finish}
-	var info FrameInfo
+	var info symtab.FrameInfo
 	var named, ok bool
 	if p.Flags&payload.Named != 0 {
 		// The recorder decided the frame's name when it read the sample,
@@ -476,7 +505,7 @@ func (rd *reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
 		// (f.Error with f.Env): the id alone says.
 		info, named, ok = rd.symtab.FrameName(f.Iseq)
 	} else {
-		info, named, ok = rd.symtab.Lookup(Key(p.PID, p.Gen, f), p.GC)
+		info, named, ok = rd.symtab.Lookup(symtab.Key(p.PID, p.Gen, f), p.GC)
 		named = named && !f.Error
 	}
 	switch {
@@ -485,7 +514,7 @@ func (rd *reader) rubyFrame(p *payload.Payload, f payload.Frame) merge.Ruby {
 	case !ok:
 		// Named only for other GC intervals: the code there may have been
 		// freed and replaced since.
-		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: ReplacedLabel}
+		r.Frame = merge.Frame{Kind: merge.KindRuby, Name: symtab.ReplacedLabel}
 	case info.Drop:
 		r.Hidden = true
 	default:
@@ -512,7 +541,7 @@ func compilerClone(name string) string {
 // callchainUserFrames names the user part of a callchain: what there is of
 // a native stack when a sample has no stack copy (perf record -g, or frame
 // pointers).
-func (rd *reader) callchainUserFrames(out []merge.Native, chain []uint64, maps *native.Maps, objs *native.Objects) []merge.Native {
+func (rd *Reader) callchainUserFrames(out []merge.Native, chain []uint64, maps *native.Maps, objs *native.Objects) []merge.Native {
 	for ip := range perfdata.CallchainIn(chain, perfdata.ContextUser) {
 		fr := merge.Frame{Kind: merge.KindNative, Name: rubystack.UnknownLabel, Addr: ip}
 		if m, ok := maps.Find(ip); ok {

@@ -1,4 +1,4 @@
-package recording
+package symtab
 
 import (
 	"github.com/rubyperf/rubyperf/payload"
@@ -9,10 +9,10 @@ import (
 // it, it starts afresh (a name is then read again, as at first).
 const maxOldChecks = 1 << 16
 
-// check is a moment at which the objects at a frame key's addresses were
+// Check is a moment at which the objects at a frame key's addresses were
 // found in the old generation: by the program, for a sample (payload.Frame's
 // IseqOld and MEOld), or by a read that named them.
-type check struct {
+type Check struct {
 	st payload.GCStamp
 	// safe: nothing old there is freed before the next major GC: a sample
 	// ran the code (so a GC that had marked kept it), and not while the
@@ -20,14 +20,14 @@ type check struct {
 	safe bool
 }
 
-// sampleCheck is the check the program made for a sample stamped st.
-func sampleCheck(st payload.GCStamp) check {
-	return check{st: st, safe: !(st.Count == st.Epoch && st.Marking)}
+// SampleCheck is the check the program made for a sample stamped st.
+func SampleCheck(st payload.GCStamp) Check {
+	return Check{st: st, safe: !(st.Count == st.Epoch && st.Marking)}
 }
 
 // readCheck is the check of a read made under stamp now.
-func readCheck(now rubystack.GCStamp) check {
-	return check{st: stampOf(now), safe: now.Count != now.Epoch || now.Idle}
+func readCheck(now rubystack.GCStamp) Check {
+	return Check{st: stampOf(now), safe: now.Count != now.Epoch || now.Idle}
 }
 
 // linked says whether a check a, then a later one b, both finding old
@@ -42,7 +42,7 @@ func readCheck(now rubystack.GCStamp) check {
 //     allocated after, then promoted, which takes three GCs' marking more;
 //   - or both are of one epoch, and a is safe: old objects are freed only
 //     by a major GC, and a's were not garbage its sweep had yet to free.
-func linked(a, b check) bool {
+func linked(a, b Check) bool {
 	if !a.st.Stamped || !b.st.Stamped || a.st.Compacting || b.st.Compacting || b.st.Count < a.st.Count {
 		return false
 	}
@@ -65,24 +65,24 @@ func linked(a, b check) bool {
 // one a sample stamped sample ran there, without the program's word on
 // its generation then (linked's first way).
 func sameObjects(sample payload.GCStamp, now rubystack.GCStamp) bool {
-	return linked(check{st: sample}, readCheck(now))
+	return linked(Check{st: sample}, readCheck(now))
 }
 
-// readBetween is the check that a read made from stamp before to stamp
+// ReadBetween is the check that a read made from stamp before to stamp
 // after stands for, where one holds: a minor GC may have run meanwhile (at
 // hundreds a second, it often does), which frees and moves nothing old, so
 // what was read of old objects stands, as read no later than after.
-func readBetween(before, after rubystack.GCStamp) (check, bool) {
+func ReadBetween(before, after rubystack.GCStamp) (Check, bool) {
 	if after.Epoch != before.Epoch || after.Compacting {
-		return check{}, false
+		return Check{}, false
 	}
-	return check{st: stampOf(after), safe: readCheck(before).safe}, true
+	return Check{st: stampOf(after), safe: readCheck(before).safe}, true
 }
 
-// provenFor says whether the old objects a read found were those a sample
+// ProvenFor says whether the old objects a read found were those a sample
 // stamped st ran; old: the program found them old then too.
-func provenFor(st payload.GCStamp, old bool, read check) bool {
-	return linked(check{st: st}, read) || old && linked(sampleCheck(st), read)
+func ProvenFor(st payload.GCStamp, old bool, read Check) bool {
+	return linked(Check{st: st}, read) || old && linked(SampleCheck(st), read)
 }
 
 // stampOf is a stamp read by user space as the program stamps samples.
@@ -91,20 +91,27 @@ func stampOf(s rubystack.GCStamp) payload.GCStamp {
 }
 
 // before orders checks by the GC's progress.
-func before(a, b check) bool {
+func before(a, b Check) bool {
 	return a.st.Count < b.st.Count || a.st.Count == b.st.Count && a.st.Marking && !b.st.Marking
 }
 
-// oldCheck is a run of checks that found the same old objects at a frame
+// OldRun is a run of checks that found the same old objects at a frame
 // key's addresses, each linked to the run: the objects a read named info.
 // Each sample of the run has that name, though it was read GCs later.
-type oldCheck struct {
+type OldRun struct {
 	info   FrameInfo
-	lo, hi check // the earliest and latest checks
+	lo, hi Check // the earliest and latest checks
 }
 
-// extend adds c to the run if it found the run's objects.
-func (r *oldCheck) extend(c check) bool {
+// RunFrom is the run of one check, c, of objects whose name the table does
+// not keep (the environment chains the recorder walks keep runs too).
+func RunFrom(c Check) OldRun { return OldRun{lo: c, hi: c} }
+
+// Started says whether the run holds a check (the zero OldRun holds none).
+func (r OldRun) Started() bool { return r.lo.st.Stamped }
+
+// Extend adds c to the run if it found the run's objects.
+func (r *OldRun) Extend(c Check) bool {
 	switch {
 	case before(r.hi, c):
 		if !linked(r.hi, c) {
@@ -127,12 +134,12 @@ func (r *oldCheck) extend(c check) bool {
 // run takes it; it returns the span the name holds for, the zero Span if
 // none. A run that does not take it is kept: samples come out of order,
 // and a read will start another when needed.
-func (t *SymbolTable) checkedOld(k FrameKey, f payload.Frame, st payload.GCStamp) (FrameInfo, payload.Span) {
+func (t *Table) checkedOld(k FrameKey, f payload.Frame, st payload.GCStamp) (FrameInfo, payload.Span) {
 	if !f.IseqOld && !f.CFrame || !f.MEOld || !st.Stamped {
 		return FrameInfo{}, payload.Span{}
 	}
 	r, ok := t.oldChecks[k]
-	if !ok || !r.extend(sampleCheck(st)) {
+	if !ok || !r.Extend(SampleCheck(st)) {
 		return FrameInfo{}, payload.Span{}
 	}
 	t.oldChecks[k] = r
@@ -148,13 +155,13 @@ func (t *SymbolTable) checkedOld(k FrameKey, f payload.Frame, st payload.GCStamp
 
 // checkedRead starts or continues the run of key k with a read, check c,
 // that found its objects old and named them info.
-func (t *SymbolTable) checkedRead(k FrameKey, info FrameInfo, c check) {
-	if r, ok := t.oldChecks[k]; ok && r.info == info && r.extend(c) {
+func (t *Table) checkedRead(k FrameKey, info FrameInfo, c Check) {
+	if r, ok := t.oldChecks[k]; ok && r.info == info && r.Extend(c) {
 		t.oldChecks[k] = r
 		return
 	}
 	if t.oldChecks == nil || len(t.oldChecks) >= maxOldChecks {
-		t.oldChecks = map[FrameKey]oldCheck{}
+		t.oldChecks = map[FrameKey]OldRun{}
 	}
-	t.oldChecks[k] = oldCheck{info: info, lo: c, hi: c}
+	t.oldChecks[k] = OldRun{info: info, lo: c, hi: c}
 }

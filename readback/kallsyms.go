@@ -1,8 +1,9 @@
-package recording
+package readback
 
 import (
 	"fmt"
 
+	"github.com/rubyperf/rubyperf/internal/bounded"
 	"github.com/rubyperf/rubyperf/native"
 )
 
@@ -12,17 +13,21 @@ import (
 // more is not the kernel's.
 const maxKallsymsRatio = 64
 
+// MaxKallsyms bounds /proc/kallsyms as read, by the recorder and from a
+// recording (it is ~10 MiB on a big kernel).
+const MaxKallsyms = 64 << 20
+
 // decodeKallsyms reads a FeatureKallsyms section: at most maxKallsymsRatio
-// times its own size of text, and maxKallsyms.
+// times its own size of text, and MaxKallsyms.
 func decodeKallsyms(b []byte) (*native.Kernel, error) {
-	limit := min(int64(len(b))*maxKallsymsRatio+64<<10, maxKallsyms)
-	text, err := gunzipCapped(b, limit)
+	limit := min(int64(len(b))*maxKallsymsRatio+64<<10, MaxKallsyms)
+	text, err := bounded.Gunzip(b, limit)
 	if err != nil {
 		return nil, fmt.Errorf("kernel symbol table: %w", err)
 	}
 	k, err := native.ParseKallsyms(text)
 	if err != nil {
-		if text.n > limit {
+		if text.Over() {
 			err = fmt.Errorf("over %d bytes decompressed from %d compressed (kallsyms compresses under %d:1)",
 				limit, len(b), maxKallsymsRatio)
 		}

@@ -1,0 +1,20 @@
+package readback
+
+// The sections of a perf.data a recording adds to perf's: private
+// feature bits, which perf 6.1 skips.
+
+// FeatureRubySymbols is the private perf.data feature bit holding the Ruby
+// symbol table. perf 6.1 skips feature bits it does not know.
+const FeatureRubySymbols = 200
+
+// FeatureKallsyms holds /proc/kallsyms as it was while recording, gzipped,
+// so kernel frames can be named on another machine.
+const FeatureKallsyms = 201
+
+// FeatureStartTime holds when sampling started, wall-clock time: a u64 of
+// Unix nanoseconds (samples carry perf's clock, which counts from boot).
+const FeatureStartTime = 202
+
+// SymbolsPath is where a recording in progress keeps a copy of its Ruby
+// symbol table: beside it, removed once the table is in the file.
+func SymbolsPath(recording string) string { return recording + ".symbols" }
