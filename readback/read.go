@@ -50,7 +50,7 @@ type ReadStats struct {
 	Fallbacks   int // samples whose Ruby and native stacks could not be interleaved
 	Incomplete  int // samples whose native unwinding stopped early (merge.IncompleteName)
 	// TableUnwound counts samples whose native frames the program unwound
-	// with the unwind tables (Options.NativeTables when recorded).
+	// with the unwind tables (record --unwind tables or both).
 	TableUnwound int
 	Truncated    int // samples whose Ruby stack was cut at payload.MaxFrames (merge.TruncatedName)
 	NoPayload    int // samples without a readable Ruby payload (native only)
