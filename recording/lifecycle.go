@@ -80,6 +80,7 @@ func (s *session) openOptions(debugFile string) rubybuild.OpenOptions {
 // attach attaches pid as the session does: sharing what earlier attaches
 // worked out.
 func (s *session) attach(pid int, debugFile string) (*Target, error) {
+	defer s.tables.prepare(pid)() // while it is attached
 	return Attach(pid, s.openOptions(debugFile), s.files)
 }
 
@@ -104,6 +105,7 @@ func (s *session) skipped(pid int, err error) {
 // add makes t a target: sampled from now on, with its threads and
 // mappings described in the file (timestamp 0: before any sample).
 func (s *session) add(t *Target) error {
+	s.tables.awaitTables(t.PID) // (not under s.mu)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.targets[t.PID]; ok {
@@ -125,9 +127,6 @@ func (s *session) add(t *Target) error {
 	}
 	s.nextGen++
 	s.register(t)
-	// Its tables come a moment later: sampling must start at once (a
-	// target forking as it starts must be followed from its fork).
-	s.tables.request(t.PID)
 	return nil
 }
 

@@ -291,6 +291,9 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	s := &session{opts: opts, symtab: symtab.New(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
 		lifecycle: newLifecycle()}
+	if opts.NativeTables {
+		s.tables = newUnwindTables(s) // (its sampler once open)
+	}
 	b := splitBudget(opts.MemoryBudget)
 	s.symtab.SetBudget(b.names, b.keys)
 	s.maxLastHeld = int(b.lastFrames / lastFrameCost)
@@ -328,8 +331,15 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	s.sampler = sampler
 	defer sampler.Close()
-	if opts.NativeTables {
-		s.tables = newUnwindTables(s)
+	if s.tables != nil {
+		// The tables' goroutine uses the sampler: it ends before the
+		// sampler is closed (defers run last first). It starts now, for
+		// the targets about to be added.
+		s.tables.sampler = sampler
+		tablesCtx, tablesDone := context.WithCancel(ctx)
+		var tablesRun sync.WaitGroup
+		tablesRun.Go(func() { s.tables.run(tablesCtx) })
+		defer func() { tablesDone(); tablesRun.Wait() }()
 	}
 
 	// The recording goes to a new file that replaces the output only once
@@ -370,12 +380,14 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, fmt.Errorf("start %s: %w", opts.Command[0], err)
 		}
 		s.command = cmd.Process.Pid
+		stopPreparing := s.tables.prepare(s.command) // while it starts and is attached
 		// Wait for the command only after attaching: attaching stops its
 		// main thread with ptrace, and as its parent a concurrent wait
 		// would take that stop for itself.
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		t, err := AttachWhenReady(actx, cmd.Process.Pid, s.openOptions(opts.DebugFile), s.files)
 		cancel()
+		stopPreparing()
 		go func() {
 			// Wait only once it has exited: attaching it again after an
 			// exec stops it with ptrace, and a wait of its parent (this
@@ -468,13 +480,6 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		}
 	}()
 	go s.discover(runCtx)
-	// The tables' goroutine uses the sampler: it ends before the sampler
-	// is closed.
-	tablesCtx, tablesDone := context.WithCancel(runCtx)
-	var tablesRun sync.WaitGroup
-	if s.tables != nil {
-		tablesRun.Go(func() { s.tables.run(tablesCtx) })
-	}
 	if opts.Status != nil {
 		go s.status(runCtx, start)
 	}
@@ -484,8 +489,6 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		handle = opts.wrapHandle(handle)
 	}
 	runErr := sampler.Run(runCtx, handle)
-	tablesDone()
-	tablesRun.Wait()
 	sampler.Stop()
 	if cmd != nil {
 		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)

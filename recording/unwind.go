@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/native"
@@ -16,9 +17,9 @@ import (
 // (Options.NativeTables): every executable file a target maps has its call
 // frame information compiled once per file (shared by the targets that map
 // it) and its rows loaded once; a target's list of mappings with rows is
-// made right after attach (its first samples go without: the stack copy
-// serves them, if any) and again after it maps more code (a C extension
-// required) or forks. The work runs in its own goroutine, never under the
+// made as it is added, the files compiled while it was attached
+// (prepare), and again after it maps more code (a C extension required)
+// or forks. The work runs in its own goroutine, never under the
 // session's lock and never before a target is sampled: neither naming
 // samples nor following a fork may wait for a compile (about 10 ms for a
 // libruby, more to read its call frame information).
@@ -37,7 +38,7 @@ type unwindTables struct {
 
 func newUnwindTables(s *session) *unwindTables {
 	host := &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}}
-	u := &unwindTables{sampler: s.sampler, spaces: newMountSpaces(host, s.opts.Debuginfo, nil),
+	u := &unwindTables{spaces: newMountSpaces(host, s.opts.Debuginfo, nil),
 		pending: map[int]bool{}, wake: make(chan struct{}, 1), warned: map[string]bool{}}
 	u.warn = func(key, msg string) {
 		s.mu.Lock()
@@ -90,15 +91,84 @@ func (u *unwindTables) run(ctx context.Context) {
 	}
 }
 
-// load makes pid's list of mappings with rows. A target the tables cannot
-// serve is still sampled: its samples go without native frames from the
-// program (the stack copy, if any, serves).
-func (u *unwindTables) load(pid int) {
-	u.loading.Lock()
-	defer u.loading.Unlock()
+// prepare compiles, in the background, the tables of the files pid maps,
+// while it is attached: attaching takes longer than most compiles, so that
+// the list made after attach (load) finds them ready and the target's first
+// samples have their native frames. A process that is just starting maps
+// its libraries as it goes: the maps are read again every few ms until the
+// returned stop is called (or a few seconds have passed).
+func (u *unwindTables) prepare(pid int) (stop func()) {
+	if u == nil || runtime.GOARCH != "amd64" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		seen := map[string]bool{}
+		for range prepareRounds {
+			u.compileMapped(pid, seen)
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
+}
+
+// prepareRounds bounds prepare's reads of a process's maps (5 ms apart).
+const prepareRounds = 600
+
+// compileMapped compiles the tables of the files pid maps now, but those in
+// seen (nil: none), which it adds to.
+func (u *unwindTables) compileMapped(pid int, seen map[string]bool) {
+	for _, m := range execMappings(pid) {
+		if m.Path == "" || m.Path[0] != '/' || seen[m.Path] {
+			continue
+		}
+		if seen != nil {
+			seen[m.Path] = true
+		}
+		u.loading.Lock()
+		objs := u.spaces.objectsOf(uint32(pid))
+		u.spaces.forget(uint32(pid))
+		objs.Get(m.Path).Table(native.ArchX86_64)
+		u.loading.Unlock()
+	}
+}
+
+// maxPrepareWait bounds how long a target's first sample waits for its
+// tables (awaitTables): the longer, the later a fork it makes meanwhile is
+// followed.
+const maxPrepareWait = 50 * time.Millisecond
+
+// awaitTables makes pid's list of mappings with rows before it is sampled,
+// compiling what prepare has not, so that its first samples have their
+// native frames; it waits at most maxPrepareWait, and a list not made by
+// then is made as soon as it can be.
+func (u *unwindTables) awaitTables(pid int) {
+	if u == nil || runtime.GOARCH != "amd64" {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		u.compileMapped(pid, nil)
+		u.load(pid)
+	}()
+	select {
+	case <-done:
+	case <-time.After(maxPrepareWait):
+	}
+}
+
+// execMappings are pid's executable mappings (none when it is gone).
+func execMappings(pid int) []native.Mapping {
 	pm, err := procmaps.Read(pid)
 	if err != nil {
-		return // gone: its exit ends it
+		return nil
 	}
 	list := make([]native.Mapping, 0, len(pm))
 	for _, m := range pm {
@@ -106,6 +176,19 @@ func (u *unwindTables) load(pid int) {
 			list = append(list, native.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, Path: m.Path, Exec: true})
 		}
 	}
+	return list
+}
+
+// load makes pid's list of mappings with rows. A target the tables cannot
+// serve is still sampled: its samples go without native frames from the
+// program (the stack copy, if any, serves).
+func (u *unwindTables) load(pid int) {
+	list := execMappings(pid)
+	if list == nil {
+		return // gone: its exit ends it
+	}
+	u.loading.Lock()
+	defer u.loading.Unlock()
 	objs := u.spaces.objectsOf(uint32(pid))
 	u.spaces.forget(uint32(pid)) // (a pid may be another process later)
 	n, err := u.sampler.UnwindMappings(pid, list, objs)

@@ -44,11 +44,11 @@ func TestRecordDeepNativeStacks(t *testing.T) {
 	for _, r := range testruby.All(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "rubyperf.data")
-			sum := record(t, "-F", "499", "-o", file, "--", r.Exe, script, "1.5")
+			sum := record(t, "-F", "999", "-o", file, "--", r.Exe, script, "2")
 			n, inc, tables, deepest := incomplete(t, file)
 			t.Logf("%d samples (%d in the summary), %d unwound with the tables, %d incomplete; %d Ruby frames at the deepest",
 				n, sum.samples, tables, inc, deepest)
-			if n < 300 {
+			if n < 1000 {
 				t.Fatalf("only %d samples", n)
 			}
 			if deepest < 100 {
