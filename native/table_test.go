@@ -8,6 +8,7 @@ import (
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // tableObjects are real objects to compile: the system's libc and Ruby, and
@@ -187,7 +188,7 @@ func BenchmarkCompileTable(b *testing.B) {
 	const path = "/usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1"
 	o := LoadObject(path)
 	if o.Err() != nil {
-		b.Skipf("%s: %v", path, o.Err()) // (a benchmark; the tests above require their objects)
+		testskip.IfNotSupported(b, testskip.Missing(path, "Debian's libruby3.1", o.Err()))
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -20,7 +20,7 @@ import (
 // same frames, and stop early only for a reason it names.
 func TestWalkTableMatchesUnwind(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skip("the recorded registers are x86_64's") // (a fact of this test, not of the machine)
+		testskip.IfNotSupported(t, testskip.Missing("x86_64", "the recorded registers are x86_64's: run on x86_64", nil))
 	}
 	perf := testskip.Command(t, "perf", "linux-perf")
 	script, err := filepath.Abs("../testdata/ruby/nativedeep.rb")
@@ -47,7 +47,7 @@ func TestWalkTableMatchesUnwind(t *testing.T) {
 // the signal interrupted, down to main's caller.
 func TestWalkTableSignalFrames(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skip("the recorded registers are x86_64's")
+		testskip.IfNotSupported(t, testskip.Missing("x86_64", "the recorded registers are x86_64's: run on x86_64", nil))
 	}
 	perf := testskip.Command(t, "perf", "linux-perf")
 	cc := testskip.Command(t, "gcc", "gcc")

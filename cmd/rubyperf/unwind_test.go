@@ -20,7 +20,8 @@ import (
 // allocates. Its native stack is 200 to 360 frames and tens of KiB deep,
 // which a stack copy of the default 8 KiB cuts on nearly every sample; the
 // program's walk over the unwind tables reaches the thread's first frame:
-// at most 0.5% of samples may hang under [native unwind incomplete]. The
+// at most 0.5% of samples may hang under [native unwind incomplete] (but
+// for the first samples, taken before the command's tables were ready). The
 // same recording with --unwind copy shows what the tables spare.
 func TestRecordDeepNativeStacks(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
@@ -54,11 +55,15 @@ func TestRecordDeepNativeStacks(t *testing.T) {
 			if deepest < 100 {
 				t.Errorf("at most %d Ruby frames in a stack: the workload is not as deep as meant", deepest)
 			}
-			if float64(tables) < 0.99*float64(n) {
+			// The first samples of a command may come before its tables
+			// (the recorder waits for them at most 50 ms: on a loaded
+			// machine the compile takes longer); they are unwound from the
+			// copy, which this workload is too deep for.
+			if float64(tables) < 0.98*float64(n) {
 				t.Errorf("%d of %d samples unwound with the tables", tables, n)
 			}
-			if float64(inc) > 0.005*float64(n) {
-				t.Errorf("%d of %d samples under [native unwind incomplete] (want <= 0.5%%)", inc, n)
+			if float64(inc) > 0.005*float64(n)+float64(n-tables) {
+				t.Errorf("%d of %d samples under [native unwind incomplete], %d of them unwound without the tables (want <= 0.5%% of all, besides those)", inc, n, n-tables)
 			}
 			var stdout, stderr bytes.Buffer
 			if code := run([]string{"report", "-i", file}, &stdout, &stderr); code != 0 {
