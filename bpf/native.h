@@ -120,11 +120,12 @@ static __always_inline long read_ustack(struct sample_buf *buf, __u64 addr, __u6
 	return 0;
 }
 
+// native_ctx is the state of one native walk: scalars only, for the global
+// function native_frame takes it (map values are looked up there).
 struct native_ctx {
-	struct proc_maps *pm;
-	struct sample_buf *buf;
 	__u64 pc, sp, fp;
 	__u32 tgid;
+	__u32 gen;      // proc_maps.gen when the walk began
 	__u32 fp_known;
 	__u32 stop;    // NATIVE_*; 0 while walking
 	__u32 nowrite; // the iteration that stopped wrote no frame
@@ -191,11 +192,15 @@ __attribute__((noinline)) long row_of(__u32 first, __u32 nrows, __u32 rel)
 // native's tablewalk.go). JIT_SCAN bounds the slots searched.
 #define JIT_SCAN 64
 
-// call_ends_at: the 8 code bytes before a return address end with a call
-// instruction: e8 rel32, or ff /2 (through a register, or memory through a
-// register, SIB, disp8 or disp32, or rip+disp32), whatever prefixes it has.
-static __always_inline int call_ends_at(__u8 b[8])
+// call_ends_at: the code before v ends with a call instruction: e8
+// rel32, or ff /2 (through a register, or memory through a register, SIB,
+// disp8 or disp32, or rip+disp32), whatever prefixes it has. A global
+// function, verified once.
+__attribute__((noinline)) int call_ends_at(__u64 v)
 {
+	__u8 b[8];
+	if (v < 8 || bpf_probe_read_user(b, sizeof(b), (void *)(v - 8)))
+		return 0;
 	if (b[3] == 0xe8)
 		return 1;
 	// ff /2 ends at the end when its modrm and SIB say it is as long as the
@@ -223,45 +228,63 @@ static __always_inline int call_ends_at(__u8 b[8])
 	return 0;
 }
 
-// jit_return: the slot (counted in 8 bytes from sp) of the first value
-// above a JIT frame's sp that is a return address into code with rows, or
-// -1. A global function, verified once.
-__attribute__((noinline)) long jit_return(__u32 tgid, __u64 sp)
+// jit_ctx is the state of one search for a JIT frame's return address.
+struct jit_ctx {
+	__u64 sp;
+	__u32 tgid;
+	__s32 found; // the slot, or -1
+};
+
+// jit_slot checks slot i above a JIT frame's sp: a bpf_loop callback.
+static long jit_slot(__u32 i, void *arg)
 {
+	struct jit_ctx *j = arg;
+	__u64 v;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)(j->sp + 8 * (__u64)i)))
+		return 1;
+	long mi = exec_map_of(j->tgid, v);
+	if (mi < 0)
+		return 0;
+	__u32 tgid = j->tgid;
 	struct proc_maps *pm = bpf_map_lookup_elem(&proc_unwind, &tgid);
 	if (!pm)
-		return -1;
-	for (int c = 0; c < JIT_SCAN / 8; c++) {
-		__u64 vals[8];
-		if (bpf_probe_read_user(vals, sizeof(vals), (void *)(sp + c * 64)))
-			return -1;
-		for (int k = 0; k < 8; k++) {
-			__u64 v = vals[k];
-			long mi = exec_map_of(tgid, v);
-			if (mi < 0)
-				continue;
-			struct exec_map *m = &pm->maps[mi & (MAX_EXEC_MAPS - 1)];
-			if (m->nrows == 0 || v - 1 < m->base || v - 1 - m->base > 0xffffffffULL)
-				continue;
-			long ri = row_of(m->rows, m->nrows, (__u32)(v - 1 - m->base));
-			__u32 rk = ri;
-			struct unwind_row *r = ri < 0 ? NULL : bpf_map_lookup_elem(&unwind_rows, &rk);
-			if (!r || (r->kind & ROW_CFA_MASK) == ROW_CFA_NONE)
-				continue;
-			__u8 code[8];
-			if (bpf_probe_read_user(code, sizeof(code), (void *)(v - 8)) || !call_ends_at(code))
-				continue;
-			return c * 8 + k;
-		}
-	}
-	return -1;
+		return 1;
+	struct exec_map *m = &pm->maps[mi & (MAX_EXEC_MAPS - 1)];
+	if (m->nrows == 0 || v - 1 < m->base || v - 1 - m->base > 0xffffffffULL)
+		return 0;
+	long ri = row_of(m->rows, m->nrows, (__u32)(v - 1 - m->base));
+	__u32 rk = ri;
+	struct unwind_row *r = ri < 0 ? NULL : bpf_map_lookup_elem(&unwind_rows, &rk);
+	if (!r || (r->kind & ROW_CFA_MASK) == ROW_CFA_NONE || !call_ends_at(v))
+		return 0;
+	j->found = i;
+	return 1;
 }
 
-// native_step unwinds one frame: a bpf_loop callback, frame i written by
-// iteration i.
-static long native_step(__u32 i, void *arg)
+// jit_return: the slot (counted in 8 bytes from sp) of the first value
+// above a JIT frame's sp that is a return address into code with rows, or
+// -1.
+static __always_inline long jit_return(__u32 tgid, __u64 sp)
 {
-	struct native_ctx *n = arg;
+	struct jit_ctx j = {.sp = sp, .tgid = tgid, .found = -1};
+	bpf_loop(JIT_SCAN, jit_slot, &j, 0);
+	return j.found;
+}
+
+// native_frame unwinds frame i. A global function, verified once: inlined
+// into the bpf_loop callback, its branches multiplied the states the
+// verifier followed from one iteration to the next (half a second to load).
+__attribute__((noinline)) long native_frame(struct native_ctx *n, __u32 i)
+{
+	if (!n)
+		return 1;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sample_buf *buf = bpf_map_lookup_elem(&scratch, &cpu);
+	if (!buf) {
+		n->stop = NATIVE_READ;
+		n->nowrite = 1;
+		return 1;
+	}
 	if (i >= MAX_NATIVE || n->pc == 0) {
 		n->stop = n->pc ? NATIVE_DEPTH : NATIVE_OUTERMOST;
 		n->nowrite = 1;
@@ -271,10 +294,10 @@ static long native_step(__u32 i, void *arg)
 	// Keep the compiler from dropping the mask it can prove redundant: the
 	// verifier must see it on the register used.
 	asm volatile("" : "+r"(slot));
-	n->buf->natives[slot & (MAX_NATIVE - 1)] = n->pc;
+	buf->natives[slot & (MAX_NATIVE - 1)] = n->pc;
 	// A return address points after its call: look up the call.
 	__u64 addr = n->pc - (n->ret ? 1 : 0);
-	__u32 gen = n->pm->gen;
+	__u32 gen = n->gen;
 	__u32 ck = ((addr ^ n->tgid) * 0x9E3779B97F4A7C15ULL) >> 52; // 12 bits
 	ck &= ROW_CACHE_SLOTS - 1;
 	struct cached_row *c = bpf_map_lookup_elem(&row_cache, &ck);
@@ -283,11 +306,13 @@ static long native_step(__u32 i, void *arg)
 		r = &c->row;
 	} else {
 		long mi = exec_map_of(n->tgid, n->pc);
-		if (mi < 0) {
+		__u32 tgid = n->tgid;
+		struct proc_maps *pm = mi < 0 ? NULL : bpf_map_lookup_elem(&proc_unwind, &tgid);
+		if (!pm) {
 			n->stop = NATIVE_NO_TABLE;
 			return 1;
 		}
-		struct exec_map *m = &n->pm->maps[mi & (MAX_EXEC_MAPS - 1)];
+		struct exec_map *m = &pm->maps[mi & (MAX_EXEC_MAPS - 1)];
 		if (m->nrows == 0) { // JIT code
 			long slot = jit_return(n->tgid, n->sp);
 			if (slot < 0 || slot >= JIT_SCAN) {
@@ -295,14 +320,14 @@ static long native_step(__u32 i, void *arg)
 				return 1;
 			}
 			__u64 at = n->sp + 8 * slot, ra, fp;
-			if (read_ustack(n->buf, at, &ra)) {
+			if (read_ustack(buf, at, &ra)) {
 				n->stop = NATIVE_READ;
 				return 1;
 			}
 			// A JIT that keeps a frame pointer saved its caller's below
 			// the return address, and pointed FP there.
 			if (n->fp_known && slot > 0 && n->fp == at - 8) {
-				n->fp_known = !read_ustack(n->buf, at - 8, &fp);
+				n->fp_known = !read_ustack(buf, at - 8, &fp);
 				n->fp = fp;
 			}
 			n->sp = at + 8;
@@ -350,11 +375,11 @@ static long native_step(__u32 i, void *arg)
 		return 1;
 	case ROW_CFA_SIGNAL: {
 		__u64 sp, pc, fp;
-		if (read_ustack(n->buf, n->sp + SIGNAL_SP, &sp) || read_ustack(n->buf, n->sp + SIGNAL_PC, &pc)) {
+		if (read_ustack(buf, n->sp + SIGNAL_SP, &sp) || read_ustack(buf, n->sp + SIGNAL_PC, &pc)) {
 			n->stop = NATIVE_READ;
 			return 1;
 		}
-		n->fp_known = !read_ustack(n->buf, n->sp + SIGNAL_FP, &fp);
+		n->fp_known = !read_ustack(buf, n->sp + SIGNAL_FP, &fp);
 		n->fp = fp;
 		n->sp = sp;
 		n->pc = pc;
@@ -375,13 +400,13 @@ static long native_step(__u32 i, void *arg)
 	__u64 ra, fp;
 	__u8 kind = r->kind;
 	__s64 fp_off = r->fp_off;
-	if (read_ustack(n->buf, cfa - 8, &ra)) {
+	if (read_ustack(buf, cfa - 8, &ra)) {
 		n->stop = NATIVE_READ;
 		return 1;
 	}
 	switch (kind & ROW_FP_MASK) {
 	case ROW_FP_AT_CFA:
-		n->fp_known = !read_ustack(n->buf, cfa + 8 * fp_off, &fp);
+		n->fp_known = !read_ustack(buf, cfa + 8 * fp_off, &fp);
 		n->fp = fp;
 		break;
 	case ROW_FP_UNKNOWN:
@@ -394,6 +419,14 @@ static long native_step(__u32 i, void *arg)
 	return 0;
 }
 
+// native_step unwinds one frame: a bpf_loop callback, frame i written by
+// iteration i.
+static long native_step(__u32 i, void *arg)
+{
+	// (The verifier wants a callback's return value proven 0 or 1.)
+	return native_frame(arg, i) ? 1 : 0;
+}
+
 // unwind_native walks the current task's user stack into buf->natives;
 // it returns how many frames it wrote and sets buf->h.native_stop.
 static __always_inline __u32 unwind_native(struct sample_buf *buf, __u32 tgid)
@@ -402,7 +435,7 @@ static __always_inline __u32 unwind_native(struct sample_buf *buf, __u32 tgid)
 	if (!pm)
 		return 0;
 	void *regs = (void *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	struct native_ctx n = {.pm = pm, .buf = buf, .fp_known = 1, .tgid = tgid};
+	struct native_ctx n = {.gen = pm->gen, .fp_known = 1, .tgid = tgid};
 	if (!regs) {
 		buf->h.native_stop = NATIVE_NO_REGS;
 		return 0;
