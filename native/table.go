@@ -164,7 +164,9 @@ type fdeRange struct {
 // compileTable turns FDEs (sorted by begin) into a table. An FDE that
 // overlaps the one before it is cut to start where that one ends.
 func compileTable(arch Arch, fdes []fdeRange) (*Table, error) {
-	t := &Table{Arch: arch}
+	// About three rows an FDE before runs that unwind alike are merged:
+	// sized once, the slice is not copied as it grows.
+	t := &Table{Arch: arch, Rows: make([]Row, 0, 3*len(fdes)+1)}
 	var end uint64 // where the last FDE's code ends
 	for _, f := range fdes {
 		if f.end <= f.begin || f.end <= end {
