@@ -274,17 +274,10 @@ static __always_inline long jit_return(__u32 tgid, __u64 sp)
 // native_frame unwinds frame i. A global function, verified once: inlined
 // into the bpf_loop callback, its branches multiplied the states the
 // verifier followed from one iteration to the next (half a second to load).
-__attribute__((noinline)) long native_frame(struct native_ctx *n, __u32 i)
+__attribute__((noinline)) long native_frame(struct native_ctx *n, struct sample_buf *buf, __u32 i)
 {
-	if (!n)
+	if (!n || !buf)
 		return 1;
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct sample_buf *buf = bpf_map_lookup_elem(&scratch, &cpu);
-	if (!buf) {
-		n->stop = NATIVE_READ;
-		n->nowrite = 1;
-		return 1;
-	}
 	if (i >= MAX_NATIVE || n->pc == 0) {
 		n->stop = n->pc ? NATIVE_DEPTH : NATIVE_OUTERMOST;
 		n->nowrite = 1;
@@ -421,10 +414,18 @@ __attribute__((noinline)) long native_frame(struct native_ctx *n, __u32 i)
 
 // native_step unwinds one frame: a bpf_loop callback, frame i written by
 // iteration i.
+// native_loop is a walk's bpf_loop context: its state, and the sample's
+// buffer (a map value, which the global function takes as an argument).
+struct native_loop {
+	struct native_ctx n;
+	struct sample_buf *buf;
+};
+
 static long native_step(__u32 i, void *arg)
 {
+	struct native_loop *l = arg;
 	// (The verifier wants a callback's return value proven 0 or 1.)
-	return native_frame(arg, i) ? 1 : 0;
+	return native_frame(&l->n, l->buf, i) ? 1 : 0;
 }
 
 // unwind_native walks the current task's user stack into buf->natives;
@@ -435,15 +436,16 @@ static __always_inline __u32 unwind_native(struct sample_buf *buf, __u32 tgid)
 	if (!pm)
 		return 0;
 	void *regs = (void *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	struct native_ctx n = {.gen = pm->gen, .fp_known = 1, .tgid = tgid};
+	struct native_loop l = {.n = {.gen = pm->gen, .fp_known = 1, .tgid = tgid}, .buf = buf};
+	struct native_ctx *n = &l.n;
 	if (!regs) {
 		buf->h.native_stop = NATIVE_NO_REGS;
 		return 0;
 	}
 #if defined(__TARGET_ARCH_x86)
-	n.pc = BPF_CORE_READ((struct pt_regs *)regs, ip);
-	n.sp = BPF_CORE_READ((struct pt_regs *)regs, sp);
-	n.fp = BPF_CORE_READ((struct pt_regs *)regs, bp);
+	n->pc = BPF_CORE_READ((struct pt_regs *)regs, ip);
+	n->sp = BPF_CORE_READ((struct pt_regs *)regs, sp);
+	n->fp = BPF_CORE_READ((struct pt_regs *)regs, bp);
 #elif defined(__TARGET_ARCH_arm64)
 	// struct user_pt_regs (uapi): regs[31], sp, pc, pstate; x29 is the
 	// frame pointer. (The return address in x30 is not modelled yet.)
@@ -452,17 +454,17 @@ static __always_inline __u32 unwind_native(struct sample_buf *buf, __u32 tgid)
 		buf->h.native_stop = NATIVE_NO_REGS;
 		return 0;
 	}
-	n.fp = r[29];
-	n.sp = r[31];
-	n.pc = r[32];
+	n->fp = r[29];
+	n->sp = r[31];
+	n->pc = r[32];
 #endif
-	long got = bpf_loop(MAX_NATIVE + 1, native_step, &n, 0);
-	if (got > 0 && n.nowrite)
+	long got = bpf_loop(MAX_NATIVE + 1, native_step, &l, 0);
+	if (got > 0 && n->nowrite)
 		got--;
 	if (got < 0)
 		got = 0;
 	if (got > MAX_NATIVE)
 		got = MAX_NATIVE;
-	buf->h.native_stop = n.stop ? n.stop : NATIVE_DEPTH;
+	buf->h.native_stop = n->stop ? n->stop : NATIVE_DEPTH;
 	return got;
 }
