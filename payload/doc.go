@@ -7,6 +7,11 @@
 // started, and when its last major GC did), so that a name read from
 // memory holds only for the samples it can be proven right for.
 //
+// A recording's file keeps each sample's frames compact, as references
+// into two trees of the frames its earlier samples had (TreeEncoder writes
+// them, TreeDecoder reads them back in file order): the Ruby and native
+// frames the program wrote, unchanged, at a few bytes a sample.
+//
 // The C structs are declared in types_generated.go from the BTF of bpf's
 // committed objects (internal/cmd/btftypes, `make generate`), which must
 // lay them out alike on every architecture; nothing here is mirrored by

@@ -263,6 +263,9 @@ func DecodeInto(p *Payload, raw []byte) error {
 	if err != nil {
 		return err
 	}
+	if h.Flags&Compact != 0 {
+		return ErrCompact
+	}
 	frames := p.Frames[:0]
 	if cap(frames) < int(h.Nframes) {
 		frames = make([]Frame, 0, h.Nframes)
@@ -348,11 +351,23 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 	if h.Version < 8 {
 		h.Nnatives, h.NativeStop = 0, 0
 	}
+	compact := h.Flags&Compact != 0
 	switch {
 	case h.Magic != Magic:
 		return h, fmt.Errorf("payload: bad magic %#x", h.Magic)
-	case h.Version < 1 || h.Version > Version:
-		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, Version)
+	case h.Version < 1 || h.Version > CompactVersion:
+		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, CompactVersion)
+	case compact != (h.Version == CompactVersion):
+		return h, fmt.Errorf("payload: version %d with flags %#x", h.Version, h.Flags)
+	case compact:
+		// Its frames are in its file's trees: TreeDecoder checks them.
+		if int(h.HeaderSize) != headerSize || h.Length < uint32(h.HeaderSize) || int64(h.Length) > int64(len(raw)) ||
+			h.Nframes > MaxFrames || h.Nnatives > MaxNatives || h.Nlabels > MaxLabels ||
+			h.Nlabels > 0 && int(h.LabelSize) != labelSize {
+			return h, fmt.Errorf("payload: compact: header of %d bytes, length %d of %d, %d frames, %d native frames, %d labels",
+				h.HeaderSize, h.Length, len(raw), h.Nframes, h.Nnatives, h.Nlabels)
+		}
+		return h, nil
 	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSizeV7 ||
 		h.Version >= 8 && int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
 		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
@@ -397,6 +412,9 @@ func NameFrames(raw []byte, p *Payload, ids []uint64) error {
 	h, err := decodeHeader(raw)
 	if err != nil {
 		return err
+	}
+	if h.Flags&Compact != 0 {
+		return ErrCompact
 	}
 	hs, n := int(h.HeaderSize), int(h.Nframes)
 	if n != len(ids) || p != nil && len(p.Frames) != n {
@@ -493,6 +511,9 @@ func NameLabels(raw []byte, p *Payload, names [][2]uint64) error {
 	h, err := decodeHeader(raw)
 	if err != nil {
 		return err
+	}
+	if h.Flags&Compact != 0 {
+		return ErrCompact
 	}
 	if int(h.Nlabels) != len(names) || p != nil && len(p.Labels) != len(names) {
 		return fmt.Errorf("payload: %d names for %d labels", len(names), h.Nlabels)
