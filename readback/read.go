@@ -259,6 +259,9 @@ type Reader struct {
 	// (a live recording's processes may be in containers); else the
 	// Reader's own.
 	ObjectsOf func(pid uint32) *native.Objects
+	// tree holds the frames of the file's samples read so far, which its
+	// compact samples refer to: every sample is read, in file order.
+	tree payload.TreeDecoder
 
 	// Buffers reused from one sample to the next.
 	payload payload.Payload
@@ -339,7 +342,10 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 	var perr error
 	if p == nil {
 		p = &rd.payload
-		perr = payload.DecodeInto(p, s.Raw)
+		var raw []byte
+		if raw, perr = rd.tree.Expand(s.Raw); perr == nil {
+			perr = payload.DecodeInto(p, raw)
+		}
 	}
 	im := symtab.Image{PID: s.Pid}
 	if perr == nil {

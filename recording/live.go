@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -38,11 +39,40 @@ type output interface {
 	Close() error
 }
 
-// fileOutput is a recording written to a perf.data: its records as they came.
-type fileOutput struct{ *perfdata.Writer }
+// fileOutput is a recording written to a perf.data: its records as they
+// came, but each sample's Ruby and native frames, which are written as
+// references into the file's frame trees (payload.TreeEncoder): a deep
+// stack seen before costs a few bytes, not 24 a frame.
+type fileOutput struct {
+	*perfdata.Writer
+	attr    perfdata.Attr
+	record  perfdata.RecordBuffer // what a record not decoded by the session is decoded into
+	tree    payload.TreeEncoder
+	sample  perfdata.Sample
+	compact []byte
+}
 
-func (f fileOutput) WriteRecord(raw []byte, _ perfdata.Record, _ *payload.Payload) error {
-	return f.Writer.WriteRecord(raw)
+func (f *fileOutput) AddEvent(a perfdata.Attr, name string, ids []uint64) error {
+	f.attr = a
+	return f.Writer.AddEvent(a, name, ids)
+}
+
+func (f *fileOutput) WriteRecord(raw []byte, rec perfdata.Record, _ *payload.Payload) error {
+	if rec == nil && len(raw) >= 8 && perfdata.RecordType(binary.LittleEndian.Uint32(raw)) == perfdata.RecordSample {
+		rec, _ = perfdata.DecodeRecordInto(raw, &f.attr, &f.record)
+	}
+	s, ok := rec.(*perfdata.Sample)
+	if !ok || len(s.Raw) == 0 {
+		return f.Writer.WriteRecord(raw)
+	}
+	c, err := f.tree.Compact(f.compact[:0], s.Raw)
+	if err != nil {
+		return f.Writer.WriteRecord(raw) // as the program wrote it, which readers read too
+	}
+	f.compact = c
+	f.sample = *s
+	f.sample.Raw = c
+	return f.Writer.Synthesize(0, &f.sample)
 }
 
 // live reads a recording as it is made: each record is decoded and taken

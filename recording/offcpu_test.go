@@ -58,7 +58,7 @@ func TestOffCPUPairing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.w, s.attr = fileOutput{w}, outputAttr(bpf.Options{})
+	s.w, s.attr = &fileOutput{Writer: w}, outputAttr(bpf.Options{})
 	if err := s.w.AddEvent(s.attr, "ruby-cpu", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +94,17 @@ func TestOffCPUPairing(t *testing.T) {
 	}
 	defer r.Close()
 	got := map[uint64]uint64{} // left -> weight
+	var tree payload.TreeDecoder // the file's samples are compact
 	for r.Next() {
 		smp, ok := r.Record().(*perfdata.Sample)
 		if !ok {
 			continue
 		}
-		p, err := payload.Decode(smp.Raw)
+		raw, err := tree.Expand(smp.Raw)
+		if err != nil {
+			t.Fatalf("sample %+v: %v", smp, err)
+		}
+		p, err := payload.Decode(raw)
 		if err != nil || smp.Period != p.Period {
 			t.Fatalf("sample %+v: payload %+v, %v", smp, p, err)
 		}

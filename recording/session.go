@@ -359,7 +359,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", opts.Output, err)
 		}
-		s.w = fileOutput{w}
+		s.w = &fileOutput{Writer: w}
 	}
 	s.attr = outputAttr(bo)
 	if err := s.w.AddEvent(s.attr, "ruby-cpu", nil); err != nil {
