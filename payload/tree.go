@@ -55,9 +55,9 @@ const (
 var ErrCompact = errors.New("payload: compact: expand it with its recording's frame trees first")
 
 var (
-	offFlags    = int(unsafe.Offsetof(cPayloadHeader{}.Flags))
-	offVersion  = int(unsafe.Offsetof(cPayloadHeader{}.Version))
-	offLength   = int(unsafe.Offsetof(cPayloadHeader{}.Length))
+	offFlags   = int(unsafe.Offsetof(cPayloadHeader{}.Flags))
+	offVersion = int(unsafe.Offsetof(cPayloadHeader{}.Version))
+	offLength  = int(unsafe.Offsetof(cPayloadHeader{}.Length))
 )
 
 // rubyKey is a Ruby node: its caller's number and its frame's bytes.

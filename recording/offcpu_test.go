@@ -93,7 +93,7 @@ func TestOffCPUPairing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	got := map[uint64]uint64{} // left -> weight
+	got := map[uint64]uint64{}   // left -> weight
 	var tree payload.TreeDecoder // the file's samples are compact
 	for r.Next() {
 		smp, ok := r.Record().(*perfdata.Sample)
