@@ -11,27 +11,29 @@ import (
 // trees of frames it builds as it goes, one of Ruby frames and one of
 // native PCs: a node is a frame and the node of its caller (0: none, the
 // thread's first frame). Consecutive samples of one program share almost
-// all of their stack, the leaf aside: each sample carries the number of
-// its leaf's node in each tree and only the nodes no earlier sample
-// defined. A 200-frame stack costs a few bytes once its frames are known,
-// where the program's payload carries 24 bytes a frame.
+// all of their stack, the leaf aside: each sample carries the node its
+// stack shares with the samples before it, in each tree, and the frames
+// below that node no earlier sample had. A 200-frame stack costs a few
+// bytes once its frames are known, where the program's payload carries 24
+// bytes a frame.
 //
-// A compact payload (flag Compact, version CompactVersion) is the
-// program's header (Nframes and Nnatives as the stack has them), then:
+// A sample's new frames always hang in one chain from the node it shares
+// (a node no earlier sample had has no callees yet). A compact payload
+// (flag Compact, version CompactVersion) is the program's header (Nframes
+// and Nnatives as the stack has them), then:
 //
 //	u32 tree flags (treeReset: both trees are emptied before this sample's nodes)
-//	u32 the leaf's node in the Ruby tree (0: no frames)
-//	u32 the leaf's node in the native tree (0: none)
-//	u32 new Ruby nodes, u32 new native nodes
-//	each new Ruby node: u32 caller, then its frame (struct frame)
-//	each new native node: u32 caller, u64 PC
+//	u32 the node in the Ruby tree the new Ruby frames hang from (or the leaf, if none)
+//	u32 the same in the native tree
+//	u32 new Ruby frames, u32 new native frames
+//	the new Ruby frames (struct frame), outermost first
+//	the new native PCs (u64), outermost first
 //	the labels, as the program wrote them
 //
-// New nodes are numbered on from the tree's last, in the order given, so a
-// node's caller always has a lower number. The trees are the file's, in
-// the order its records lie (one writer, TreeEncoder; one reader reading
-// every sample in order, TreeDecoder): a sample means nothing without the
-// samples before it.
+// New nodes are numbered on from the tree's last, in the order given. The
+// trees are the file's, in the order its records lie (one writer,
+// TreeEncoder; one reader reading every sample in order, TreeDecoder): a
+// sample means nothing without the samples before it.
 const (
 	// CompactVersion is the version of a compact payload; the program's
 	// payloads are of Version.
@@ -47,9 +49,11 @@ const (
 
 	treeReset      = 1 << 0
 	treeHeaderSize = 5 * 4
-	rubyNodeSize   = 4 + 24 // caller, struct frame
-	nativeNodeSize = 4 + 8  // caller, PC
 )
+
+// ErrTooLarge: a payload made compact would be larger than its caller
+// allows (its frames all new, and a record near its size limit).
+var ErrTooLarge = errors.New("payload: compact: larger than allowed")
 
 // ErrCompact: a compact payload decoded without its file's trees.
 var ErrCompact = errors.New("payload: compact: expand it with its recording's frame trees first")
@@ -87,13 +91,11 @@ type TreeEncoder struct {
 	resets uint64
 	// lastWritten is resets as the last payload written told it.
 	lastWritten uint64
-
-	rubyNodes, nativeNodes []byte // this sample's new nodes
 }
 
 type lastStack struct {
 	resets    uint64
-	ruby      []rubyKey // outermost first; caller unused
+	ruby      [][3]uint64 // outermost first
 	rubyIDs   []uint32
 	native    []uint64
 	nativeIDs []uint32
@@ -104,9 +106,10 @@ const maxLastStacks = 4096
 
 // Compact appends to dst raw, a payload the program wrote, made compact,
 // and adds its new frames to the trees. A payload it cannot make compact (of
-// another version, or not readable) is an error; the caller writes it as
-// it is, which readers read as well.
-func (e *TreeEncoder) Compact(dst, raw []byte) ([]byte, error) {
+// another version, not readable, or larger than limit bytes made compact)
+// is an error, and changes nothing: the caller writes it as it is, which
+// readers read as well.
+func (e *TreeEncoder) Compact(dst, raw []byte, limit int) ([]byte, error) {
 	h, err := decodeHeader(raw)
 	if err != nil {
 		return dst, err
@@ -114,114 +117,133 @@ func (e *TreeEncoder) Compact(dst, raw []byte) ([]byte, error) {
 	if h.Version != Version || h.Flags&Compact != 0 || int(h.HeaderSize) != headerSize {
 		return dst, fmt.Errorf("payload: version %d: only version %d payloads are made compact", h.Version, Version)
 	}
-	if e.ruby == nil || len(e.ruby)+int(h.Nframes) > MaxTreeNodes || len(e.native)+int(h.Nnatives) > MaxTreeNodes {
-		e.reset()
-	}
-	resets := e.resets
 	nf, nn := int(h.Nframes), int(h.Nnatives)
 	frames := raw[headerSize : headerSize+nf*frameSize]
 	labels := raw[headerSize+nf*frameSize : headerSize+nf*frameSize+int(h.Nlabels)*labelSize]
-	natives := raw[len(labels)+headerSize+nf*frameSize:][:nn*8]
+	natives := raw[headerSize+nf*frameSize+len(labels):][:nn*8]
+	reset := e.ruby == nil || len(e.ruby)+nf > MaxTreeNodes || len(e.native)+nn > MaxTreeNodes
+	last := e.lastOf(h.Tid)
+	var rubyAt, nativeAt uint32
+	k, m := 0, 0 // frames (outermost) the trees have
+	if !reset {
+		rubyAt, k = e.sharedRuby(last, frames)
+		nativeAt, m = e.sharedNative(last, natives)
+	}
+	size := headerSize + treeHeaderSize + (nf-k)*frameSize + (nn-m)*8 + len(labels)
+	if size > limit {
+		return dst, ErrTooLarge
+	}
+	if reset {
+		e.reset()
+		last = e.lastOf(h.Tid)
+	}
+	start := len(dst)
+	dst = append(dst, raw[:headerSize]...)
+	var flags uint32
+	if e.resets != e.lastWritten {
+		flags |= treeReset
+		e.lastWritten = e.resets
+	}
+	le := binary.LittleEndian
+	dst = le.AppendUint32(dst, flags)
+	dst = le.AppendUint32(dst, rubyAt)
+	dst = le.AppendUint32(dst, nativeAt)
+	dst = le.AppendUint32(dst, uint32(nf-k))
+	dst = le.AppendUint32(dst, uint32(nn-m))
+	for i := k; i < nf; i++ {
+		f := frames[(nf-1-i)*frameSize:][:frameSize]
+		key := rubyKey{caller: rubyAt, frame: [3]uint64{le.Uint64(f), le.Uint64(f[8:]), le.Uint64(f[16:])}}
+		rubyAt = uint32(len(e.ruby) + 1)
+		e.ruby[key] = rubyAt
+		last.ruby = append(last.ruby, key.frame)
+		last.rubyIDs = append(last.rubyIDs, rubyAt)
+		dst = append(dst, f...)
+	}
+	for i := m; i < nn; i++ {
+		pc := le.Uint64(natives[(nn-1-i)*8:])
+		key := nativeKey{caller: nativeAt, pc: pc}
+		nativeAt = uint32(len(e.native) + 1)
+		e.native[key] = nativeAt
+		last.native = append(last.native, pc)
+		last.nativeIDs = append(last.nativeIDs, nativeAt)
+		dst = le.AppendUint64(dst, pc)
+	}
+	dst = append(dst, labels...)
+	out := dst[start:]
+	le.PutUint16(out[offVersion:], CompactVersion)
+	le.PutUint32(out[offFlags:], h.Flags|Compact)
+	le.PutUint32(out[offLength:], uint32(len(out)))
+	return dst, nil
+}
 
-	last := e.last[h.Tid]
+// lastOf is thread tid's last stack, as the trees stand.
+func (e *TreeEncoder) lastOf(tid uint32) *lastStack {
+	if e.last == nil {
+		e.last = map[uint32]*lastStack{}
+	}
+	last := e.last[tid]
 	if last == nil {
 		if len(e.last) >= maxLastStacks {
 			clear(e.last)
 		}
-		last = &lastStack{}
-		e.last[h.Tid] = last
+		last = &lastStack{resets: e.resets}
+		e.last[tid] = last
 	}
 	if last.resets != e.resets {
 		last.ruby, last.rubyIDs, last.native, last.nativeIDs = last.ruby[:0], last.rubyIDs[:0], last.native[:0], last.nativeIDs[:0]
 		last.resets = e.resets
 	}
+	return last
+}
 
-	e.rubyNodes = e.rubyNodes[:0]
-	var rubyLeaf uint32
-	same := true
-	for i := range nf {
-		// Outermost first: frame nf-1-i.
-		f := frames[(nf-1-i)*frameSize:]
-		k := rubyKey{caller: rubyLeaf, frame: [3]uint64{
-			binary.LittleEndian.Uint64(f), binary.LittleEndian.Uint64(f[8:]), binary.LittleEndian.Uint64(f[16:])}}
-		if same && i < len(last.ruby) && last.ruby[i].frame == k.frame {
-			rubyLeaf = last.rubyIDs[i]
+// sharedRuby finds how many of frames (leaf first), from the outermost,
+// the Ruby tree has, and the node of the last of them (0: none); last is
+// left holding them.
+func (e *TreeEncoder) sharedRuby(last *lastStack, frames []byte) (at uint32, k int) {
+	le := binary.LittleEndian
+	n := len(frames) / frameSize
+	for ; k < n; k++ {
+		f := frames[(n-1-k)*frameSize:]
+		frame := [3]uint64{le.Uint64(f), le.Uint64(f[8:]), le.Uint64(f[16:])}
+		if k < len(last.ruby) && last.ruby[k] == frame {
+			at = last.rubyIDs[k]
 			continue
 		}
-		if same {
-			same = false
-			last.ruby, last.rubyIDs = last.ruby[:i], last.rubyIDs[:i]
-		}
-		id, ok := e.ruby[k]
+		id, ok := e.ruby[rubyKey{caller: at, frame: frame}]
 		if !ok {
-			id = uint32(len(e.ruby) + 1)
-			e.ruby[k] = id
-			e.rubyNodes = binary.LittleEndian.AppendUint32(e.rubyNodes, rubyLeaf)
-			e.rubyNodes = append(e.rubyNodes, f[:frameSize]...)
+			break
 		}
-		rubyLeaf = id
-		last.ruby = append(last.ruby, k)
-		last.rubyIDs = append(last.rubyIDs, id)
+		last.ruby, last.rubyIDs = append(last.ruby[:k], frame), append(last.rubyIDs[:k], id)
+		at = id
 	}
-	if same {
-		last.ruby, last.rubyIDs = last.ruby[:nf], last.rubyIDs[:nf]
-	}
+	last.ruby, last.rubyIDs = last.ruby[:k], last.rubyIDs[:k]
+	return at, k
+}
 
-	e.nativeNodes = e.nativeNodes[:0]
-	var nativeLeaf uint32
-	same = true
-	for i := range nn {
-		pc := binary.LittleEndian.Uint64(natives[(nn-1-i)*8:])
-		if same && i < len(last.native) && last.native[i] == pc {
-			nativeLeaf = last.nativeIDs[i]
+// sharedNative is sharedRuby for native PCs.
+func (e *TreeEncoder) sharedNative(last *lastStack, natives []byte) (at uint32, m int) {
+	n := len(natives) / 8
+	for ; m < n; m++ {
+		pc := binary.LittleEndian.Uint64(natives[(n-1-m)*8:])
+		if m < len(last.native) && last.native[m] == pc {
+			at = last.nativeIDs[m]
 			continue
 		}
-		if same {
-			same = false
-			last.native, last.nativeIDs = last.native[:i], last.nativeIDs[:i]
-		}
-		k := nativeKey{caller: nativeLeaf, pc: pc}
-		id, ok := e.native[k]
+		id, ok := e.native[nativeKey{caller: at, pc: pc}]
 		if !ok {
-			id = uint32(len(e.native) + 1)
-			e.native[k] = id
-			e.nativeNodes = binary.LittleEndian.AppendUint32(e.nativeNodes, nativeLeaf)
-			e.nativeNodes = binary.LittleEndian.AppendUint64(e.nativeNodes, pc)
+			break
 		}
-		nativeLeaf = id
-		last.native = append(last.native, pc)
-		last.nativeIDs = append(last.nativeIDs, id)
+		last.native, last.nativeIDs = append(last.native[:m], pc), append(last.nativeIDs[:m], id)
+		at = id
 	}
-	if same {
-		last.native, last.nativeIDs = last.native[:nn], last.nativeIDs[:nn]
-	}
-
-	start := len(dst)
-	dst = append(dst, raw[:headerSize]...)
-	var flags uint32
-	if resets != e.lastWritten {
-		flags |= treeReset
-		e.lastWritten = resets
-	}
-	dst = binary.LittleEndian.AppendUint32(dst, flags)
-	dst = binary.LittleEndian.AppendUint32(dst, rubyLeaf)
-	dst = binary.LittleEndian.AppendUint32(dst, nativeLeaf)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.rubyNodes)/rubyNodeSize))
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.nativeNodes)/nativeNodeSize))
-	dst = append(dst, e.rubyNodes...)
-	dst = append(dst, e.nativeNodes...)
-	dst = append(dst, labels...)
-	out := dst[start:]
-	binary.LittleEndian.PutUint16(out[offVersion:], CompactVersion)
-	binary.LittleEndian.PutUint32(out[offFlags:], h.Flags|Compact)
-	binary.LittleEndian.PutUint32(out[offLength:], uint32(len(out)))
-	return dst, nil
+	last.native, last.nativeIDs = last.native[:m], last.nativeIDs[:m]
+	return at, m
 }
 
 // reset starts both trees afresh.
 func (e *TreeEncoder) reset() {
 	if e.ruby == nil {
-		e.ruby, e.native, e.last = map[rubyKey]uint32{}, map[nativeKey]uint32{}, map[uint32]*lastStack{}
+		e.ruby, e.native = map[rubyKey]uint32{}, map[nativeKey]uint32{}
 	} else {
 		clear(e.ruby)
 		clear(e.native)
@@ -267,75 +289,71 @@ func (d *TreeDecoder) Expand(raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("payload: compact: %d bytes after the header", len(b))
 	}
 	le := binary.LittleEndian
-	flags, rubyLeaf, nativeLeaf := le.Uint32(b), le.Uint32(b[4:]), le.Uint32(b[8:])
+	flags, rubyAt, nativeAt := le.Uint32(b), le.Uint32(b[4:]), le.Uint32(b[8:])
 	nr, nn := le.Uint32(b[12:]), le.Uint32(b[16:])
 	if nr > h.Nframes || nn > h.Nnatives {
-		return nil, fmt.Errorf("payload: compact: %d and %d new nodes for %d frames and %d native frames", nr, nn, h.Nframes, h.Nnatives)
+		return nil, fmt.Errorf("payload: compact: %d and %d new frames of %d and %d", nr, nn, h.Nframes, h.Nnatives)
 	}
-	need := treeHeaderSize + int(nr)*rubyNodeSize + int(nn)*nativeNodeSize + int(h.Nlabels)*labelSize
+	need := treeHeaderSize + int(nr)*frameSize + int(nn)*8 + int(h.Nlabels)*labelSize
 	if need > len(b) {
-		return nil, fmt.Errorf("payload: compact: %d new nodes and %d labels do not fit %d bytes", nr+nn, h.Nlabels, len(b))
+		return nil, fmt.Errorf("payload: compact: %d new frames and %d labels do not fit %d bytes", nr+nn, h.Nlabels, len(b))
 	}
 	if flags&treeReset != 0 {
 		d.ruby, d.native = d.ruby[:0], d.native[:0]
 	}
 	r0, n0 := len(d.ruby), len(d.native)
-	if r0+int(nr) > MaxTreeNodes || n0+int(nn) > MaxTreeNodes {
+	switch {
+	case r0+int(nr) > MaxTreeNodes || n0+int(nn) > MaxTreeNodes:
 		return nil, fmt.Errorf("payload: compact: trees of more than %d nodes", MaxTreeNodes)
+	case int(rubyAt) > r0 || int(nativeAt) > n0:
+		return nil, fmt.Errorf("payload: compact: nodes %d and %d of trees of %d and %d", rubyAt, nativeAt, r0, n0)
 	}
-	if err := d.expand(h, b, rubyLeaf, nativeLeaf, int(nr), int(nn)); err != nil {
+	// The new frames, outermost first, each called from the one before.
+	at := treeHeaderSize
+	for range nr {
+		n := rubyNode{caller: rubyAt}
+		copy(n.frame[:], b[at:at+frameSize])
+		d.ruby = append(d.ruby, n)
+		rubyAt = uint32(len(d.ruby))
+		at += frameSize
+	}
+	for range nn {
+		d.native = append(d.native, nativeNode{caller: nativeAt, pc: le.Uint64(b[at:])})
+		nativeAt = uint32(len(d.native))
+		at += 8
+	}
+	if err := d.expand(h, rubyAt, nativeAt, b[at:at+int(h.Nlabels)*labelSize]); err != nil {
 		d.ruby, d.native = d.ruby[:r0], d.native[:n0]
 		return nil, err
 	}
 	return d.out, nil
 }
 
-// expand adds a compact payload's nr and nn new nodes (b: what follows its
-// header h) and writes the payload expanded into d.out.
-func (d *TreeDecoder) expand(h cPayloadHeader, b []byte, rubyLeaf, nativeLeaf uint32, nr, nn int) error {
-	le := binary.LittleEndian
-	at := treeHeaderSize
-	for range nr {
-		n := rubyNode{caller: le.Uint32(b[at:])}
-		copy(n.frame[:], b[at+4:at+rubyNodeSize])
-		if int(n.caller) > len(d.ruby) {
-			return fmt.Errorf("payload: compact: Ruby node %d called from node %d", len(d.ruby)+1, n.caller)
-		}
-		d.ruby = append(d.ruby, n)
-		at += rubyNodeSize
-	}
-	for range nn {
-		n := nativeNode{caller: le.Uint32(b[at:]), pc: le.Uint64(b[at+4:])}
-		if int(n.caller) > len(d.native) {
-			return fmt.Errorf("payload: compact: native node %d called from node %d", len(d.native)+1, n.caller)
-		}
-		d.native = append(d.native, n)
-		at += nativeNodeSize
-	}
-	labels := b[at : at+int(h.Nlabels)*labelSize]
-
+// expand writes into d.out the payload of header h whose leaves are nodes
+// rubyLeaf and nativeLeaf, with labels.
+func (d *TreeDecoder) expand(h cPayloadHeader, rubyLeaf, nativeLeaf uint32, labels []byte) error {
 	d.out = appendHeader(d.out[:0], h)
-	for n, i := rubyLeaf, 0; n != 0; n, i = d.ruby[n-1].caller, i+1 {
-		if i == int(h.Nframes) || int(n) > len(d.ruby) {
-			return fmt.Errorf("payload: compact: Ruby node %d: not a stack of %d frames", rubyLeaf, h.Nframes)
-		}
+	// A node's caller has a lower number: each walk ends, and within
+	// the frames the header says.
+	n := rubyLeaf
+	for i := 0; n != 0 && i < int(h.Nframes); i++ {
 		d.out = append(d.out, d.ruby[n-1].frame[:]...)
+		n = d.ruby[n-1].caller
 	}
-	if len(d.out) != headerSize+int(h.Nframes)*frameSize {
+	if n != 0 || len(d.out) != headerSize+int(h.Nframes)*frameSize {
 		return fmt.Errorf("payload: compact: Ruby node %d: not a stack of %d frames", rubyLeaf, h.Nframes)
 	}
 	d.out = append(d.out, labels...)
 	natives := len(d.out)
-	for n, i := nativeLeaf, 0; n != 0; n, i = d.native[n-1].caller, i+1 {
-		if i == int(h.Nnatives) || int(n) > len(d.native) {
-			return fmt.Errorf("payload: compact: native node %d: not a stack of %d frames", nativeLeaf, h.Nnatives)
-		}
-		d.out = le.AppendUint64(d.out, d.native[n-1].pc)
+	n = nativeLeaf
+	for i := 0; n != 0 && i < int(h.Nnatives); i++ {
+		d.out = binary.LittleEndian.AppendUint64(d.out, d.native[n-1].pc)
+		n = d.native[n-1].caller
 	}
-	if len(d.out)-natives != int(h.Nnatives)*8 {
+	if n != 0 || len(d.out)-natives != int(h.Nnatives)*8 {
 		return fmt.Errorf("payload: compact: native node %d: not a stack of %d frames", nativeLeaf, h.Nnatives)
 	}
-	le.PutUint32(d.out[offLength:], uint32(len(d.out)))
+	binary.LittleEndian.PutUint32(d.out[offLength:], uint32(len(d.out)))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package payload
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -54,7 +55,7 @@ func TestTreeRoundTrip(t *testing.T) {
 	for i := range 2000 {
 		frames, natives := randomStack(r, 1+r.IntN(200))
 		raw := stackSeed(uint32(1+i%3), frames, natives, r.IntN(3))
-		c, err := enc.Compact(nil, raw)
+		c, err := enc.Compact(nil, raw, math.MaxInt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,10 +79,31 @@ func TestTreeRoundTrip(t *testing.T) {
 	}
 	// Once the trees hold the outer parts, a sample costs its header, its
 	// labels and about its leaf.
-	if avg := compact / 1000; avg > headerSize+treeHeaderSize+2*labelSize+rubyNodeSize+2*nativeNodeSize {
+	if avg := compact / 1000; avg > headerSize+treeHeaderSize+2*labelSize+frameSize+2*8 {
 		t.Errorf("%d bytes a sample once compact (%d as written)", avg, full/1000)
 	}
 	t.Logf("%d bytes a sample, %d compact", full/1000, compact/1000)
+}
+
+// TestTreeTooLarge: a payload the caller has no room for made compact
+// changes nothing: the next ones expand as they were.
+func TestTreeTooLarge(t *testing.T) {
+	var enc TreeEncoder
+	var dec TreeDecoder
+	for i, limit := range []int{math.MaxInt, 100, math.MaxInt, 100, math.MaxInt} {
+		raw := stackSeed(1, []uint64{uint64(10 + i), 2, 1}, []uint64{uint64(20 + i), 8}, 0)
+		c, err := enc.Compact(nil, raw, limit)
+		if limit < math.MaxInt {
+			if err != ErrTooLarge {
+				t.Fatalf("sample %d: %v, want ErrTooLarge", i, err)
+			}
+			continue
+		}
+		got, err := dec.Expand(c)
+		if err != nil || !bytes.Equal(got, raw) {
+			t.Fatalf("sample %d: %v", i, err)
+		}
+	}
 }
 
 // TestTreeReset: trees that would grow past MaxTreeNodes start afresh,
@@ -96,7 +118,7 @@ func TestTreeReset(t *testing.T) {
 			frames[j] = uint64(i*MaxFrames + j) // every frame new
 		}
 		raw := stackSeed(1, frames, nil, 0)
-		c, err := enc.Compact(nil, raw)
+		c, err := enc.Compact(nil, raw, math.MaxInt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,15 +142,14 @@ func TestTreeReset(t *testing.T) {
 // not have, or to a stack of another depth, is an error and adds nothing.
 func TestTreeRefusesHostile(t *testing.T) {
 	var enc TreeEncoder
-	first, _ := enc.Compact(nil, stackSeed(1, []uint64{3, 2, 1}, []uint64{9, 8}, 0))
-	second, _ := enc.Compact(nil, stackSeed(1, []uint64{4, 2, 1}, []uint64{7, 8}, 1))
+	first, _ := enc.Compact(nil, stackSeed(1, []uint64{3, 2, 1}, []uint64{9, 8}, 0), math.MaxInt)
+	second, _ := enc.Compact(nil, stackSeed(1, []uint64{4, 2, 1}, []uint64{7, 8}, 1), math.MaxInt)
 	le := binary.LittleEndian
 	for name, mangle := range map[string]func(b []byte){
 		"leaf past the tree":    func(b []byte) { le.PutUint32(b[headerSize+4:], 99) },
 		"native leaf past":      func(b []byte) { le.PutUint32(b[headerSize+8:], 99) },
 		"deeper than told":      func(b []byte) { le.PutUint32(b[12:], 2) },
 		"shallower than told":   func(b []byte) { le.PutUint32(b[12:], 4) },
-		"node called forward":   func(b []byte) { le.PutUint32(b[headerSize+treeHeaderSize:], 9) },
 		"more nodes than fit":   func(b []byte) { le.PutUint32(b[headerSize+12:], 3) },
 		"more natives than fit": func(b []byte) { le.PutUint32(b[headerSize+16:], 2) },
 		"not compact version":   func(b []byte) { le.PutUint16(b[4:], Version) },
@@ -155,8 +176,8 @@ func TestTreeRefusesHostile(t *testing.T) {
 // grows the trees past their bound, and what it expands decodes.
 func FuzzExpandTree(f *testing.F) {
 	var enc TreeEncoder
-	first, _ := enc.Compact(nil, stackSeed(1, []uint64{3, 2, 1}, []uint64{9, 8}, 1))
-	second, _ := enc.Compact(nil, stackSeed(2, []uint64{5, 2, 1}, []uint64{6, 8}, 0))
+	first, _ := enc.Compact(nil, stackSeed(1, []uint64{3, 2, 1}, []uint64{9, 8}, 1), math.MaxInt)
+	second, _ := enc.Compact(nil, stackSeed(2, []uint64{5, 2, 1}, []uint64{6, 8}, 0), math.MaxInt)
 	f.Add(first, second)
 	f.Add(second, first)
 	f.Add(payloadSeed(2), second)
@@ -191,7 +212,7 @@ func BenchmarkCompact(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		var err error
-		if dst, err = enc.Compact(dst[:0], raws[i%len(raws)]); err != nil {
+		if dst, err = enc.Compact(dst[:0], raws[i%len(raws)], math.MaxInt); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestRecordingCompact(t *testing.T) {
 		expanded += len(raw)
 		frames += len(p.Frames)
 		natives += len(p.Natives)
-		again, err := enc.Compact(nil, raw)
+		again, err := enc.Compact(nil, raw, math.MaxInt)
 		if err != nil || !bytes.Equal(again, s.Raw[:length]) {
 			t.Fatalf("sample %d made compact again: %v\n% x\nwant\n% x", n, err, again[:min(len(again), 96)], s.Raw[:min(length, 96)])
 		}

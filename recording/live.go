@@ -52,6 +52,9 @@ type fileOutput struct {
 	compact []byte
 }
 
+// maxRecordSize is the largest perf record, 8-aligned (its size is a u16).
+const maxRecordSize = 1<<16 - 8
+
 func (f *fileOutput) AddEvent(a perfdata.Attr, name string, ids []uint64) error {
 	f.attr = a
 	return f.Writer.AddEvent(a, name, ids)
@@ -65,7 +68,10 @@ func (f *fileOutput) WriteRecord(raw []byte, rec perfdata.Record, _ *payload.Pay
 	if !ok || len(s.Raw) == 0 {
 		return f.Writer.WriteRecord(raw)
 	}
-	c, err := f.tree.Compact(f.compact[:0], s.Raw)
+	// The record must stay within perf's 64 KiB (a full stack copy fills
+	// it): a compact payload whose frames are all new is a little larger.
+	limit := maxRecordSize - (len(raw) - len(s.Raw)) - 8
+	c, err := f.tree.Compact(f.compact[:0], s.Raw, limit)
 	if err != nil {
 		return f.Writer.WriteRecord(raw) // as the program wrote it, which readers read too
 	}
