@@ -22,15 +22,22 @@ import (
 // recordWorkload records the bundled workload for d and returns the file.
 func recordWorkload(t *testing.T, ruby string, d time.Duration) string {
 	t.Helper()
+	return recordScript(t, ruby, "workload.rb", d, Options{})
+}
+
+// recordScript records testdata/ruby's script for d with opts (its
+// command, rate, duration and output set here) and returns the file.
+func recordScript(t *testing.T, ruby, script string, d time.Duration, opts Options) string {
+	t.Helper()
 	testskip.Privileged(t, bpf.Supported())
 	r := testruby.Get(t, ruby)
-	script, _ := filepath.Abs("../testdata/ruby/workload.rb")
-	out := filepath.Join(t.TempDir(), "rubyperf.data")
-	if _, err := Record(context.Background(), Options{Command: []string{r.Exe, script, "30"}, Frequency: 199,
-		Duration: d, Output: out}); err != nil {
+	path, _ := filepath.Abs(filepath.Join("../testdata/ruby", script))
+	opts.Output = filepath.Join(t.TempDir(), "rubyperf.data")
+	opts.Command, opts.Frequency, opts.Duration = []string{r.Exe, path, "30"}, 199, d
+	if _, err := Record(context.Background(), opts); err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return opts.Output
 }
 
 // perfUserFrames runs stock perf script (DWARF unwinding of the same stack
@@ -40,7 +47,7 @@ func recordWorkload(t *testing.T, ruby string, d time.Duration) string {
 // matched by thread and time, never by position.
 func perfUserFrames(t *testing.T, file string) map[string][]string {
 	t.Helper()
-	out, err := exec.Command("perf", "script", "--ns", "-F", "tid,time,ip,dso", "-i", file).Output()
+	out, err := exec.Command("perf", "script", "--no-inline", "--ns", "-F", "tid,time,ip,dso", "-i", file).Output()
 	if err != nil {
 		t.Fatalf("perf script: %v", err)
 	}
@@ -87,10 +94,25 @@ func sampleKey(tid int, ns uint64) string { return fmt.Sprintf("%d/%d", tid, ns)
 // Debian's ruby3.1, the native frames rubyperf unwinds are the ones stock
 // perf unwinds from the same file. Where perf's unwinding stops early,
 // rubyperf may go on: those frames are counted, not held against it.
+// Unwound here from the stack copy (the workload's stacks are shallow),
+// and by the program with its tables (a 64 KiB copy of a deep block-heavy
+// stack beside them, for perf).
 func TestNativeFramesMatchPerf(t *testing.T) {
-	file := recordWorkload(t, "debian-3.1", 3*time.Second)
+	t.Run("copy", func(t *testing.T) {
+		nativeFramesMatchPerf(t, recordWorkload(t, "debian-3.1", 3*time.Second), false)
+	})
+	t.Run("tables", func(t *testing.T) {
+		nativeFramesMatchPerf(t, recordScript(t, "debian-3.1", "nativedeep.rb", 3*time.Second,
+			Options{NativeTables: true, StackSize: bpf.MaxStackSize}), true)
+	})
+}
+
+// nativeFramesMatchPerf compares the native frames rubyperf reads from
+// file with those perf script unwinds from its stack copies; tables: most
+// of rubyperf's come from the program's unwinding.
+func nativeFramesMatchPerf(t *testing.T, file string, tables bool) {
 	ours := map[string][]string{}
-	_, err := readback.ReadStacks(file, readback.ReadOptions{NativeOnly: true}, func(s merge.Stack) error {
+	stats, err := readback.ReadStacks(file, readback.ReadOptions{NativeOnly: true}, func(s merge.Stack) error {
 		fs := []string{}
 		for _, f := range s.Frames {
 			if f.Kind == merge.KindNative {
@@ -102,6 +124,9 @@ func TestNativeFramesMatchPerf(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if unwound := stats.TableUnwound; tables != (unwound > stats.Samples*9/10) {
+		t.Fatalf("%d of %d samples unwound by the program", unwound, stats.Samples)
 	}
 	theirs := perfUserFrames(t, file)
 	if len(theirs) < 200 {
