@@ -8,7 +8,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // ErrNotPermitted means this process may not load BPF programs or open
@@ -40,5 +42,22 @@ func Supported() error {
 	if err != nil {
 		return fmt.Errorf("load a trivial BPF program: %w", err)
 	}
-	return prog.Close()
+	prog.Close()
+	// The program walks Ruby and native stacks in bpf_loop (Linux 5.17):
+	// there is no walk without it, so no fallback.
+	if err := features.HaveProgramHelper(ebpf.PerfEvent, asm.FnLoop); errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("the kernel (%s) has no bpf_loop helper, which rubyperf's BPF program walks stacks with: it needs Linux 5.17 or later", kernelRelease())
+	} else if err != nil {
+		return fmt.Errorf("probe the kernel for bpf_loop: %w", err)
+	}
+	return nil
+}
+
+// kernelRelease is uname -r.
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown release"
+	}
+	return unix.ByteSliceToString(u.Release[:])
 }
