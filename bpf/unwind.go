@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"unsafe"
 
@@ -40,6 +41,11 @@ const (
 
 // MaxExecMaps is the most mappings with rows one process has (MAX_EXEC_MAPS).
 const MaxExecMaps = 256
+
+// NativeTablesBuilt: the program unwinds native stacks with tables on this
+// architecture (rows are compiled for x86_64 alone so far); elsewhere a
+// stack copy must serve.
+const NativeTablesBuilt = runtime.GOARCH == "amd64"
 
 // DefaultUnwindRows is the default budget of rows for all objects together
 // (8 bytes each): Debian's libruby 3.1 has about 69,000, libc 28,000.

@@ -107,7 +107,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
 		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: export.LineWriter{W: stderr}, Select: sel, MemoryBudget: int64(budget),
 	}
-	if opts.NativeTables, opts.StackSize, err = nativeStack.options(); err != nil {
+	if opts.NativeTables, opts.StackSize, err = nativeStack.options(stderr); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "rubyperf agent: sampling every Ruby process at %d Hz; a profile per process every %s to %s (%s%s)\n",

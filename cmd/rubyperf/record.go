@@ -68,7 +68,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	case budget < recording.MinMemoryBudget:
 		return usageError{fmt.Sprintf("--memory-budget %s: at least %s", budget, byteSize(recording.MinMemoryBudget))}
 	}
-	if opts.NativeTables, opts.StackSize, err = nativeStack.options(); err != nil {
+	if opts.NativeTables, opts.StackSize, err = nativeStack.options(stderr); err != nil {
 		return err
 	}
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {

@@ -138,12 +138,12 @@ func workload(t *testing.T) string {
 
 // TestRecordCommand: record the bundled workload under Debian's ruby3.1 for
 // 5 s; stock perf script shows exactly the samples rubyperf reported, with
-// the right pid, tids and comms; perf's own DWARF unwinding of the stack
-// copies reaches rb_vm_exec; perf report works.
+// the right pid, tids and comms; with --unwind both, perf's own DWARF
+// unwinding of the stack copies reaches rb_vm_exec; perf report works.
 func TestRecordCommand(t *testing.T) {
 	r := testruby.Get(t, "debian-3.1")
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
-	sum := record(t, "-F", "99", "-d", "5", "-o", out, "--", r.Exe, workload(t), "30")
+	sum := record(t, "-F", "99", "-d", "5", "--unwind", "both", "-o", out, "--", r.Exe, workload(t), "30")
 	samples := perfScript(t, out)
 	// About 5 s x 99 Hz on an idle machine; CI runs other tests meanwhile.
 	if len(samples) != sum.samples || sum.samples < 100 {

@@ -54,7 +54,7 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if stats.Incomplete > 0 {
 		hint := "record with --unwind both, or a larger --stack-size"
 		if stats.TableUnwound > 0 {
-			hint = "where the unwind tables stop: JIT code, a signal frame or code without call frame information; a larger --stack-size helps with JIT code"
+			hint = "where the unwind tables stop: JIT code, code without call frame information, or code mapped just before; record with --unwind both to unwind a stack copy there"
 		}
 		fmt.Fprintf(stdout, ", %d (%.1f%%) under %s (%s)", stats.Incomplete,
 			100*float64(stats.Incomplete)/float64(max(stats.Samples, 1)), merge.IncompleteName, hint)

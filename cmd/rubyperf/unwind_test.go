@@ -10,6 +10,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/readback"
 )
 
@@ -65,6 +66,14 @@ func TestRecordDeepNativeStacks(t *testing.T) {
 			if float64(inc) > 0.005*float64(n)+float64(n-tables) {
 				t.Errorf("%d of %d samples under [native unwind incomplete], %d of them unwound without the tables (want <= 0.5%% of all, besides those)", inc, n, n-tables)
 			}
+			// At default settings a deep sample costs its file under 1 KiB:
+			// no stack copy, and the frames written as references into the
+			// file's frame trees.
+			if per := sampleBytes(t, file); per > 1024 {
+				t.Errorf("%d bytes a sample record, want at most 1024", per)
+			} else {
+				t.Logf("%d bytes a sample record", per)
+			}
 			var stdout, stderr bytes.Buffer
 			if code := run([]string{"report", "-i", file}, &stdout, &stderr); code != 0 {
 				t.Fatalf("report: exit %d: %s", code, stderr.String())
@@ -85,6 +94,26 @@ func TestRecordDeepNativeStacks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sampleBytes is the average size of the sample records in file.
+func sampleBytes(t *testing.T, file string) int {
+	t.Helper()
+	r, err := perfdata.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.Only(perfdata.RecordSample)
+	n, bytes := 0, 0
+	for r.Next() {
+		n++
+		bytes += len(r.Raw())
+	}
+	if err := r.Err(); err != nil || n == 0 {
+		t.Fatalf("%s: %d samples, %v", file, n, err)
+	}
+	return bytes / n
 }
 
 func firstLine(s string) string {
