@@ -103,7 +103,7 @@ func (b *bench) measure() (string, error) {
 	}
 	b.logf("calibrated: %v iterations per depth for %.1fs of work", b.iterations, b.workSeconds)
 	tools := []tool{{name: "rubyperf", hz: 99}, {name: "rubyperf", hz: 99, wall: true}, {name: "perf", hz: 99},
-		{name: "stackprof", hz: 99}, {name: "rubyperf", hz: 999}, {name: "rubyperf", hz: 999, unwind: "tables"},
+		{name: "stackprof", hz: 99}, {name: "rubyperf", hz: 999}, {name: "rubyperf", hz: 999, unwind: "both"},
 		{name: "perf", hz: 999}, {name: "stackprof", hz: 999}}
 	if t.slow, err = b.slowdown(tools); err != nil {
 		return "", err

@@ -62,7 +62,7 @@ type postResult struct {
 }
 
 // postprocess records at least b.postSamples samples of two spinning Rubies
-// and times rubyperf script, rubyperf convert -f pprof and perf script on
+// (--unwind copy) and times rubyperf script, rubyperf convert -f pprof and perf script on
 // that one file, interleaved, b.postRounds times each.
 func (b *bench) postprocess() (samples int, size int64, out []*postResult, err error) {
 	var targets []string
@@ -76,7 +76,10 @@ func (b *bench) postprocess() (samples int, size int64, out []*postResult, err e
 	}
 	file := filepath.Join(b.tmp, "post.data")
 	secs := b.postSamples/(2*999) + 2
-	rec, err := run(nil, b.rubyperf, "record", "-F", "999", "-d", strconv.Itoa(secs), "-o", file, "-p", strings.Join(targets, ","))
+	// With the stack copy alone: perf script and rubyperf unwind the same
+	// copies, like for like (by default rubyperf's file has no copy, and
+	// perf script would show no native user frame).
+	rec, err := run(nil, b.rubyperf, "record", "-F", "999", "--unwind", "copy", "-d", strconv.Itoa(secs), "-o", file, "-p", strings.Join(targets, ","))
 	if err != nil {
 		return 0, 0, nil, err
 	}

@@ -103,7 +103,7 @@ func (t *table) String() string {
 	p("")
 	t.abTable(p)
 	t.offCPUTable(p)
-	p("**Post-processing** one recording of %d samples (%.0f bytes/sample), %d runs each, interleaved (goal ≥ 5× `perf script`):",
+	p("**Post-processing** one recording of %d samples (`--unwind copy`, which both unwind in user space: %.0f bytes/sample), %d runs each, interleaved (goal ≥ 5× `perf script`):",
 		t.postSamples, float64(t.postBytes)/float64(max(1, t.postSamples)), b.postRounds)
 	p("")
 	p("| tool | samples/s | vs `perf script` | peak RSS |")
