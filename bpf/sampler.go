@@ -131,9 +131,8 @@ type Sampler struct {
 	links []link.Link
 	// offCPUEnds reads the ends of off-CPU intervals (Options.Wall)
 	offCPUEnds *ringbuf.Reader
-	// the program's unwind rows as memory, how many are taken, and where
-	// each object's are (LoadRows)
-	rowMem   *ebpf.Memory
+	// how many of the program's unwind rows are taken, and where each
+	// object's are (LoadRows)
 	rowsUsed uint32
 	rowSpans map[string]rowSpan
 	execGen  uint32 // proc_maps.gen of the last SetExecMaps
@@ -203,9 +202,6 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("load BPF program: %v", ve)
 		}
 		return nil, fmt.Errorf("load BPF program: %w", err)
-	}
-	if s.rowMem, err = s.objs.UnwindRows.Memory(); err != nil {
-		return nil, fmt.Errorf("map unwind rows: %w", err)
 	}
 	// Before any process is a target: a target's exec must never be missed.
 	for _, prog := range []*ebpf.Program{s.objs.TargetExec, s.objs.TargetFork} {
