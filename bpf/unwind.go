@@ -213,7 +213,9 @@ func (s *Sampler) RemoveExecMaps(pid int) { s.objs.ProcUnwind.Delete(uint32(pid)
 // (objects from objs, which knows where the process's files are) and makes
 // them pid's mappings with rows. It returns how many have rows, and why
 // the first that has none could not (an object without call frame
-// information, the budget spent).
+// information, the budget spent). An object's table is compiled only if
+// its rows are not loaded yet, and released once they are (see
+// native.LoadOptions.TableOnly).
 func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Objects) (int, error) {
 	var out []ExecMap
 	var first error
@@ -227,17 +229,25 @@ func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Ob
 			continue
 		}
 		o := objs.Get(m.Path)
-		t, err := o.Table(native.ArchX86_64)
+		err := o.Err()
 		if err == nil {
 			key := m.Path
 			if id := o.BuildID(); id != "" {
 				key = "build-id:" + id
 			}
-			var rowsAt, n uint32
-			var base uint64
-			if rowsAt, n, base, err = s.LoadRows(key, t); err == nil {
+			sp, loaded := s.rowSpans[key]
+			if !loaded {
+				var t *native.Table
+				if t, err = o.Table(native.ArchX86_64); err == nil {
+					sp.first, sp.n, sp.base, err = s.LoadRows(key, t)
+				}
+			}
+			if err == nil {
+				// Its rows are loaded for good: an object loaded for its
+				// table alone lets it go.
+				o.ReleaseTable()
 				// The mapping puts the object's vaddr v at m.Start + (v - VAddr(m.Offset)).
-				out = append(out, ExecMap{Start: m.Start, End: m.Limit, Base: m.Start - o.VAddr(m.Offset) + base, Rows: rowsAt, Nrows: n})
+				out = append(out, ExecMap{Start: m.Start, End: m.Limit, Base: m.Start - o.VAddr(m.Offset) + sp.base, Rows: sp.first, Nrows: sp.n})
 				continue
 			}
 		}

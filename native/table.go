@@ -273,27 +273,57 @@ func (o *Object) Table(arch Arch) (*Table, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	o.tableOnce.Do(func() {
-		fdes := make([]fdeRange, 0, len(o.fdes))
-		for _, f := range o.fdes {
-			if f.CIE == nil {
-				continue
-			}
-			fdes = append(fdes, fdeRange{begin: f.Begin(), end: f.End(), initial: f.CIE.InitialInstructions,
-				instructions: f.Instructions, codeAlign: f.CIE.CodeAlignmentFactor, dataAlign: f.CIE.DataAlignmentFactor,
-				raColumn: f.CIE.ReturnAddressRegister, signal: strings.Contains(f.CIE.Augmentation, "S")})
-		}
-		o.tableErr = debuginfo.Guard(func() error {
-			var err error
-			o.table, err = compileTable(arch, fdes)
-			return err
-		})
-		if o.tableErr != nil {
-			o.tableErr = fmt.Errorf("%s: unwind table: %w", o.Path, o.tableErr)
-		}
-	})
+	o.tableMu.Lock()
+	defer o.tableMu.Unlock()
+	if !o.tableDid {
+		o.tableDid = true
+		o.compile(arch)
+	}
 	if o.table != nil && o.table.Arch != arch {
 		return nil, fmt.Errorf("%s: unwind table compiled for another architecture", o.Path)
 	}
 	return o.table, o.tableErr
+}
+
+// compile makes the table (o.tableMu held).
+func (o *Object) compile(arch Arch) {
+	fdes := make([]fdeRange, 0, len(o.fdes))
+	for _, f := range o.fdes {
+		if f.CIE == nil {
+			continue
+		}
+		fdes = append(fdes, fdeRange{begin: f.Begin(), end: f.End(), initial: f.CIE.InitialInstructions,
+			instructions: f.Instructions, codeAlign: f.CIE.CodeAlignmentFactor, dataAlign: f.CIE.DataAlignmentFactor,
+			raColumn: f.CIE.ReturnAddressRegister, signal: strings.Contains(f.CIE.Augmentation, "S")})
+	}
+	o.tableErr = debuginfo.Guard(func() error {
+		var err error
+		o.table, err = compileTable(arch, fdes)
+		return err
+	})
+	if o.tableErr != nil {
+		o.tableErr = fmt.Errorf("%s: unwind table: %w", o.Path, o.tableErr)
+	}
+	if o.opts.TableOnly {
+		o.fdes = nil // (and the section they point into): the table is all there is to it
+	}
+}
+
+// errTableReleased: ReleaseTable let the table go.
+var errTableReleased = errors.New("unwind table released")
+
+// ReleaseTable lets go of the compiled table of an object loaded
+// LoadOptions.TableOnly, once its rows are where they are used (the BPF
+// program's, loaded once per object): Table fails from then on. Other
+// objects keep theirs.
+func (o *Object) ReleaseTable() {
+	if !o.opts.TableOnly {
+		return
+	}
+	o.tableMu.Lock()
+	defer o.tableMu.Unlock()
+	o.tableDid, o.table = true, nil
+	if o.tableErr == nil {
+		o.tableErr = fmt.Errorf("%s: %w", o.Path, errTableReleased)
+	}
 }

@@ -37,7 +37,9 @@ type unwindTables struct {
 }
 
 func newUnwindTables(s *session) *unwindTables {
-	host := &native.Objects{Load: native.LoadOptions{Debuginfo: s.opts.Debuginfo}}
+	// Its objects serve for their tables alone, each let go once its rows
+	// are in the program: names come from readers' own objects.
+	host := &native.Objects{Load: native.LoadOptions{TableOnly: true}}
 	u := &unwindTables{spaces: newMountSpaces(host, s.opts.Debuginfo, nil),
 		pending: map[int]bool{}, wake: make(chan struct{}, 1), warned: map[string]bool{}}
 	u.warn = func(key, msg string) {
