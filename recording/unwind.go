@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -30,10 +32,11 @@ type unwindTables struct {
 
 	loading sync.Mutex // held by load: objs and the sampler's rows are one caller's at a time
 
-	mu      sync.Mutex
-	pending map[int]bool // pids whose list is to be made (again)
-	wake    chan struct{}
-	warned  map[string]bool // problems told once (s.mu)
+	mu       sync.Mutex
+	pending  map[int]bool // pids whose list is to be made (again)
+	released uint64       // the heap allocated when memory was last given back (releaseMemory)
+	wake     chan struct{}
+	warned   map[string]bool // problems told once (s.mu)
 }
 
 func newUnwindTables(s *session) *unwindTables {
@@ -90,6 +93,7 @@ func (u *unwindTables) run(ctx context.Context) {
 			}
 			u.load(pid)
 		}
+		u.releaseMemory()
 	}
 }
 
@@ -173,13 +177,42 @@ func (u *unwindTables) awaitTables(pid int) {
 	}
 	done := make(chan struct{})
 	go func() {
-		defer close(done)
 		u.compileMapped(pid, nil)
 		u.load(pid)
+		close(done)
+		u.releaseMemory() // (once pid is sampled)
 	}()
 	select {
 	case <-done:
 	case <-time.After(maxPrepareWait):
+	}
+}
+
+// releaseAfter is how much the recorder allocates before releaseMemory
+// gives the heap's free memory back again.
+const releaseAfter = 4 << 20
+
+// releaseMemory gives the heap's free memory back to the system once the
+// recorder has allocated releaseAfter since it last did. Attaching and
+// compiling tables grow the heap (a libruby's table, let go once its rows
+// are loaded, takes 3.5 MB to compile), and a recorder that allocates next
+// to nothing once its targets are attached runs no collection that would
+// shrink it: 12 MB more stayed resident for as long as the recording ran.
+func (u *unwindTables) releaseMemory() {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	allocated := s[0].Value.Uint64()
+	u.mu.Lock()
+	due := allocated-u.released >= releaseAfter
+	if due {
+		u.released = allocated
+	}
+	u.mu.Unlock()
+	if due {
+		debug.FreeOSMemory()
 	}
 }
 
