@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -130,9 +131,8 @@ type Sampler struct {
 	links []link.Link
 	// offCPUEnds reads the ends of off-CPU intervals (Options.Wall)
 	offCPUEnds *ringbuf.Reader
-	// the program's unwind rows as memory, how many are taken, and where
-	// each object's are (LoadRows)
-	rowMem   *ebpf.Memory
+	// how many of the program's unwind rows are taken, and where each
+	// object's are (LoadRows)
 	rowsUsed uint32
 	rowSpans map[string]rowSpan
 	execGen  uint32 // proc_maps.gen of the last SetExecMaps
@@ -202,9 +202,6 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("load BPF program: %v", ve)
 		}
 		return nil, fmt.Errorf("load BPF program: %w", err)
-	}
-	if s.rowMem, err = s.objs.UnwindRows.Memory(); err != nil {
-		return nil, fmt.Errorf("map unwind rows: %w", err)
 	}
 	// Before any process is a target: a target's exec must never be missed.
 	for _, prog := range []*ebpf.Program{s.objs.TargetExec, s.objs.TargetFork} {
@@ -380,10 +377,14 @@ func (s *Sampler) Stop() {
 
 // drainInterval is how often Run empties the rings whatever their fill: it
 // bounds how late a batched record is handled (a target's exit, a new
-// process found by -a, the status line). Each drain also wakes the Go
-// runtime's monitor thread a few times: at 50 ms the recorder woke 300 times
-// a second at 999 Hz, at 100 ms 200 (perf record: 33).
-const drainInterval = 100 * time.Millisecond
+// process found by -a, the status line, a live recording's samples), well
+// within the 2 s a live recording keeps an exited process for. Urgent
+// samples and half-full rings wake Run sooner. Every drain costs the
+// recorder wake-ups beyond its own (the Go runtime's monitor thread, woken
+// by the drain's first system call, polls every 20 µs until the drain is
+// done): at 100 ms a recording at 99 Hz woke 98 times a second, at 500 ms
+// 41 (perf record: 3).
+const drainInterval = 500 * time.Millisecond
 
 // recordsPerDrain bounds what one drain reads from one ring (a half-full
 // 2 MiB ring holds about 100 samples with 8 KiB stack copies).
@@ -393,12 +394,14 @@ const recordsPerDrain = 4096
 // process) until ctx ends, then stops sampling and drains the rings, handing
 // each record to fn. fn is never called concurrently.
 //
-// One goroutine waits on all rings at once and drains them all when the
-// kernel wakes it (an urgent sample, a half-full ring) or every
+// The calling goroutine waits on all rings at once and drains them all when
+// the kernel wakes it (an urgent sample, a half-full ring) or every
 // drainInterval: a wake-up per sample would take a CPU from the target a
-// thousand times a second per CPU at 999 Hz. Each drain reads the side-band
-// rings first, so a process's COMM and MMAP2 come before its samples of the
-// same drain, and urgent samples before batched ones.
+// thousand times a second per CPU at 999 Hz. It waits and drains itself:
+// a goroutine that waited and handed each wake-up on to another woke a
+// second thread of the runtime for each. Each drain reads the side-band
+// rings first, so a process's COMM and MMAP2 come before its samples of
+// the same drain, and urgent samples before batched ones.
 func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -464,71 +467,70 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		}
 		return nil
 	}
-	wake := make(chan struct{}, 1)
-	waitErr := make(chan error, 1)
-	go func() {
-		events := make([]unix.EpollEvent, len(rings))
-		for {
-			// The poller's own poll of the set consumes the rings' ready
-			// state (a perf event's poll resets it), so the set itself may
-			// list nothing once the poller has woken us: being woken is
-			// the news. The wait below only empties the set's ready list.
-			var werr error
-			waited := false
-			err := epc.Read(func(fd uintptr) bool {
-				n, err := unix.EpollWait(int(fd), events, 0)
-				if err != nil && err != unix.EINTR && err != unix.EAGAIN {
-					werr = err
-					return true
-				}
-				if n > 0 || waited {
-					return true
-				}
-				waited = true
-				return false
-			})
-			if err == nil {
-				err = werr
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				waitErr <- nil
-				return
-			}
-			if err != nil {
-				waitErr <- fmt.Errorf("epoll wait: %w", err)
-				return
-			}
-			select {
-			case wake <- struct{}{}:
-			default: // a drain is already due
-			}
-		}
-	}()
-	stopWaiting := func() error {
-		epf.SetReadDeadline(time.Unix(1, 0))
-		return <-waitErr
-	}
-	tick := time.NewTicker(drainInterval)
-	defer tick.Stop()
+	// The end of ctx cuts a wait short: its deadline passes at once.
+	stopCutting := context.AfterFunc(ctx, func() { epf.SetReadDeadline(time.Unix(1, 0)) })
+	defer stopCutting()
+	events := make([]unix.EpollEvent, len(rings))
 	for {
-		select {
-		case <-ctx.Done():
-			// Stop sampling, then read what is left: a finite amount.
-			s.Stop()
-			if err := stopWaiting(); err != nil {
+		// Set before ctx is looked at: an end of ctx after the look sets
+		// the deadline past this one.
+		epf.SetReadDeadline(time.Now().Add(drainInterval))
+		if ctx.Err() == nil {
+			if err := waitRings(epc, events); err != nil {
 				return err
 			}
+		}
+		if ctx.Err() != nil {
+			// Stop sampling, then read what is left: a finite amount.
+			s.Stop()
 			return drain(math.MaxInt)
-		case err := <-waitErr:
-			return err
-		case <-wake:
-		case <-tick.C:
 		}
 		if err := drain(recordsPerDrain); err != nil {
-			stopWaiting()
 			return err
 		}
 	}
+}
+
+// waitRings waits until the kernel wakes a ring of the epoll set epc, or
+// its read deadline passes.
+func waitRings(epc syscall.RawConn, events []unix.EpollEvent) error {
+	// The poller's own poll of the set consumes the rings' ready state (a
+	// perf event's poll resets it), so the set itself may list nothing once
+	// the poller has woken us: being woken is the news. The poll below only
+	// empties the set's ready list.
+	var werr error
+	waited := false
+	err := epc.Read(func(fd uintptr) bool {
+		n, err := pollNow(fd, events)
+		if err != nil && err != unix.EINTR && err != unix.EAGAIN {
+			werr = err
+			return true
+		}
+		if n > 0 || waited {
+			return true
+		}
+		waited = true
+		return false
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("epoll wait: %w", err)
+	}
+	return nil
+}
+
+// pollNow lists the epoll set epfd's ready descriptors without waiting. It
+// is a raw system call, which never blocks here: through the runtime's
+// Syscall it would wake the runtime's monitor thread at every drain, to
+// poll every 20 µs while the drain runs.
+func pollNow(epfd uintptr, events []unix.EpollEvent) (int, error) {
+	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, epfd, uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // drainOffCPUEnds hands fn the ends of off-CPU intervals the ring holds,

@@ -3,11 +3,13 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sort"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/native"
 )
@@ -66,6 +68,9 @@ func EncodeRows(t *native.Table) (rows []UnwindRow, base uint64, err error) {
 		return nil, 0, errors.New("unwind rows: empty table")
 	}
 	base = t.Rows[0].Start
+	// At most a row each: sized once (growing it allocated 4 MB for a
+	// libruby's 0.5).
+	rows = make([]UnwindRow, 0, len(t.Rows))
 	for _, r := range t.Rows {
 		if r.Start-base > 0xffffffff {
 			break // the rest is out of a row's reach: no rule there
@@ -147,15 +152,10 @@ func (s *Sampler) LoadRows(key string, t *native.Table) (first, n uint32, base u
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	if s.rowMem == nil {
-		return 0, 0, 0, errors.New("unwind rows: not mapped")
-	}
-	const rowSize = int(unsafe.Sizeof(UnwindRow{}))
-	if uint64(s.rowsUsed)+uint64(len(rows)) > uint64(s.rowMem.Size())/uint64(rowSize) {
+	if uint64(s.rowsUsed)+uint64(len(rows)) > uint64(s.objs.UnwindRows.MaxEntries()) {
 		return 0, 0, 0, fmt.Errorf("%w (%d rows for %s)", ErrNoRowRoom, len(rows), key)
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(rows))), len(rows)*rowSize)
-	if _, err := s.rowMem.WriteAt(b, int64(s.rowsUsed)*int64(rowSize)); err != nil {
+	if err := s.writeRows(s.rowsUsed, rows); err != nil {
 		return 0, 0, 0, fmt.Errorf("unwind rows: %w", err)
 	}
 	sp := rowSpan{first: s.rowsUsed, n: uint32(len(rows)), base: base}
@@ -165,6 +165,26 @@ func (s *Sampler) LoadRows(key string, t *native.Table) (first, n uint32, base u
 	}
 	s.rowSpans[key] = sp
 	return sp.first, sp.n, sp.base, nil
+}
+
+// writeRows writes rows into the program's rows from index at, through a
+// mapping of the pages they fall in alone, for as long as it takes: the
+// kernel maps every page of the map at once, and mapped whole for the
+// recording it was 8 MiB of the recorder's resident memory.
+func (s *Sampler) writeRows(at uint32, rows []UnwindRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	const rowSize = int64(unsafe.Sizeof(UnwindRow{}))
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(rows))), int64(len(rows))*rowSize)
+	start := int64(at) * rowSize
+	off := start &^ int64(os.Getpagesize()-1)
+	mem, err := unix.Mmap(s.objs.UnwindRows.FD(), off, int(start+int64(len(b))-off), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map rows %d to %d: %w", at, int64(at)+int64(len(rows)), err)
+	}
+	copy(mem[start-off:], b)
+	return unix.Munmap(mem)
 }
 
 // SetExecMaps makes maps (at most MaxExecMaps, not overlapping) the
@@ -199,7 +219,9 @@ func (s *Sampler) RemoveExecMaps(pid int) { s.objs.ProcUnwind.Delete(uint32(pid)
 // (objects from objs, which knows where the process's files are) and makes
 // them pid's mappings with rows. It returns how many have rows, and why
 // the first that has none could not (an object without call frame
-// information, the budget spent).
+// information, the budget spent). An object's table is compiled only if
+// its rows are not loaded yet, and released once they are (see
+// native.LoadOptions.TableOnly).
 func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Objects) (int, error) {
 	var out []ExecMap
 	var first error
@@ -213,17 +235,25 @@ func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Ob
 			continue
 		}
 		o := objs.Get(m.Path)
-		t, err := o.Table(native.ArchX86_64)
+		err := o.Err()
 		if err == nil {
 			key := m.Path
 			if id := o.BuildID(); id != "" {
 				key = "build-id:" + id
 			}
-			var rowsAt, n uint32
-			var base uint64
-			if rowsAt, n, base, err = s.LoadRows(key, t); err == nil {
+			sp, loaded := s.rowSpans[key]
+			if !loaded {
+				var t *native.Table
+				if t, err = o.Table(native.ArchX86_64); err == nil {
+					sp.first, sp.n, sp.base, err = s.LoadRows(key, t)
+				}
+			}
+			if err == nil {
+				// Its rows are loaded for good: an object loaded for its
+				// table alone lets it go.
+				o.ReleaseTable()
 				// The mapping puts the object's vaddr v at m.Start + (v - VAddr(m.Offset)).
-				out = append(out, ExecMap{Start: m.Start, End: m.Limit, Base: m.Start - o.VAddr(m.Offset) + base, Rows: rowsAt, Nrows: n})
+				out = append(out, ExecMap{Start: m.Start, End: m.Limit, Base: m.Start - o.VAddr(m.Offset) + sp.base, Rows: sp.first, Nrows: sp.n})
 				continue
 			}
 		}

@@ -39,12 +39,15 @@ type lifecycle struct {
 	commandExiting bool
 	noTarget       chan struct{} // closed when every target has exited (not with -a)
 	closeNT        sync.Once
+	// discoverDue wakes discover for a round: there may be work for it
+	// (discoverSoon).
+	discoverDue chan struct{}
 }
 
 // newLifecycle is a lifecycle with no target yet.
 func newLifecycle() lifecycle {
 	return lifecycle{targets: map[int]*Target{}, gone: map[int]bool{}, pending: map[int]int{}, execd: map[int]string{},
-		execSeen: map[int]execSeen{}, noTarget: make(chan struct{})}
+		execSeen: map[int]execSeen{}, noTarget: make(chan struct{}), discoverDue: make(chan struct{}, 1)}
 }
 
 // attachAttempts is how many times a newly exec'd process is tried (-a)
@@ -172,6 +175,7 @@ func (s *session) sideBand(rec perfdata.Record) bool {
 	if exec && s.opts.All {
 		if _, ok := s.targets[pid]; !ok {
 			s.pending[pid] = attachAttempts
+			s.discoverSoon()
 		}
 	}
 	_, target := s.targets[pid]
@@ -179,6 +183,7 @@ func (s *session) sideBand(rec perfdata.Record) bool {
 		target = true // the records of its new image, until given up on
 		if exec {     // again (a wrapper script's exec of its Ruby): a new start
 			s.execd[pid], s.pending[pid] = comm.Comm, attachAttempts
+			s.discoverSoon()
 		}
 		if threadExit {
 			if exiting(pid) {
@@ -194,6 +199,7 @@ func (s *session) sideBand(rec perfdata.Record) bool {
 	if m, ok := rec.(*perfdata.Mmap2); ok {
 		if t := s.targets[pid]; t != nil && t.labels == nil {
 			t.labelsLook = true // an extension that keeps labels may have been loaded
+			s.discoverSoon()
 		}
 		if m.Prot&4 != 0 { // PROT_EXEC
 			s.tables.request(pid)
@@ -203,6 +209,7 @@ func (s *session) sideBand(rec perfdata.Record) bool {
 	case exec:
 		if t := s.targets[pid]; t != nil { // checkExecs decides
 			s.execSeen[pid] = execSeen{comm: comm.Comm, gen: t.Config.Gen, deadline: time.Now().Add(execGrace)}
+			s.discoverSoon()
 		}
 	case threadExit && !exiting(pid):
 		// Still running: it exec'd a program the kernel hides from
@@ -258,6 +265,7 @@ func (s *session) targetExecd(pid int, comm string) {
 	s.retired = append(s.retired, t)
 	s.execd[pid] = comm
 	s.pending[pid] = attachAttempts
+	s.discoverSoon()
 }
 
 // execSeen is a COMM record of an exec of a target still sampled.
@@ -329,18 +337,57 @@ func (s *session) forked(child, parent int) {
 	s.event(fmt.Sprintf("pid %d forked pid %d: recorded", parent, child))
 }
 
+// discoverEvery is how often discover runs while it has work.
+const discoverEvery = 100 * time.Millisecond
+
+// discoverSoon wakes discover for a round: there may be work for it.
+func (s *session) discoverSoon() {
+	select {
+	case s.discoverDue <- struct{}{}:
+	default: // a round is due already
+	}
+}
+
+// discoverWait is how long discover may wait for its next round (s.mu
+// held; progressed: when Options.Progress was last called): every
+// discoverEvery while it has work, until a target's look for labels or a
+// progress report is due, or with nothing to do (0) until discoverSoon. A
+// recording of one program that does not exec wakes for none of it.
+func (s *session) discoverWait(progressed time.Time) time.Duration {
+	if s.opts.All || s.live != nil || len(s.execSeen) > 0 || len(s.pending) > 0 {
+		return discoverEvery
+	}
+	var wait time.Duration
+	due := func(d time.Duration) {
+		d = max(d, discoverEvery)
+		if wait == 0 || d < wait {
+			wait = d
+		}
+	}
+	for _, t := range s.targets {
+		if t.labels == nil && t.labelsLook && !s.gone[t.PID] {
+			due(labelsLookEvery - time.Since(t.labelsLooked))
+		}
+	}
+	if s.opts.Progress != nil {
+		due(time.Second - time.Since(progressed))
+	}
+	return wait
+}
+
 // discover attaches to Ruby processes that exec: a target that exec'd
 // (again, if it is a Ruby now), and with -a any process; with -a a full
 // rescan also runs every few seconds.
 func (s *session) discover(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	timer := time.NewTimer(discoverEvery)
+	defer timer.Stop()
 	rescan, progressed := time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
+		case <-s.discoverDue:
 		}
 		s.mu.Lock()
 		s.checkExecs()
@@ -413,6 +460,14 @@ func (s *session) discover(ctx context.Context) {
 				s.event(fmt.Sprintf("pid %d exec'd %s: recording the new Ruby", pid, comm))
 			}
 			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		wait := s.discoverWait(progressed)
+		s.mu.Unlock()
+		if wait > 0 {
+			timer.Reset(wait)
+		} else {
+			timer.Stop()
 		}
 	}
 }

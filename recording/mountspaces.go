@@ -59,10 +59,11 @@ func (m *mountSpaces) objectsOf(pid uint32) *native.Objects {
 			clear(m.spaceOf)
 		}
 		sp = &mountSpace{}
-		finder := m.debuginfo
+		finder, tableOnly := m.debuginfo, m.host.objs.Load.TableOnly // (loaded as the host's are)
 		sp.objs = &native.Objects{Open: func(path string) *native.Object {
 			root := fmt.Sprintf("/proc/%d/root", sp.pid)
-			return native.LoadObjectWith(filepath.Join(root, path), native.LoadOptions{Debuginfo: finder, Name: path, Root: root})
+			return native.LoadObjectWith(filepath.Join(root, path), native.LoadOptions{Debuginfo: finder, Name: path, Root: root,
+				TableOnly: tableOnly})
 		}, Refused: m.refused}
 		m.spaces[ns] = sp
 	}
