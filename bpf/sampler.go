@@ -377,14 +377,15 @@ func (s *Sampler) Stop() {
 
 // drainInterval is how often Run empties the rings whatever their fill: it
 // bounds how late a batched record is handled (a target's exit, a new
-// process found by -a, the status line, a live recording's samples), well
-// within the 2 s a live recording keeps an exited process for. Urgent
-// samples and half-full rings wake Run sooner. Every drain costs the
+// process found by -a, the status line, a live recording's samples), and
+// an urgent sample whose wake-up Run missed. Every drain costs the
 // recorder wake-ups beyond its own (the Go runtime's monitor thread, woken
 // by the drain's first system call, polls every 20 µs until the drain is
-// done): at 100 ms a recording at 99 Hz woke 98 times a second, at 500 ms
-// 41 (perf record: 3).
-const drainInterval = 500 * time.Millisecond
+// done): at 500 ms a recording at 99 Hz woke 41 times a second, at 100 ms
+// 98 (perf record: 3); but under load (two busy CPUs besides) a stall of
+// up to 500 ms left 13% of the frames of a Ruby running 80 major GCs a
+// second unnamed (TestNamesUnderGCPressure; 1% at 100 ms).
+const drainInterval = 100 * time.Millisecond
 
 // recordsPerDrain bounds what one drain reads from one ring (a half-full
 // 2 MiB ring holds about 100 samples with 8 KiB stack copies).
