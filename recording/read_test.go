@@ -99,7 +99,7 @@ func sampleKey(tid int, ns uint64) string { return fmt.Sprintf("%d/%d", tid, ns)
 // stack beside them, for perf).
 func TestNativeFramesMatchPerf(t *testing.T) {
 	t.Run("copy", func(t *testing.T) {
-		nativeFramesMatchPerf(t, recordWorkload(t, "debian-3.1", 3*time.Second), false)
+		nativeFramesMatchPerf(t, recordWorkload(t, "debian-3.1", 5*time.Second), false)
 	})
 	t.Run("tables", func(t *testing.T) {
 		nativeFramesMatchPerf(t, recordScript(t, "debian-3.1", "nativedeep.rb", 3*time.Second,
