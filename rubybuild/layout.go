@@ -3,6 +3,7 @@ package rubybuild
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sort"
 	"strings"
 )
@@ -563,4 +564,18 @@ func (l *Layout) hasGCPhase() bool {
 func (l *Layout) GCSpan() (lo, hi int64) {
 	g := &l.GC
 	return min(g.Count, g.LastMajorGC, g.Mode.Offset) &^ 7, max(g.Count+8, g.LastMajorGC+8, g.Mode.Offset+4)
+}
+
+// AgeBits returns where an object's flags hold its age (how many GC
+// markings it survived, up to old): the mask of RUBY_FL_PROMOTED0 and
+// RUBY_FL_PROMOTED1, which RUBY_FL_PROMOTED spans up to Ruby 3.2, and its
+// shift. ok is false where RUBY_FL_PROMOTED is one bit (3.3 and later keep
+// ages in a bitmap of the heap page) or absent.
+func (l *Layout) AgeBits() (mask uint64, shift int, ok bool) {
+	mask = uint64(l.Constants["RUBY_FL_PROMOTED"])
+	shift = bits.TrailingZeros64(mask)
+	if mask == 0 || mask>>shift != 3 {
+		return 0, 0, false
+	}
+	return mask, shift, true
 }

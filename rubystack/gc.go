@@ -200,3 +200,38 @@ func (r *Reader) CheckGC() error {
 	}
 	return fmt.Errorf("%w: the GC counters at the layout's offsets (%s) do not agree: %v", ErrNoGCStamps, r.Layout.Source, last)
 }
+
+// ErrAgeUnknown says the object's flags do not hold its age: Rubies from 3.3
+// keep it in a bitmap of the object's heap page, and their flags only say
+// whether the object is old.
+var ErrAgeUnknown = errors.New("the object's age is not in its flags")
+
+// MaxAge is the age of an object in the old generation: each GC whose
+// marking reaches a young object makes it one older, up to this.
+const MaxAge = 3
+
+// Age returns how many GC markings the object at v has survived, up to
+// MaxAge (old), where its flags hold that (Layout.AgeBits: up to Ruby 3.2).
+// A special constant or 0 is MaxAge: there is nothing to free. Elsewhere an
+// old object is MaxAge and a young one ErrAgeUnknown.
+func (r *Reader) Age(v uint64) (int, error) {
+	if v == 0 || r.o.special(v) {
+		return MaxAge, nil
+	}
+	promoted := uint64(r.Layout.Constants["RUBY_FL_PROMOTED"])
+	if promoted == 0 {
+		return 0, ErrAgeUnknown
+	}
+	flags, err := r.direct.word(v + uint64(r.Layout.Basic.Flags))
+	if err != nil {
+		return 0, err
+	}
+	if flags&promoted == promoted {
+		return MaxAge, nil
+	}
+	mask, shift, ok := r.Layout.AgeBits()
+	if !ok {
+		return 0, ErrAgeUnknown
+	}
+	return int(flags & mask >> shift), nil
+}

@@ -169,10 +169,68 @@ func nameFrames(r *rubystack.Reader, p *payload.Payload, frames []payload.Frame)
 		names[i].Old, names[i].OldAt = true, read
 		proven := ProvenFor(p.GC, (frames[i].IseqOld || frames[i].CFrame) && frames[i].MEOld, read)
 		if !names[i].Span.Covers(p.GC) && proven {
-			names[i].Back = payload.Span{Epoch: p.GC.Epoch, From: p.GC.Interval(), To: p.GC.Interval()}
+			names[i].Back = sampleSpan(p.GC)
 		}
 	}
+	provenByAge(r, p.GC, frames, names)
 	return names, !moved
+}
+
+// sampleSpan is the span of the one GC interval a sample stamped st was
+// taken in.
+func sampleSpan(st payload.GCStamp) payload.Span {
+	return payload.Span{Epoch: st.Epoch, From: st.Interval(), To: st.Interval()}
+}
+
+// provenByAge proves, for the sample stamped sample, the names of frames
+// nothing else proved, by the ages of their objects (survived), read now,
+// after their names.
+func provenByAge(r *rubystack.Reader, sample payload.GCStamp, frames []payload.Frame, names []Named) {
+	var ages [][]int
+	for i, f := range frames {
+		n := &names[i]
+		if n.Span.Covers(sample) || n.Back != (payload.Span{}) || n.Unknown || n.Drop || n.Label == "" {
+			continue
+		}
+		if ages == nil {
+			ages = make([][]int, len(frames))
+		}
+		ages[i] = frameAges(r, f)
+	}
+	if ages == nil {
+		return
+	}
+	now, err := r.GCStamp()
+	if err != nil {
+		return
+	}
+	for i := range frames {
+		if ages[i] != nil && survived(sample, now, ages[i]) {
+			names[i].Back = sampleSpan(sample)
+		}
+	}
+}
+
+// frameAges reads the ages of the objects a frame's name comes from (as
+// oldFrame names them), or nil where one cannot be read.
+func frameAges(r *rubystack.Reader, f payload.Frame) []int {
+	cme, err := r.LocalMethodEntry(f.CME)
+	if err != nil {
+		return nil
+	}
+	objs := []uint64{f.CME, cme}
+	if !f.CFrame {
+		objs = append(objs, f.Iseq)
+	}
+	ages := make([]int, 0, len(objs))
+	for _, v := range objs {
+		a, err := r.Age(v)
+		if err != nil {
+			return nil
+		}
+		ages = append(ages, a)
+	}
+	return ages
 }
 
 // SpanFor is the span a name read under GC stamp now holds for, the code
