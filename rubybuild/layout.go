@@ -165,6 +165,20 @@ type Layout struct {
 		RunningHow, RunningWhy string
 	}
 
+	// HeapPage is where Rubies from 3.3 keep an object's age (how many GC
+	// markings it survived): two bits a slot in the age_bits of the
+	// struct heap_page its slot is in, found through the struct
+	// heap_page_header at the start of the page's aligned body. Slots are
+	// numbered in units of the smallest slot from that start. -1 (and 0
+	// sizes) when absent: ages are in the flags (AgeBits), or unknown.
+	HeapPage struct {
+		AgeBits     int64 // heap_page age_bits
+		AgeBitsSize int64 // its bytes
+		Page        int64 // heap_page_header page
+		Align       int64 // HEAP_PAGE_ALIGN: a page body's alignment and size
+		SlotSize    int64 // the smallest slot: HEAP_PAGE_OBJ_LIMIT of them fill a page after its header
+	}
+
 	// Constants are the enumerator values read with the layout (flag bits,
 	// type tags, frame magics), by their C names.
 	Constants map[string]int64
@@ -524,6 +538,7 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 		SuperInClassext:   l.Class.Super < 0 && l.Class.ClassextSuper >= 0,
 		GCStamps:          hasGCStamps(l),
 	}
+	l.resolveHeapPage()
 	l.Capabilities.GCPhase = l.hasGCPhase()
 	l.Capabilities.BlockingRegion = l.Thread.UnblockFunc >= 0 &&
 		l.Structs["rb_thread_struct"].Members["unblock.func"].Size == 8
@@ -579,3 +594,35 @@ func (l *Layout) AgeBits() (mask uint64, shift int, ok bool) {
 	}
 	return mask, shift, true
 }
+
+// resolveHeapPage finds where heap pages keep ages (Layout.HeapPage), when
+// the layout has every piece, each plausible: a power-of-two alignment, one
+// slot size that HEAP_PAGE_OBJ_LIMIT slots after the header imply, and two
+// bits a slot in age_bits (HEAP_PAGE_BITMAP_LIMIT words of bits each).
+func (l *Layout) resolveHeapPage() {
+	h := &l.HeapPage
+	h.AgeBits, h.Page = -1, -1
+	page, okPage := l.Structs["heap_page"].Members["age_bits"]
+	header, okHeader := l.Structs["heap_page_header"]
+	hp, okHP := header.Members["page"]
+	align, limit, words := l.Constants["HEAP_PAGE_ALIGN"], l.Constants["HEAP_PAGE_OBJ_LIMIT"], l.Constants["HEAP_PAGE_BITMAP_LIMIT"]
+	if !okPage || !okHeader || !okHP || hp.Size != 8 || align <= 0 || align > 1<<24 || align&(align-1) != 0 ||
+		limit <= 0 || words <= 0 || header.Size <= 0 || header.Size >= align {
+		return
+	}
+	room := align - header.Size
+	slot := room / limit
+	if slot < 8 || room/slot != limit || room/(slot+1) == limit || page.Size != words*8*ageBitsPerSlot ||
+		(align/slot+63)/64 > words {
+		return
+	}
+	h.AgeBits, h.AgeBitsSize, h.Page, h.Align, h.SlotSize = page.Offset, page.Size, hp.Offset, align, slot
+}
+
+// ageBitsPerSlot is the width of an age in a heap page's age_bits: enough
+// for 0 to 3 (old), which the flags held in two bits before 3.3.
+const ageBitsPerSlot = 2
+
+// AgesInPages says whether the layout finds an object's age in its heap
+// page (Layout.HeapPage).
+func (l *Layout) AgesInPages() bool { return l.HeapPage.AgeBits >= 0 && l.HeapPage.SlotSize > 0 }

@@ -82,6 +82,8 @@ var wantedStructs = map[string]bool{
 	"rb_fields":                       true, // 4.0+: the imemo holding a class's ivars
 	"rb_objspace":                     true, // gc.c (gc/default/default.c 3.4+): GC counters and phase
 	"RSymbol":                         true, // a dynamic Symbol: its ID (a request label's value)
+	"heap_page":                       true, // gc.c: an object's age bits, from 3.3
+	"heap_page_header":                true, // gc.c: at the start of a page's aligned body, its heap_page
 }
 
 // wantedConstants are enumerators of Ruby's C enums that the walker and
@@ -119,6 +121,9 @@ var wantedConstants = map[string]bool{
 	"gc_mode_none": true, "gc_mode_marking": true, "RUBY_FL_PROMOTED": true,
 	// The GC's other phases, for a sample taken while it runs.
 	"gc_mode_sweeping": true, "gc_mode_compacting": true,
+	// Where an object's age bits are, from 3.3 (gc.c's anonymous enum of
+	// heap page sizes).
+	"HEAP_PAGE_ALIGN": true, "HEAP_PAGE_OBJ_LIMIT": true, "HEAP_PAGE_BITMAP_LIMIT": true,
 	// A static Symbol as a VALUE (a request label's value).
 	"RUBY_SYMBOL_FLAG": true, "RUBY_SPECIAL_SHIFT": true, "RUBY_T_SYMBOL": true,
 }

@@ -201,18 +201,20 @@ func (r *Reader) CheckGC() error {
 	return fmt.Errorf("%w: the GC counters at the layout's offsets (%s) do not agree: %v", ErrNoGCStamps, r.Layout.Source, last)
 }
 
-// ErrAgeUnknown says the object's flags do not hold its age: Rubies from 3.3
-// keep it in a bitmap of the object's heap page, and their flags only say
-// whether the object is old.
+// ErrAgeUnknown says the layout does not tell where a young object's age
+// is: its flags hold one bit (3.3 and later), and the layout has no
+// heap_page (a built-in table without it).
 var ErrAgeUnknown = errors.New("the object's age is not in its flags")
 
 // MaxAge is the age of an object in the old generation: each GC whose
 // marking reaches a young object makes it one older, up to this.
 const MaxAge = 3
 
+
 // Age returns how many GC markings the object at v has survived, up to
-// MaxAge (old), where its flags hold that (Layout.AgeBits: up to Ruby 3.2).
-// A special constant or 0 is MaxAge: there is nothing to free. Elsewhere an
+// MaxAge (old): from its flags (Layout.AgeBits, up to Ruby 3.2) or its
+// heap page's age bits (Layout.HeapPage, from 3.3). A special constant or 0
+// is MaxAge: there is nothing to free. Where the layout tells neither, an
 // old object is MaxAge and a young one ErrAgeUnknown.
 func (r *Reader) Age(v uint64) (int, error) {
 	if v == 0 || r.o.special(v) {
@@ -229,9 +231,38 @@ func (r *Reader) Age(v uint64) (int, error) {
 	if flags&promoted == promoted {
 		return MaxAge, nil
 	}
-	mask, shift, ok := r.Layout.AgeBits()
-	if !ok {
+	if mask, shift, ok := r.Layout.AgeBits(); ok {
+		return int(flags & mask >> shift), nil
+	}
+	if !r.Layout.AgesInPages() {
 		return 0, ErrAgeUnknown
 	}
-	return int(flags & mask >> shift), nil
+	return r.pageAge(v)
+}
+
+// pageAge reads the age of the object at v from its heap page's age bits:
+// two bits a slot, numbered in the smallest slot's size from the start of
+// the page's aligned body, whose header points to its struct heap_page.
+func (r *Reader) pageAge(v uint64) (int, error) {
+	h := &r.Layout.HeapPage
+	align := uint64(h.Align)
+	body := v &^ (align - 1)
+	page, err := r.direct.word(body + uint64(h.Page))
+	if err != nil {
+		return 0, err
+	}
+	if page == 0 || page&7 != 0 {
+		return 0, fmt.Errorf("%w: the heap page of %#x is at %#x", errTorn, v, page)
+	}
+	slot := (v & (align - 1)) / uint64(h.SlotSize)
+	const perWord = 64 / 2 // ages a 64-bit word of age_bits holds
+	word := slot / perWord * 8
+	if word+8 > uint64(h.AgeBitsSize) {
+		return 0, fmt.Errorf("%w: slot %d of the heap page of %#x is past its age bits", errTorn, slot, v)
+	}
+	bits, err := r.direct.word(page + uint64(h.AgeBits) + word)
+	if err != nil {
+		return 0, err
+	}
+	return int(bits >> (slot % perWord * 2) & MaxAge), nil
 }
