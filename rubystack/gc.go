@@ -210,7 +210,6 @@ var ErrAgeUnknown = errors.New("the object's age is not in its flags")
 // marking reaches a young object makes it one older, up to this.
 const MaxAge = 3
 
-
 // Age returns how many GC markings the object at v has survived, up to
 // MaxAge (old): from its flags (Layout.AgeBits, up to Ruby 3.2) or its
 // heap page's age bits (Layout.HeapPage, from 3.3). A special constant or 0
