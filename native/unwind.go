@@ -107,6 +107,9 @@ func (c *Objects) Get(path string) *Object {
 	return o
 }
 
+// Len returns how many objects the cache holds.
+func (c *Objects) Len() int { return len(c.byPath) }
+
 // Unwind walks a user stack: regs are the sample's user registers (mask
 // UserRegsMask), stack the copy taken at regs' SP. It stops where the call
 // frame information ends, the stack copy ends, or a rule it cannot follow

@@ -74,3 +74,13 @@ func (m *mountSpaces) objectsOf(pid uint32) *native.Objects {
 
 // forget drops what is known of pid's namespace.
 func (m *mountSpaces) forget(pid uint32) { delete(m.spaceOf, pid) }
+
+// loaded returns how many files are loaded, in every namespace: a new one
+// has had its call frame information read, and maybe compiled.
+func (m *mountSpaces) loaded() int {
+	n := m.host.objs.Len()
+	for _, sp := range m.spaces {
+		n += sp.objs.Len()
+	}
+	return n
+}
