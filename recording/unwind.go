@@ -40,8 +40,8 @@ type unwindTables struct {
 	releasedAt time.Time
 	loadedAt   int
 	releasing  *time.Timer
-	wake     chan struct{}
-	warned   map[string]bool // problems told once (s.mu)
+	wake       chan struct{}
+	warned     map[string]bool // problems told once (s.mu)
 }
 
 func newUnwindTables(s *session) *unwindTables {
