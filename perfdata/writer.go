@@ -28,8 +28,8 @@ import (
 // Writer keeps every record that reached the file whole (retrying record
 // by record when a large write fails), cuts the file after the last of
 // them, returns the error from then on, and still makes the file valid on
-// Close. Records are buffered (64 KiB), so a failure may surface only in
-// Flush or Close. Flush writes the buffer and rewrites the header, so the
+// Close. Records are buffered (BufferSize), so a failure may surface only
+// in Flush or Close. Flush writes the buffer and rewrites the header, so the
 // file is valid, without feature sections, should the process die after
 // it. Close writes the feature table; if the table and the late payloads
 // do not fit, it writes only the 16-byte entries of the payloads placed
@@ -52,6 +52,10 @@ type Writer struct {
 	buf      []byte
 	bufRecs  int
 	err      error // the first failed write: later writes are refused
+
+	// BufferSize is how many bytes of records are held before they are
+	// written (0: 64 KiB).
+	BufferSize int
 }
 
 // writerFile is what Writer needs of an *os.File.
@@ -61,6 +65,14 @@ type writerFile interface {
 }
 
 const writeBufferSize = 64 << 10
+
+// bufferSize is BufferSize or its default.
+func (w *Writer) bufferSize() int {
+	if w.BufferSize > 0 {
+		return w.BufferSize
+	}
+	return writeBufferSize
+}
 
 // NewWriter starts a perf.data in f, which it empties.
 func NewWriter(f *os.File) (*Writer, error) {
@@ -221,7 +233,7 @@ func (w *Writer) ready() error {
 // added counts a record just appended to buf, flushing a full buffer.
 func (w *Writer) added() error {
 	w.bufRecs++
-	if len(w.buf) >= writeBufferSize {
+	if len(w.buf) >= w.bufferSize() {
 		return w.flushRecords()
 	}
 	return nil
@@ -308,7 +320,7 @@ func (w *Writer) flushRecords() error {
 	w.dataSize += int64(n)
 	w.records += w.bufRecs
 	w.buf, w.bufRecs = w.buf[:0], 0
-	if cap(w.buf) > 4*writeBufferSize {
+	if cap(w.buf) > 4*w.bufferSize() {
 		w.buf = nil // after one huge record
 	}
 	return nil

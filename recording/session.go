@@ -227,6 +227,14 @@ type session struct {
 	symbolsDue   time.Time // the copy is not written again before
 }
 
+// recordBufferSize is how many bytes of records the recording holds
+// before it writes them (checkpoint writes them every second): a drain of
+// a half-full ring (1 MiB) in one system call, not sixteen. The Go
+// runtime's monitor thread, which a system call wakes, polls every 20 µs
+// while the call lasts and until the drain is done: with 64 KiB, one of the
+// first records of each drain woke it.
+const recordBufferSize = 1 << 20
+
 // checkpointInterval is how often a recording is made readable as it
 // stands, should the recorder be killed (SIGKILL, the OOM killer, a crash):
 // the header then covers every record written, and the Ruby symbol table,
@@ -359,6 +367,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", opts.Output, err)
 		}
+		w.BufferSize = recordBufferSize
 		s.w = &fileOutput{Writer: w}
 	}
 	s.attr = outputAttr(bo)
