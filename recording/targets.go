@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
@@ -280,24 +282,36 @@ func looksLikeRuby(pid int) bool {
 		return false
 	}
 	defer f.Close()
-	buf := make([]byte, 64<<10)
-	var tail []byte
+	return mentionsLibruby(f)
+}
+
+// mentionsLibruby says whether the first maxMapsScan bytes of a maps file
+// name a libruby.
+func mentionsLibruby(r io.Reader) bool {
+	// The buffer holds the last few bytes of the previous read before this
+	// read's: a name cut between two reads is found whole.
+	const keep = len("/libruby") - 1
+	bp := mapsScanBuffers.Get().(*[]byte)
+	defer mapsScanBuffers.Put(bp)
+	buf := *bp
+	have := 0
 	for read := 0; read < maxMapsScan; {
-		n, err := f.Read(buf)
-		chunk := append(tail, buf[:n]...)
-		if strings.Contains(string(chunk), "/libruby") {
+		n, err := r.Read(buf[have:])
+		if bytes.Contains(buf[:have+n], []byte("/libruby")) {
 			return true
-		}
-		if len(chunk) > 16 {
-			tail = append([]byte(nil), chunk[len(chunk)-16:]...)
 		}
 		read += n
 		if err != nil || n == 0 {
 			break
 		}
+		have = copy(buf, buf[max(have+n-keep, 0):have+n])
 	}
 	return false
 }
+
+// mapsScanBuffers are looksLikeRuby's buffers: a scan of every process
+// (record -a, the agent) reads each one's maps, every few seconds.
+var mapsScanBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 var errNoTargets = errors.New("no Ruby process to record")
 

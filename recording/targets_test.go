@@ -3,8 +3,11 @@ package recording
 import (
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
+	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
@@ -41,6 +44,28 @@ func TestRubyName(t *testing.T) {
 		"rubyperf": false, "rubyperf.test": false, "rubocop": false, "jruby": false, "": false} {
 		if got := rubyName(name); got != want {
 			t.Errorf("rubyName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestMentionsLibruby: the name is found wherever reads cut it, and not
+// past maxMapsScan.
+func TestMentionsLibruby(t *testing.T) {
+	line := "7f00-7f10 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libruby-3.3.so.3.3\n"
+	other := strings.Repeat("7f00-7f10 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libc.so.6\n", 1000)
+	for _, c := range []struct {
+		name string
+		r    io.Reader
+		want bool
+	}{
+		{"whole", strings.NewReader(other + line), true},
+		{"a byte a read", iotest.OneByteReader(strings.NewReader(other + line)), true},
+		{"half a buffer a read", iotest.HalfReader(strings.NewReader(other + line)), true},
+		{"none", strings.NewReader(other), false},
+		{"past the bound", io.MultiReader(strings.NewReader(strings.Repeat("x", maxMapsScan)), strings.NewReader(line)), false},
+	} {
+		if got := mentionsLibruby(c.r); got != c.want {
+			t.Errorf("%s: mentionsLibruby = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
