@@ -172,7 +172,7 @@ func nameFrames(r *rubystack.Reader, p *payload.Payload, frames []payload.Frame)
 			names[i].Back = sampleSpan(p.GC)
 		}
 	}
-	provenByAge(r, p.GC, frames, names)
+	provenByAge(r, p.GC, after, frames, names)
 	return names, !moved
 }
 
@@ -184,18 +184,40 @@ func sampleSpan(st payload.GCStamp) payload.Span {
 
 // provenByAge proves, for the sample stamped sample, the names of frames
 // nothing else proved, by the ages of their objects (survived), read now,
-// after their names.
-func provenByAge(r *rubystack.Reader, sample payload.GCStamp, frames []payload.Frame, names []Named) {
-	var ages [][]int
+// after their names; read is the stamp read after the names. Nothing is
+// read when read already leaves no proof (a later stamp leaves none
+// either), and each object's age once: the frames of a deep stack share
+// a few iseqs and method entries.
+func provenByAge(r *rubystack.Reader, sample payload.GCStamp, read rubystack.GCStamp, frames []payload.Frame, names []Named) {
+	if limit, ok := maxNewAge(sample, read); !ok || limit >= rubystack.MaxAge {
+		return
+	}
+	var ages map[uint64]int // by address; -1: unreadable
+	age := func(v uint64) int {
+		a, ok := ages[v]
+		if !ok {
+			var err error
+			if a, err = r.Age(v); err != nil {
+				a = -1
+			}
+			ages[v] = a
+		}
+		return a
+	}
+	var youngest []int // a frame's youngest object's age, -1: unreadable or not tried
 	for i, f := range frames {
 		n := &names[i]
 		if n.Span.Covers(sample) || n.Back != (payload.Span{}) || n.Unknown || n.Drop || n.Label == "" {
 			continue
 		}
 		if ages == nil {
-			ages = make([][]int, len(frames))
+			ages = map[uint64]int{}
+			youngest = make([]int, len(frames))
+			for j := range youngest {
+				youngest[j] = -1
+			}
 		}
-		ages[i] = frameAges(r, f)
+		youngest[i] = frameAge(r, f, age)
 	}
 	if ages == nil {
 		return
@@ -205,32 +227,28 @@ func provenByAge(r *rubystack.Reader, sample payload.GCStamp, frames []payload.F
 		return
 	}
 	for i := range frames {
-		if ages[i] != nil && survived(sample, now, ages[i]) {
+		if youngest[i] >= 0 && survived(sample, now, []int{youngest[i]}) {
 			names[i].Back = sampleSpan(sample)
 		}
 	}
 }
 
-// frameAges reads the ages of the objects a frame's name comes from (as
-// oldFrame names them), or nil where one cannot be read.
-func frameAges(r *rubystack.Reader, f payload.Frame) []int {
+// frameAge returns the age of the youngest of the objects a frame's name
+// comes from (as oldFrame names them), through age, or -1 where one cannot
+// be read.
+func frameAge(r *rubystack.Reader, f payload.Frame, age func(uint64) int) int {
 	cme, err := r.LocalMethodEntry(f.CME)
 	if err != nil {
-		return nil
+		return -1
 	}
-	objs := []uint64{f.CME, cme}
-	if !f.CFrame {
-		objs = append(objs, f.Iseq)
-	}
-	ages := make([]int, 0, len(objs))
-	for _, v := range objs {
-		a, err := r.Age(v)
-		if err != nil {
-			return nil
+	youngest := age(f.CME)
+	for _, v := range []uint64{cme, f.Iseq} {
+		if v == f.Iseq && f.CFrame {
+			break // a C frame's iseq is not in its name
 		}
-		ages = append(ages, a)
+		youngest = min(youngest, age(v))
 	}
-	return ages
+	return youngest
 }
 
 // SpanFor is the span a name read under GC stamp now holds for, the code
