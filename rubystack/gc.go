@@ -239,6 +239,13 @@ func (r *Reader) Age(v uint64) (int, error) {
 	return r.pageAge(v)
 }
 
+// AgesKnown says whether the layout tells a young object's age (Age): in
+// its flags, or in its heap page.
+func (r *Reader) AgesKnown() bool {
+	_, _, flags := r.Layout.AgeBits()
+	return flags || r.Layout.AgesInPages()
+}
+
 // pageAge reads the age of the object at v from its heap page's age bits:
 // two bits a slot, numbered in the smallest slot's size from the start of
 // the page's aligned body, whose header points to its struct heap_page.

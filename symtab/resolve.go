@@ -187,9 +187,10 @@ func sampleSpan(st payload.GCStamp) payload.Span {
 // after their names; read is the stamp read after the names. Nothing is
 // read when read already leaves no proof (a later stamp leaves none
 // either), and each object's age once: the frames of a deep stack share
-// a few iseqs and method entries.
+// a few iseqs and method entries. Nor where the layout does not tell a
+// young object's age: old ones alone are what linked already covers.
 func provenByAge(r *rubystack.Reader, sample payload.GCStamp, read rubystack.GCStamp, frames []payload.Frame, names []Named) {
-	if limit, ok := maxNewAge(sample, read); !ok || limit >= rubystack.MaxAge {
+	if limit, ok := maxNewAge(sample, read); !ok || limit >= rubystack.MaxAge || !r.AgesKnown() {
 		return
 	}
 	var ages map[uint64]int // by address; -1: unreadable
