@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -576,10 +577,13 @@ func TestRecordWhileTraced(t *testing.T) {
 	r := testruby.Get(t, "debian-3.1")
 	target := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; x = 0; loop { x += 1 }`)
 	pid := target.Process.Pid
-	// hold traces the target's main thread from this process until release
-	// is closed.
-	hold := func(release <-chan struct{}) {
-		held := make(chan error)
+	// hold traces the target's main thread from this process until the
+	// function it returns is called, which detaches and waits for that:
+	// a detach left to run after the test returned raced the target's
+	// kill in the test's cleanup (ESRCH under CI's load).
+	hold := func() (release func()) {
+		held, detached := make(chan error), make(chan error)
+		free := make(chan struct{})
 		go func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -593,27 +597,36 @@ func TestRecordWhileTraced(t *testing.T) {
 				}
 			}
 			held <- err
-			<-release
-			if err := unix.PtraceDetach(pid); err != nil {
-				t.Errorf("detach pid %d: %v", pid, err)
+			if err != nil {
+				return
 			}
+			<-free
+			detached <- unix.PtraceDetach(pid)
 		}()
 		if err := <-held; err != nil {
 			t.Fatalf("seize pid %d: %v", pid, err)
 		}
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				close(free)
+				if err := <-detached; err != nil {
+					t.Errorf("detach pid %d: %v", pid, err)
+				}
+			})
+		}
 	}
 	out := filepath.Join(t.TempDir(), "rubyperf.data")
 
-	release := make(chan struct{})
-	hold(release)
-	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	release := hold()
+	time.AfterFunc(300*time.Millisecond, release)
 	if sum := record(t, "-F", "99", "-d", "1", "-o", out, "-p", strconv.Itoa(pid)); sum.samples < 20 {
 		t.Errorf("traced for 300 ms while attaching: %d samples", sum.samples)
 	}
+	release()
 
-	release = make(chan struct{})
-	hold(release)
-	defer close(release)
+	release = hold()
+	defer release()
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"record", "-F", "99", "-d", "1", "-o", out, "-p", strconv.Itoa(pid)}, &stdout, &stderr)
 	oneLine(t, "traced throughout", code, stderr.String(), pid, fmt.Sprintf("being traced by pid %d", os.Getpid()))
