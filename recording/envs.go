@@ -80,7 +80,7 @@ func walkEnvs(t *Target, p *payload.Payload) {
 		case ok && c.span.Covers(p.GC):
 			walks[f.Env] = envWalk{cme: c.cme, proven: true}
 			continue
-		case ok && f.EnvOld && c.run.Started() && c.run.Extend(symtab.SampleCheck(p.GC)):
+		case ok && f.EnvOld && c.run.Started() && c.run.Extend(symtab.SampleCheck(p.GC, t.Reader)):
 			t.envs.known[f.Env] = c // the same objects since: no read
 			walks[f.Env] = envWalk{cme: c.cme, proven: true}
 			continue
@@ -94,7 +94,7 @@ func walkEnvs(t *Target, p *payload.Payload) {
 	end()
 	if reads > 0 {
 		after, err := t.Reader.GCStamp()
-		read, valid := symtab.ReadBetween(now, after)
+		read, valid := symtab.ReadBetween(now, after, t.Reader)
 		valid = valid && err == nil
 		moved := after != now
 		for _, f := range p.Frames {
@@ -107,7 +107,7 @@ func walkEnvs(t *Target, p *payload.Payload) {
 				continue
 			}
 			w.proven = !moved && w.span.Covers(p.GC) ||
-				w.old && symtab.ProvenFor(p.GC, f.EnvOld, read)
+				w.old && symtab.ProvenFor(p.GC, f.EnvOld, read, t.Reader)
 			c := envChain{cme: w.cme}
 			if !moved {
 				c.span = w.span

@@ -76,14 +76,25 @@ func (r *Reader) GCStamp() (GCStamp, error) {
 	if err != nil {
 		return GCStamp{}, err
 	}
-	// One read of the span holding the three fields.
+	// One read of the span holding the three fields, and the GC counts by
+	// kind where they fit in it (noteEpoch).
 	g := &r.Layout.GC
 	lo, hi := r.Layout.GCSpan()
 	if lo < 0 || hi-lo > maxGCSpan {
 		return GCStamp{}, fmt.Errorf("GC fields from %d to %d: %w", lo, hi, ErrNoGCStamps)
 	}
-	buf := make([]byte, hi-lo)
-	if err := r.direct.mem.ReadAt(buf, os+uint64(lo)); err != nil {
+	counts := false
+	if g.MinorCount >= 0 && g.MajorCount >= 0 {
+		if l, h := min(lo, g.MinorCount&^7, g.MajorCount&^7), max(hi, g.MinorCount+8, g.MajorCount+8); h-l <= maxGCSpan {
+			lo, hi, counts = l, h, true
+		}
+	}
+	read := func() ([]byte, error) {
+		buf := make([]byte, hi-lo)
+		return buf, r.direct.mem.ReadAt(buf, os+uint64(lo))
+	}
+	buf, err := read()
+	if err != nil {
 		return GCStamp{}, err
 	}
 	var s GCStamp
@@ -98,6 +109,9 @@ func (r *Reader) GCStamp() (GCStamp, error) {
 	s.Marking = mode == c["gc_mode_marking"]
 	s.Idle = mode == c["gc_mode_none"]
 	s.Compacting = flags>>g.Compacting.BitOffset&1 != 0
+	if counts {
+		r.noteEpoch(s, buf, lo, read)
+	}
 	return s, nil
 }
 

@@ -14,7 +14,8 @@ import (
 
 // TestCheckGC: on every test Ruby, the GC counters at the layout's offsets
 // (DWARF or a built-in table) agree with each other and with what the
-// process itself reports, a major GC and a minor one later; and counters read
+// process itself reports, a major GC and a minor one later (and the stamp's
+// epoch is known with its major GC count); and counters read
 // 8 bytes off are refused, so stamps are never read from the wrong place.
 func TestCheckGC(t *testing.T) {
 	for _, r := range testruby.All(t) {
@@ -50,6 +51,10 @@ func TestCheckGC(t *testing.T) {
 			}
 			if s.Count != count || s.Epoch == 0 || s.Epoch > s.Count || s.Marking || s.Compacting || !s.Idle {
 				t.Errorf("stamp %+v; the process says %d GCs, %d major", s, count, majors)
+			}
+			// The stamp's epoch (the GC.start) with the major GCs by then.
+			if m, ok := rd.MajorsAt(s.Epoch); !ok || m != majors {
+				t.Errorf("major GCs by epoch %d: %d (known %v); the process says %d", s.Epoch, m, ok, majors)
 			}
 
 			off := *rd.Layout

@@ -26,6 +26,7 @@ type Reader struct {
 	// objspace is vm->objspace once read (GCStamp).
 	objspace   uint64
 	noGCStamps bool
+	epochs     epochs // the epochs GCStamp saw, with their major GC counts
 	shapes     uint64 // runtime address of rb_shape_tree_ptr or rb_shape_tree, or 0
 	iseqs      map[uint64]*iseq
 	cmes       map[uint64]*methodEntry

@@ -17,15 +17,16 @@ import (
 // making it one older (a GC marking now may have reached it already).
 // ok is false when the stamps do not allow that account: the GC compacted
 // (an object moved in keeps its age), or a major GC other than one still
-// marking and the only GC since the sample may have.
-func maxNewAge(sample payload.GCStamp, now rubystack.GCStamp) (age int, ok bool) {
+// marking and the only major GC since the sample's epoch may have.
+func maxNewAge(sample payload.GCStamp, now rubystack.GCStamp, m Majors) (age int, ok bool) {
 	if !sample.Stamped || sample.Compacting || now.Compacting || now.Count < sample.Count {
 		return 0, false
 	}
 	// Compaction comes only after a major GC's marking: in the sample's
 	// epoch nothing has moved since (a compacting sample was refused), nor
 	// while the one major GC since the sample is still marking.
-	onlyMajorMarking := now.Count == sample.Count+1 && now.Epoch == now.Count && now.Marking
+	onlyMajorMarking := now.Count == sample.Count+1 && now.Epoch == now.Count && now.Marking ||
+		nextMajorMarking(SampleCheck(sample, m), readCheck(now, m))
 	if now.Epoch != sample.Epoch && !onlyMajorMarking {
 		return 0, false
 	}
@@ -53,8 +54,8 @@ func maxNewAge(sample payload.GCStamp, now rubystack.GCStamp) (age int, ok bool)
 // nothing moved it. The sampled objects are usually that old: each GC
 // since marked them while they were in use, and aged them (except objects
 // without write barriers, which never age: their frames go unproven).
-func survived(sample payload.GCStamp, now rubystack.GCStamp, ages []int) bool {
-	limit, ok := maxNewAge(sample, now)
+func survived(sample payload.GCStamp, now rubystack.GCStamp, ages []int, m Majors) bool {
+	limit, ok := maxNewAge(sample, now, m)
 	if !ok || limit >= rubystack.MaxAge {
 		return false
 	}

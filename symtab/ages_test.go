@@ -35,11 +35,15 @@ func TestSurvived(t *testing.T) {
 		{"a major GC since, swept: it may have compacted", sample(10, 4, false), now(11, 11, false), []int{3, 3}, false},
 		{"the one major GC since, still marking", sample(10, 4, false), now(11, 11, true), []int{0, 0}, true},
 		{"a major GC still marking after another GC", sample(10, 4, false), now(12, 12, true), []int{3, 3}, false},
+		{"the next major GC, still marking, after a minor one", sample(10, 4, false), now(13, 13, true), []int{3, 3}, true},
+		{"the next major GC, still marking, an object young", sample(10, 4, false), now(13, 13, true), []int{3, 2}, false},
+		{"a second major GC since, still marking", sample(10, 4, false), now(20, 20, true), []int{3, 3}, false},
 		{"compacting", sample(10, 4, false), rubystack.GCStamp{Count: 10, Epoch: 4, Compacting: true}, []int{3}, false},
 		{"unstamped sample", payload.GCStamp{}, now(10, 4, false), []int{3}, false},
 		{"stamps going back", sample(10, 4, false), now(9, 4, false), []int{3}, false},
 	} {
-		if got := survived(c.sample, c.now, c.ages); got != c.want {
+		// Epochs 4 and 13 are the first and second major GCs, 20 the fourth.
+		if got := survived(c.sample, c.now, c.ages, majorsAt{4: 1, 13: 2, 20: 4}); got != c.want {
 			t.Errorf("%s: survived(%+v, %+v, %v) = %v, want %v", c.name, c.sample, c.now, c.ages, got, c.want)
 		}
 	}

@@ -18,16 +18,39 @@ type Check struct {
 	// ran the code (so a GC that had marked kept it), and not while the
 	// epoch's major GC was still marking; a read, once that GC had swept.
 	safe bool
+	// majors counts the major GCs started by the one that started st's
+	// epoch, where known (the reader saw that epoch).
+	majors uint64
+	knows  bool
+}
+
+// Majors is what the reader of a process knows of its major GCs
+// (rubystack.Reader.MajorsAt): how many had started once the one that
+// started an epoch did.
+type Majors interface {
+	MajorsAt(epoch uint64) (uint64, bool)
 }
 
 // SampleCheck is the check the program made for a sample stamped st.
-func SampleCheck(st payload.GCStamp) Check {
-	return Check{st: st, safe: !(st.Count == st.Epoch && st.Marking)}
+func SampleCheck(st payload.GCStamp, m Majors) Check {
+	c := Check{st: st, safe: !(st.Count == st.Epoch && st.Marking)}
+	c.majors, c.knows = m.MajorsAt(st.Epoch)
+	return c
 }
 
 // readCheck is the check of a read made under stamp now.
-func readCheck(now rubystack.GCStamp) Check {
-	return Check{st: stampOf(now), safe: now.Count != now.Epoch || now.Idle}
+func readCheck(now rubystack.GCStamp, m Majors) Check {
+	c := Check{st: stampOf(now), safe: now.Count != now.Epoch || now.Idle}
+	c.majors, c.knows = m.MajorsAt(now.Epoch)
+	return c
+}
+
+// nextMajorMarking says whether b was made while the first major GC after
+// a's epoch began was marking: that GC has swept nothing yet, nor
+// compacted (compaction follows marking), and no other major GC did
+// since a's epoch began.
+func nextMajorMarking(a, b Check) bool {
+	return b.st.Epoch == b.st.Count && b.st.Marking && a.knows && b.knows && b.majors == a.majors+1
 }
 
 // linked says whether a check a, then a later one b, both finding old
@@ -40,8 +63,10 @@ func readCheck(now rubystack.GCStamp) Check {
 //     b's object to be another, a's must have been freed by a GC's sweep
 //     (one that started after a, or the one marking at a) and b's
 //     allocated after, then promoted, which takes three GCs' marking more;
-//   - or both are of one epoch, and a is safe: old objects are freed only
-//     by a major GC, and a's were not garbage its sweep had yet to free.
+//   - or both are of one epoch, or b of the next while its major GC still
+//     marks (nextMajorMarking), and a is safe: old objects are freed only
+//     by a major GC's sweep, and a's were not garbage its epoch's sweep
+//     had yet to free.
 func linked(a, b Check) bool {
 	if !a.st.Stamped || !b.st.Stamped || a.st.Compacting || b.st.Compacting || b.st.Count < a.st.Count {
 		return false
@@ -58,31 +83,28 @@ func linked(a, b Check) bool {
 			return true
 		}
 	}
-	return a.safe && sameEpoch
-}
-
-// sameObjects says whether an old object found at an address now was the
-// one a sample stamped sample ran there, without the program's word on
-// its generation then (linked's first way).
-func sameObjects(sample payload.GCStamp, now rubystack.GCStamp) bool {
-	return linked(Check{st: sample}, readCheck(now))
+	return a.safe && (sameEpoch || nextMajorMarking(a, b))
 }
 
 // ReadBetween is the check that a read made from stamp before to stamp
 // after stands for, where one holds: a minor GC may have run meanwhile (at
 // hundreds a second, it often does), which frees and moves nothing old, so
 // what was read of old objects stands, as read no later than after.
-func ReadBetween(before, after rubystack.GCStamp) (Check, bool) {
+func ReadBetween(before, after rubystack.GCStamp, m Majors) (Check, bool) {
 	if after.Epoch != before.Epoch || after.Compacting {
 		return Check{}, false
 	}
-	return Check{st: stampOf(after), safe: readCheck(before).safe}, true
+	c := readCheck(after, m)
+	c.safe = readCheck(before, m).safe
+	return c, true
 }
 
 // ProvenFor says whether the old objects a read found were those a sample
 // stamped st ran; old: the program found them old then too.
-func ProvenFor(st payload.GCStamp, old bool, read Check) bool {
-	return linked(Check{st: st}, read) || old && linked(SampleCheck(st), read)
+func ProvenFor(st payload.GCStamp, old bool, read Check, m Majors) bool {
+	unsure := SampleCheck(st, m)
+	unsure.safe = false // without the program's word, a's objects may have been garbage
+	return linked(unsure, read) || old && linked(SampleCheck(st, m), read)
 }
 
 // stampOf is a stamp read by user space as the program stamps samples.
@@ -134,12 +156,12 @@ func (r *OldRun) Extend(c Check) bool {
 // run takes it; it returns the span the name holds for, the zero Span if
 // none. A run that does not take it is kept: samples come out of order,
 // and a read will start another when needed.
-func (t *Table) checkedOld(k FrameKey, f payload.Frame, st payload.GCStamp) (FrameInfo, payload.Span) {
+func (t *Table) checkedOld(k FrameKey, f payload.Frame, st payload.GCStamp, m Majors) (FrameInfo, payload.Span) {
 	if !f.IseqOld && !f.CFrame || !f.MEOld || !st.Stamped {
 		return FrameInfo{}, payload.Span{}
 	}
 	r, ok := t.oldChecks[k]
-	if !ok || !r.Extend(SampleCheck(st)) {
+	if !ok || !r.Extend(SampleCheck(st, m)) {
 		return FrameInfo{}, payload.Span{}
 	}
 	t.oldChecks[k] = r

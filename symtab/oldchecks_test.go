@@ -14,7 +14,10 @@ func TestLinked(t *testing.T) {
 	st := func(count, epoch uint64, marking bool) payload.GCStamp {
 		return payload.GCStamp{Stamped: true, Count: count, Epoch: epoch, Marking: marking}
 	}
-	sample := func(s payload.GCStamp) Check { return SampleCheck(s) }
+	// Epochs 3 and 20 are the first and second major GCs, 30 the fourth;
+	// the reader never saw epoch 8 or 40.
+	known := majorsAt{3: 1, 20: 2, 30: 4}
+	sample := func(s payload.GCStamp) Check { return SampleCheck(s, known) }
 	for _, c := range []struct {
 		name string
 		a, b Check
@@ -31,6 +34,11 @@ func TestLinked(t *testing.T) {
 		{"a major GC since, still marking", sample(st(7, 3, false)), sample(st(8, 8, true)), true},
 		{"a major GC since, done marking: it may have compacted", sample(st(7, 3, false)), sample(st(8, 8, false)), false},
 		{"a major GC since, then a minor one", sample(st(7, 3, false)), sample(st(9, 8, false)), false},
+		{"the next major GC, still marking, many GCs since", sample(st(7, 3, false)), sample(st(20, 20, true)), true},
+		{"the next major GC, done marking", sample(st(7, 3, false)), sample(st(21, 20, false)), false},
+		{"two major GCs since, the second marking", sample(st(25, 20, false)), sample(st(30, 30, true)), false},
+		{"a major GC marking, whose count the reader did not see", sample(st(7, 3, false)), sample(st(40, 40, true)), false},
+		{"sampled while its epoch's major GC marked, then the next one marking", sample(st(3, 3, true)), sample(st(20, 20, true)), false},
 		{"compacting", sample(st(7, 3, false)), sample(payload.GCStamp{Stamped: true, Count: 7, Epoch: 3, Compacting: true}), false},
 		{"out of order", sample(st(9, 3, false)), sample(st(7, 3, false)), false},
 		{"unstamped", sample(payload.GCStamp{}), sample(st(7, 3, false)), false},
@@ -47,7 +55,7 @@ func TestOldCheckRun(t *testing.T) {
 	st := func(count, epoch uint64) payload.GCStamp {
 		return payload.GCStamp{Stamped: true, Count: count, Epoch: epoch}
 	}
-	r := OldRun{lo: SampleCheck(st(10, 3)), hi: SampleCheck(st(10, 3))}
+	r := OldRun{lo: SampleCheck(st(10, 3), majorsAt{}), hi: SampleCheck(st(10, 3), majorsAt{})}
 	for _, c := range []struct {
 		st   payload.GCStamp
 		want bool
@@ -56,11 +64,20 @@ func TestOldCheckRun(t *testing.T) {
 		{st(31, 31), false}, // a major GC since, done marking
 		{st(2, 2), false},   // before the epoch's major GC
 	} {
-		if got := r.Extend(SampleCheck(c.st)); got != c.want {
+		if got := r.Extend(SampleCheck(c.st, majorsAt{})); got != c.want {
 			t.Errorf("run %+v..%+v takes %+v: %v, want %v", r.lo.st, r.hi.st, c.st, got, c.want)
 		}
 	}
 	if r.lo.st.Count != 8 || r.hi.st.Count != 30 {
 		t.Errorf("run spans %d..%d, want 8..30", r.lo.st.Count, r.hi.st.Count)
 	}
+}
+
+// majorsAt is what a reader saw of a process's major GCs: the count at each
+// epoch it saw.
+type majorsAt map[uint64]uint64
+
+func (m majorsAt) MajorsAt(epoch uint64) (uint64, bool) {
+	n, ok := m[epoch]
+	return n, ok
 }

@@ -29,7 +29,7 @@ func (t *Table) Resolve(r *rubystack.Reader, p *payload.Payload, ids []uint64) (
 			continue
 		}
 		k := Key(p.PID, p.Gen, f)
-		if info, span := t.checkedOld(k, f, p.GC); span != (payload.Span{}) {
+		if info, span := t.checkedOld(k, f, p.GC, r); span != (payload.Span{}) {
 			// The same objects as named, though the GC ran since: no read.
 			t.add(k, Named{FrameInfo: info, Span: span})
 			added = append(added, payload.NamedFrame{Frame: f, Span: span})
@@ -153,7 +153,7 @@ func nameFrames(r *rubystack.Reader, p *payload.Payload, frames []payload.Frame)
 		names[i].FrameInfo = frameInfo(r, f)
 	}
 	after, err := r.GCStamp()
-	read, ok := ReadBetween(before, after)
+	read, ok := ReadBetween(before, after, r)
 	if err != nil || !ok {
 		return make([]Named, len(frames)), false
 	}
@@ -167,7 +167,7 @@ func nameFrames(r *rubystack.Reader, p *payload.Payload, frames []payload.Frame)
 			continue
 		}
 		names[i].Old, names[i].OldAt = true, read
-		proven := ProvenFor(p.GC, (frames[i].IseqOld || frames[i].CFrame) && frames[i].MEOld, read)
+		proven := ProvenFor(p.GC, (frames[i].IseqOld || frames[i].CFrame) && frames[i].MEOld, read, r)
 		if !names[i].Span.Covers(p.GC) && proven {
 			names[i].Back = sampleSpan(p.GC)
 		}
@@ -190,7 +190,7 @@ func sampleSpan(st payload.GCStamp) payload.Span {
 // a few iseqs and method entries. Nor where the layout does not tell a
 // young object's age: old ones alone are what linked already covers.
 func provenByAge(r *rubystack.Reader, sample payload.GCStamp, read rubystack.GCStamp, frames []payload.Frame, names []Named) {
-	if limit, ok := maxNewAge(sample, read); !ok || limit >= rubystack.MaxAge || !r.AgesKnown() {
+	if limit, ok := maxNewAge(sample, read, r); !ok || limit >= rubystack.MaxAge || !r.AgesKnown() {
 		return
 	}
 	var ages map[uint64]int // by address; -1: unreadable
@@ -228,7 +228,7 @@ func provenByAge(r *rubystack.Reader, sample payload.GCStamp, read rubystack.GCS
 		return
 	}
 	for i := range frames {
-		if youngest[i] >= 0 && survived(sample, now, []int{youngest[i]}) {
+		if youngest[i] >= 0 && survived(sample, now, []int{youngest[i]}, r) {
 			names[i].Back = sampleSpan(sample)
 		}
 	}
