@@ -3,6 +3,7 @@ package recording
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -19,7 +20,7 @@ var errBenchDone = errors.New("benchmark done")
 // BenchmarkLiveSample measures what a live recording (the agent's) does
 // with each sample the rings bring: decode it, name its Ruby frames, unwind
 // and merge it, and hand the stack on. It records the bundled workload live
-// until it holds liveBenchSamples samples, then takes them again, in turn,
+// until it holds benchHeldSamples samples, then takes them again, in turn,
 // b.N times, inside the recording (its target attached, its names read):
 // the steady state of a long recording. Run with -benchmem: allocations per
 // sample are the number to watch.
@@ -29,7 +30,39 @@ func BenchmarkLiveSample(b *testing.B) {
 	testskip.Privileged(b, bpf.Supported())
 	r := testruby.Get(b, "debian-3.3")
 	cmd := testruby.Start(b, r, filepath.Join("..", "testdata", "ruby", "shares.rb"))
-	const liveBenchSamples = 500
+	benchSamples(b, func(wrap func(func(bpf.Record) error) func(bpf.Record) error, stacks *int) (*Summary, error) {
+		return Record(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, Frequency: 999,
+			Stacks:     func(merge.Stack, *Process) { *stacks++ },
+			wrapHandle: wrap})
+	}, true)
+}
+
+// BenchmarkRecordSample measures the same for a recording into a file (record's
+// default path: decode, name, compact, write) of bench/workload.rb at 10 and 200
+// frames, the depths make bench measures the recorder's CPU at.
+//
+//	go test -run '^$' -bench RecordSample -benchmem ./recording
+func BenchmarkRecordSample(b *testing.B) {
+	testskip.Privileged(b, bpf.Supported())
+	r := testruby.Get(b, "debian-3.1")
+	for _, depth := range []string{"10", "200"} {
+		b.Run(depth+"-frames", func(b *testing.B) {
+			cmd := testruby.Start(b, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; load ARGV.shift`,
+				filepath.Join("..", "bench", "workload.rb"), depth, "100000000")
+			out := filepath.Join(memoryDir(b), "rubyperf.data")
+			benchSamples(b, func(wrap func(func(bpf.Record) error) func(bpf.Record) error, _ *int) (*Summary, error) {
+				return Record(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, Frequency: 999, Output: out,
+					wrapHandle: wrap})
+			}, false)
+		})
+	}
+}
+
+// benchSamples records (through record, which passes wrap on as
+// Options.wrapHandle) until benchHeldSamples samples came, then hands them
+// to the recording's handler again, in turn, b.N times.
+func benchSamples(b *testing.B, record func(wrap func(func(bpf.Record) error) func(bpf.Record) error, stacks *int) (*Summary, error), live bool) {
+	const benchHeldSamples = 500
 	var (
 		held    []bpf.Record
 		buf     []byte
@@ -45,7 +78,7 @@ func BenchmarkLiveSample(b *testing.B) {
 				return nil
 			}
 			held = append(held, bpf.Record{CPU: rec.CPU, Header: rec.Header, Data: append([]byte(nil), rec.Data...)})
-			if len(held) < liveBenchSamples {
+			if len(held) < benchHeldSamples {
 				return nil
 			}
 			stacks = 0
@@ -65,13 +98,23 @@ func BenchmarkLiveSample(b *testing.B) {
 			return errBenchDone
 		}
 	}
-	_, err := Record(context.Background(), Options{PIDs: []int{cmd.Process.Pid}, Frequency: 999,
-		Stacks:     func(merge.Stack, *Process) { stacks++ },
-		wrapHandle: wrap})
+	_, err := record(wrap, &stacks)
 	if !errors.Is(err, errBenchDone) || !benched {
 		b.Fatalf("recording ended before the benchmark ran: %v", err)
 	}
-	if stacks < b.N {
+	if live && stacks < b.N {
 		b.Fatalf("%d stacks handed on for %d samples", stacks, b.N)
 	}
+}
+
+// memoryDir is a temporary directory in memory (/dev/shm) where there is
+// one, else on disk: the benchmark writes hundreds of megabytes in seconds,
+// and a disk's writeback throttling would be what it measured.
+func memoryDir(b *testing.B) string {
+	dir, err := os.MkdirTemp("/dev/shm", "rubyperf-bench-")
+	if err != nil {
+		return b.TempDir()
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

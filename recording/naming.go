@@ -160,10 +160,7 @@ func (s *session) newFrames(p *payload.Payload) *payload.Payload {
 func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
 	ids = append(ids, s.sharedIDs...)
 	s.ids = ids
-	s.countNames(len(ids), func(i int) (unknown, replaced bool) {
-		info, named, ok := s.symtab.FrameName(ids[i])
-		return !named || ok && info.Unknown, !ok
-	})
+	s.countNames(len(ids), func(i int) (unknown, replaced bool) { return s.symtab.NameKind(ids[i]) })
 	// Per frame a map lookup: only once the budget has cut a name.
 	if s.symtab.GivenOverBudget() {
 		for _, id := range ids {

@@ -137,6 +137,19 @@ func (t *Table) FrameName(id uint64) (info FrameInfo, named, ok bool) {
 	return FrameInfo{}, false, false
 }
 
+// NameKind says what id, as a sample's frame carries it, counts as in a
+// summary of names: unknown (no name, or a name read as unknown) or
+// replaced (NameReplaced); FrameName's answer without copying the name.
+func (t *Table) NameKind(id uint64) (unknown, replaced bool) {
+	switch {
+	case id == NameReplaced:
+		return false, true
+	case id >= NameFirst && id-NameFirst < uint64(len(t.Names)):
+		return t.Names[id-NameFirst].Unknown, false
+	}
+	return true, false
+}
+
 // lookup is the name of frame key k that holds for a sample stamped st, if
 // any; named says the key has a name at all.
 func (t *Table) lookup(k FrameKey, st payload.GCStamp) (n *Named, named bool) {
