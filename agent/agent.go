@@ -105,9 +105,13 @@ type agent struct {
 	containers sync.Map // pid -> container id, read once per process
 	progress   atomic.Pointer[recording.Progress]
 
-	stats     Stats // counters the sender and cutter update, under statsMu
-	statsMu   sync.Mutex
-	down      atomic.Bool // the collector cannot be reached now
+	stats   Stats // counters the sender and cutter update, under statsMu
+	statsMu sync.Mutex
+	down    atomic.Bool // the collector cannot be reached now
+	// refusals counts this interval's refusals by their message
+	// (refusalKey): each is logged once an interval, the rest counted in
+	// the interval's line (under statsMu).
+	refusals  map[string]int
 	downSince time.Time
 
 	cpu cpuClock
@@ -291,7 +295,16 @@ func (a *agent) cut(now time.Time) {
 	a.statsMu.Lock()
 	a.stats.Samples += iv.Samples
 	a.stats.OverLimit += iv.OverLimit
-	sent := a.stats.Sent
+	sent, refused := a.stats.Sent, a.stats.Rejected
+	refusedProfiles := a.stats.RejectedProfiles
+	repeats := 0 // refusals not logged this interval: their message was
+	for _, n := range a.refusals {
+		repeats += n - 1
+	}
+	if n := a.refusals[""]; n > 0 {
+		repeats++ // past maxRefusalKinds: none of them was logged
+	}
+	clear(a.refusals)
 	a.statsMu.Unlock()
 	waiting, droppedAll, _ := a.q.stats()
 	var lost, overBudget uint64
@@ -303,6 +316,15 @@ func (a *agent) cut(now time.Time) {
 	line := fmt.Sprintf("rubyperf agent: %s +%s: %d %s, %d samples, %d lost so far; sent %d, queued %d/%d, dropped %d",
 		iv.Start.UTC().Format(time.RFC3339), now.Sub(iv.Start).Round(time.Millisecond), procs, plural(procs, "process", "processes"), iv.Samples, lost,
 		sent, waiting, a.opts.QueueSize, droppedAll)
+	if refused > 0 || refusedProfiles > 0 {
+		line += fmt.Sprintf(", refused %d so far", refused)
+		if refusedProfiles > 0 {
+			line += fmt.Sprintf(" (and %d profiles of requests taken)", refusedProfiles)
+		}
+		if repeats > 0 {
+			line += fmt.Sprintf(", %d refusals this interval not logged again", repeats)
+		}
+	}
 	if iv.OverLimit > 0 {
 		line += fmt.Sprintf(", %d samples over the stack limit", iv.OverLimit)
 	}
@@ -321,6 +343,25 @@ func (a *agent) cut(now time.Time) {
 	}
 	fmt.Fprintln(a.log, line)
 }
+
+// refused counts a backend's refusal, saying whether it is the first with
+// its message this interval (the one to log).
+func (a *agent) refused(err error) bool {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	if a.refusals == nil {
+		a.refusals = map[string]int{}
+	}
+	k := refusalKey(err)
+	if len(a.refusals) >= maxRefusalKinds && a.refusals[k] == 0 {
+		k = "" // past the bound, counted together, not logged
+	}
+	a.refusals[k]++
+	return k != "" && a.refusals[k] == 1
+}
+
+// maxRefusalKinds bounds the distinct refusal messages an interval logs.
+const maxRefusalKinds = 16
 
 // send sends the queued requests, oldest first, until ctx ends, retrying
 // with backoff while the collector cannot be reached.
@@ -350,7 +391,7 @@ func (a *agent) send(ctx context.Context) {
 				a.stats.Rejected++
 			}
 			a.statsMu.Unlock()
-			if err != nil {
+			if err != nil && a.refused(err) {
 				fmt.Fprintf(a.log, "rubyperf agent: %s: %v\n", a.opts.Endpoint.Address, err)
 			}
 			if a.down.Swap(false) {

@@ -161,11 +161,12 @@ func (g *grpcExporter) Export(ctx context.Context, b []byte) (int64, error) {
 			codes.OutOfRange, codes.DataLoss:
 			return 0, err
 		}
-		return 0, permanentError{err}
+		// The backend's message, bounded, on one line.
+		return 0, permanentError{fmt.Errorf("%s: %s", status.Code(err), oneLine(status.Convert(err).Message()))}
 	}
 	ps := resp.PartialSuccess()
 	if n := ps.RejectedProfiles(); n > 0 {
-		return n, fmt.Errorf("collector rejected %d profiles: %s", n, ps.ErrorMessage())
+		return n, rejectedError{n, oneLine(ps.ErrorMessage())}
 	}
 	return 0, nil
 }
@@ -207,15 +208,21 @@ func (h *httpExporter) Export(ctx context.Context, b []byte) (int64, error) {
 		r := pprofileotlp.NewExportResponse()
 		if r.UnmarshalProto(rb) == nil {
 			if n := r.PartialSuccess().RejectedProfiles(); n > 0 {
-				return n, fmt.Errorf("collector rejected %d profiles: %s", n, r.PartialSuccess().ErrorMessage())
+				return n, rejectedError{n, oneLine(r.PartialSuccess().ErrorMessage())}
 			}
 		}
 		return 0, nil
-	case resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode == http.StatusBadGateway,
-		resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusGatewayTimeout:
-		return 0, fmt.Errorf("%s: %s", h.url, resp.Status)
 	}
-	return 0, permanentError{fmt.Errorf("%s: %s", h.url, resp.Status)}
+	// The status, and the backend's message where its body has one.
+	refusal := fmt.Errorf("%s: %s", h.url, resp.Status)
+	if msg := responseMessage(resp.Header.Get("Content-Type"), rb); msg != "" {
+		refusal = fmt.Errorf("%s: %s: %s", h.url, resp.Status, msg)
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return 0, refusal
+	}
+	return 0, permanentError{refusal}
 }
 
 func (h *httpExporter) Close() error {
