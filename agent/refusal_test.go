@@ -138,3 +138,18 @@ func TestRefusedOnceAnInterval(t *testing.T) {
 		t.Errorf("a message past %d kinds an interval is logged", maxRefusalKinds)
 	}
 }
+
+// FuzzResponseMessage: whatever a backend answers, its message is one
+// line of printable text within the bound, and nothing panics.
+func FuzzResponseMessage(f *testing.F) {
+	st, _ := proto.Marshal(&spb.Status{Code: 3, Message: "bad"})
+	f.Add("application/x-protobuf", st)
+	f.Add("application/json", []byte(`{"message":"bad\nlabel"}`))
+	f.Add("text/plain", []byte("invalid label name ''\n"))
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		m := responseMessage(contentType, body)
+		if len(m) > maxRefusalBytes+len("…") || strings.ContainsAny(m, "\n\r\x00") {
+			t.Fatalf("message %q (%d bytes)", m, len(m))
+		}
+	})
+}
