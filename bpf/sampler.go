@@ -472,10 +472,17 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	stopCutting := context.AfterFunc(ctx, func() { epf.SetReadDeadline(time.Unix(1, 0)) })
 	defer stopCutting()
 	events := make([]unix.EpollEvent, len(rings))
+	// Drains keep their schedule: a wake-up before the deadline (an urgent
+	// sample) leaves it as it is. Moving it each time woke another of the
+	// runtime's threads to re-arm its poller, a wake-up more per urgent one.
+	var deadline time.Time
 	for {
 		// Set before ctx is looked at: an end of ctx after the look sets
 		// the deadline past this one.
-		epf.SetReadDeadline(time.Now().Add(drainInterval))
+		if now := time.Now(); !now.Before(deadline) {
+			deadline = now.Add(drainInterval)
+			epf.SetReadDeadline(deadline)
+		}
 		if ctx.Err() == nil {
 			if err := waitRings(epc, events); err != nil {
 				return err
