@@ -146,10 +146,12 @@ func nameFrames(r *rubystack.Reader, p *payload.Payload, frames []payload.Frame)
 	r.DropCaches()
 	defer r.Batch()()
 	old := make([]bool, len(frames))
+	objs := make([][]uint64, len(frames)) // each frame's nameObjects; nil: not found
 	for i, f := range frames {
 		// Generation first: an old object stays until the next major GC, so
 		// what is read after this is of the same object.
-		old[i] = oldFrame(r, f)
+		objs[i] = nameObjects(r, f)
+		old[i] = objs[i] != nil && allOld(r, objs[i])
 		names[i].FrameInfo = frameInfo(r, f)
 	}
 	after, err := r.GCStamp()
@@ -172,7 +174,7 @@ func nameFrames(r *rubystack.Reader, p *payload.Payload, frames []payload.Frame)
 			names[i].Back = sampleSpan(p.GC)
 		}
 	}
-	provenByAge(r, p.GC, after, frames, names)
+	provenByAge(r, p.GC, after, objs, names)
 	return names, !moved
 }
 
@@ -183,42 +185,41 @@ func sampleSpan(st payload.GCStamp) payload.Span {
 }
 
 // provenByAge proves, for the sample stamped sample, the names of frames
-// nothing else proved, by the ages of their objects (survived), read now,
-// after their names; read is the stamp read after the names. Nothing is
-// read when read already leaves no proof (a later stamp leaves none
-// either), and each object's age once: the frames of a deep stack share
-// a few iseqs and method entries. Nor where the layout does not tell a
-// young object's age: old ones alone are what linked already covers.
-func provenByAge(r *rubystack.Reader, sample payload.GCStamp, read rubystack.GCStamp, frames []payload.Frame, names []Named) {
+// nothing else proved, by the ages of the objects their names come from
+// (objs, as nameFrames found them; survived), read now, after their names;
+// read is the stamp read after the names. Nothing is read when read already
+// leaves no proof (a later stamp leaves none either), and each object's age
+// once: the frames of a deep stack share a few iseqs and method entries.
+// Nor where the layout does not tell a young object's age: old ones alone
+// are what linked already covers.
+func provenByAge(r *rubystack.Reader, sample payload.GCStamp, read rubystack.GCStamp, objs [][]uint64, names []Named) {
 	if limit, ok := maxNewAge(sample, read, r); !ok || limit >= rubystack.MaxAge || !r.AgesKnown() {
 		return
 	}
 	var ages map[uint64]int // by address; -1: unreadable
-	age := func(v uint64) int {
-		a, ok := ages[v]
-		if !ok {
-			var err error
-			if a, err = r.Age(v); err != nil {
-				a = -1
-			}
-			ages[v] = a
-		}
-		return a
-	}
-	var youngest []int // a frame's youngest object's age, -1: unreadable or not tried
-	for i, f := range frames {
+	// youngest is a frame's youngest object's age; -1: unreadable or not tried.
+	youngest := make([]int, len(names))
+	for i := range names {
+		youngest[i] = -1
 		n := &names[i]
-		if n.Span.Covers(sample) || n.Back != (payload.Span{}) || n.Unknown || n.Drop || n.Label == "" {
+		if objs[i] == nil || n.Span.Covers(sample) || n.Back != (payload.Span{}) || n.Unknown || n.Drop || n.Label == "" {
 			continue
 		}
 		if ages == nil {
 			ages = map[uint64]int{}
-			youngest = make([]int, len(frames))
-			for j := range youngest {
-				youngest[j] = -1
-			}
 		}
-		youngest[i] = frameAge(r, f, age)
+		youngest[i] = rubystack.MaxAge
+		for _, v := range objs[i] {
+			a, ok := ages[v]
+			if !ok {
+				var err error
+				if a, err = r.Age(v); err != nil {
+					a = -1
+				}
+				ages[v] = a
+			}
+			youngest[i] = min(youngest[i], a)
+		}
 	}
 	if ages == nil {
 		return
@@ -227,29 +228,11 @@ func provenByAge(r *rubystack.Reader, sample payload.GCStamp, read rubystack.GCS
 	if err != nil {
 		return
 	}
-	for i := range frames {
-		if youngest[i] >= 0 && survived(sample, now, []int{youngest[i]}, r) {
+	for i := range names {
+		if youngest[i] >= 0 && survived(sample, now, youngest[i:i+1], r) {
 			names[i].Back = sampleSpan(sample)
 		}
 	}
-}
-
-// frameAge returns the age of the youngest of the objects a frame's name
-// comes from (as oldFrame names them), through age, or -1 where one cannot
-// be read.
-func frameAge(r *rubystack.Reader, f payload.Frame, age func(uint64) int) int {
-	cme, err := r.LocalMethodEntry(f.CME)
-	if err != nil {
-		return -1
-	}
-	youngest := age(f.CME)
-	for _, v := range []uint64{cme, f.Iseq} {
-		if v == f.Iseq && f.CFrame {
-			break // a C frame's iseq is not in its name
-		}
-		youngest = min(youngest, age(v))
-	}
-	return youngest
 }
 
 // SpanFor is the span a name read under GC stamp now holds for, the code
@@ -307,18 +290,22 @@ func markedBySample(sample payload.GCStamp, now rubystack.GCStamp) bool {
 		now.Count == sample.Count && now.Epoch == sample.Epoch && !now.Marking && !now.Compacting
 }
 
-// oldFrame says whether every object a frame's name comes from is in the
-// old generation: its iseq, the method entry slot of its environment, and
-// the method entry that leads to.
-func oldFrame(r *rubystack.Reader, f payload.Frame) bool {
+// nameObjects returns the objects a frame's name comes from: the method
+// entry slot of its environment, the method entry that leads to, and its
+// iseq (a C frame's is not in its name); nil where the slot cannot be read.
+func nameObjects(r *rubystack.Reader, f payload.Frame) []uint64 {
 	cme, err := r.LocalMethodEntry(f.CME)
 	if err != nil {
-		return false
+		return nil
 	}
-	objs := []uint64{f.CME, cme}
-	if !f.CFrame {
-		objs = append(objs, f.Iseq) // a C frame's is not in its name
+	if f.CFrame {
+		return []uint64{f.CME, cme}
 	}
+	return []uint64{f.CME, cme, f.Iseq}
+}
+
+// allOld says whether every object of objs is in the old generation.
+func allOld(r *rubystack.Reader, objs []uint64) bool {
 	for _, v := range objs {
 		if old, err := r.Old(v); err != nil || !old {
 			return false
