@@ -18,6 +18,7 @@ import (
 	"github.com/rubyperf/rubyperf/internal/procstat"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
+	"github.com/rubyperf/rubyperf/symtab"
 	"github.com/rubyperf/rubyperf/threadlocal"
 )
 
@@ -66,6 +67,13 @@ const LabelsSymbol = "ruby_profiler_state"
 
 // findLabels looks for an extension that keeps request labels in t's
 // process, and makes its samples carry them when there is one.
+// nameReadBytes is what a recorder reads of a String that is part of a
+// name: the table keeps no more than symtab.MaxNameBytes of a label or a
+// path, and one byte more tells it the String was longer (to mark the cut).
+// Reading the whole 4 KiB of a long one cost the hostile shape (8 KB names)
+// gigabytes of garbage a minute.
+const nameReadBytes = symtab.MaxNameBytes + 1
+
 func (t *Target) findLabels() bool {
 	v, err := t.files.Find(t.PID, t.mem, LabelsSymbol)
 	if err != nil {
@@ -107,6 +115,7 @@ func Attach(pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Tar
 	if t.Reader, err = rubystack.NewReaderFor(p, t.mem, rubybuild.UseRecord); err != nil {
 		return nil, pidErr(err)
 	}
+	t.Reader.LimitStrings(nameReadBytes)
 	ec := p.Binary.Anchors(t.Reader.Layout).CurrentEC
 	var tp uint64
 	if !ec.HasTPOffset {
@@ -174,6 +183,7 @@ func (t *Target) forked(pid int) (*Target, error) {
 		c.Close()
 		return nil, fmt.Errorf("pid %d (forked by %d): %w", pid, t.PID, err)
 	}
+	c.Reader.LimitStrings(nameReadBytes)
 	if t.NoGCStamps != nil {
 		c.Reader.NoGCStamps()
 	}

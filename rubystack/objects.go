@@ -4,13 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // Bounds on what is read from a target process for one object.
 const (
-	maxStringBytes = 4096    // labels, paths, class names: longer ones are cut
+	maxStringBytes = 4096    // labels, paths, class names: longer ones are cut (LimitStrings)
 	maxArrayLen    = 1 << 24 // elements of an RArray we index into
 	// idEntryUnit is ID_ENTRY_UNIT in symbol.c (a #define, so not in DWARF):
 	// the global symbol table keeps IDs in chunks of 512 (Ruby 2.x to 4.0).
@@ -25,6 +26,9 @@ var errTorn = errors.New("inconsistent target memory")
 type objects struct {
 	mem Memory
 	l   *rubybuild.Layout
+	// maxString bounds the bytes read of a String (maxStringBytes unless
+	// LimitStrings says less).
+	maxString uint64
 	// constants used on every read
 	tMask, tString, tArray, tClass, tModule, tIClass, tIMemo uint64
 	flUShift, qnil, qfalse, immMask                          uint64
@@ -35,7 +39,7 @@ type objects struct {
 func newObjects(mem Memory, l *rubybuild.Layout) *objects {
 	c := func(name string) uint64 { return uint64(l.Constants[name]) }
 	return &objects{
-		mem: mem, l: l,
+		mem: mem, l: l, maxString: maxStringBytes,
 		tMask: c("RUBY_T_MASK"), tString: c("RUBY_T_STRING"), tArray: c("RUBY_T_ARRAY"),
 		tClass: c("RUBY_T_CLASS"), tModule: c("RUBY_T_MODULE"), tIClass: c("RUBY_T_ICLASS"),
 		tIMemo: c("RUBY_T_IMEMO"), flUShift: c("RUBY_FL_USHIFT"),
@@ -101,9 +105,9 @@ func (o *objects) checkImemo(v uint64, kind, what string) error {
 	return nil
 }
 
-// str reads a String's bytes, at most maxStringBytes of them.
+// str reads a String's bytes, at most o.maxString of them.
 func (o *objects) str(v uint64) (string, error) {
-	s, _, err := o.strN(v, maxStringBytes)
+	s, _, err := o.strN(v, o.maxString)
 	return s, err
 }
 
@@ -152,11 +156,14 @@ func (o *objects) strN(v, max uint64) (string, bool, error) {
 	if !full {
 		n = max
 	}
+	if n == 0 {
+		return "", full, nil
+	}
 	b := make([]byte, n)
 	if err := o.mem.ReadAt(b, ptr); err != nil {
 		return "", false, err
 	}
-	return string(b), full, nil
+	return unsafe.String(&b[0], len(b)), full, nil // b is not written again
 }
 
 // arrayAt returns element i of an Array.

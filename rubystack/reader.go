@@ -3,6 +3,7 @@ package rubystack
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/rubyperf/rubyperf/rubybuild"
 )
@@ -96,6 +97,22 @@ func newReader(pid int, mem Memory, l *rubybuild.Layout, globalSymbols, vmPtr, s
 	return r
 }
 
+// LimitStrings has the reader read at most n bytes of each String (a
+// label, a path, a class name's part), for a caller that keeps no more of
+// a name than that: a longer String is read as its first n bytes. n ≤ 0,
+// or more than the reader's own bound, leaves that bound. What the
+// reader remembers of names read before (checking its layout reads a
+// stack) is forgotten.
+func (r *Reader) LimitStrings(n int) {
+	if n > 0 && n < maxStringBytes {
+		r.o.maxString, r.direct.maxString = uint64(n), uint64(n)
+		clear(r.iseqs)
+		clear(r.cmes)
+		clear(r.classes)
+		clear(r.syms.cache)
+	}
+}
+
 // remember stores v in a bounded cache.
 func (r *Reader) remember(cache any, key uint64, v any) {
 	switch c := cache.(type) {
@@ -123,7 +140,8 @@ func (r *Reader) remember(cache any, key uint64, v any) {
 // start and end of every snapshot, so nothing stale outlives one.
 type pageCache struct {
 	inner Memory
-	pages map[uint64][]byte // page address to contents; nil when off
+	pages map[uint64]*page // page address to contents; nil when off
+	table map[uint64]*page // pages' map, emptied and used again
 	// exact turns the cache off for good, so the memory below sees exactly
 	// the reads the walk makes (small memory snapshots for fixtures).
 	exact bool
@@ -133,6 +151,13 @@ const (
 	pageSize      = 4096
 	maxCachePages = 4096 // 16 MiB per snapshot at most
 )
+
+type page [pageSize]byte
+
+// pagePool holds the pages of ended snapshots, every reader's, for the
+// next ones to fill: reading at 999 Hz would otherwise make a page of
+// garbage for every page read (gigabytes a minute on deep stacks).
+var pagePool = sync.Pool{New: func() any { return new(page) }}
 
 // Batch serves the reads until end is called from whole pages of memory,
 // each read once: for a caller that reads many objects at one instant (the
@@ -147,11 +172,22 @@ func (r *Reader) Batch() (end func()) {
 }
 
 func (c *pageCache) start() {
-	if !c.exact {
-		c.pages = map[uint64][]byte{}
+	if c.exact {
+		return
 	}
+	if c.table == nil {
+		c.table = map[uint64]*page{}
+	}
+	c.pages = c.table
 }
-func (c *pageCache) stop() { c.pages = nil }
+
+func (c *pageCache) stop() {
+	for _, b := range c.pages {
+		pagePool.Put(b)
+	}
+	clear(c.table)
+	c.pages = nil
+}
 
 func (c *pageCache) ReadAt(p []byte, addr uint64) error {
 	if c.pages == nil || len(p) > pageSize {
@@ -159,20 +195,21 @@ func (c *pageCache) ReadAt(p []byte, addr uint64) error {
 	}
 	for done := 0; done < len(p); {
 		a := addr + uint64(done)
-		page := a &^ (pageSize - 1)
-		b, ok := c.pages[page]
+		at := a &^ (pageSize - 1)
+		b, ok := c.pages[at]
 		if !ok {
 			if len(c.pages) >= maxCachePages {
 				return c.inner.ReadAt(p, addr)
 			}
-			b = make([]byte, pageSize)
-			if err := c.inner.ReadAt(b, page); err != nil {
+			b = pagePool.Get().(*page)
+			if err := c.inner.ReadAt(b[:], at); err != nil {
 				// Part of the page is not mapped: read just what was asked.
+				pagePool.Put(b)
 				return c.inner.ReadAt(p, addr)
 			}
-			c.pages[page] = b
+			c.pages[at] = b
 		}
-		done += copy(p[done:], b[a-page:])
+		done += copy(p[done:], b[a-at:])
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package symtab
 
 import (
-	"strings"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -56,7 +55,7 @@ func cutString(s string) string {
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n-- // a character cut in two is left out whole
 	}
-	return strings.Clone(s[:n]) + NameCut
+	return s[:n] + NameCut // a new string: s is not kept
 }
 
 // nameCost is what interning a name costs the budget.
