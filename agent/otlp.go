@@ -223,6 +223,9 @@ func (iv *Interval) encode(res Resource, pids []int, maxBytes int, out []Request
 	if err != nil {
 		return out, err
 	}
+	if b, err = inlineAttributes(b); err != nil {
+		return out, err
+	}
 	if len(b) <= maxBytes || len(pids) == 1 {
 		var n uint64
 		for _, pid := range pids {
