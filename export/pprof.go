@@ -27,9 +27,10 @@ type PprofOptions struct {
 
 // WritePprof writes stacks as a gzipped pprof profile (profile.proto), the
 // format of go tool pprof, Pyroscope and Parca. Each distinct stack of
-// each thread is one Sample with values [samples/count, cpu/nanoseconds],
-// the string label "thread" (the thread name) and the numeric labels
-// "pid" and "tid".
+// each thread is one Sample with values [samples/count, cpu/nanoseconds]
+// and the labels "pid", "tid" and "thread" (the thread name). Every label
+// is a string, numbers too: Pyroscope and Parca show only string labels,
+// and pprof's -tagfocus and -tagroot take them as well.
 //
 // Frames become Locations, Functions and Mappings as FrameTable says, the
 // same as in OTLP profiles. Mappings have HasFunctions set: the frames are
@@ -93,8 +94,8 @@ func (p *Pprof) Add(s *merge.Stack) {
 	}
 	smp := &profile.Sample{
 		Value:    []int64{1, int64(s.Period)},
-		Label:    map[string][]string{"thread": {threadName(s)}},
-		NumLabel: map[string][]int64{"pid": {int64(s.PID)}, "tid": {int64(s.TID)}},
+		Label: map[string][]string{"thread": {threadName(s)},
+			"pid": {strconv.Itoa(s.PID)}, "tid": {strconv.Itoa(s.TID)}},
 	}
 	if s.State != merge.StateUnknown {
 		smp.Label["thread_state"] = []string{s.State.String()}

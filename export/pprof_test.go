@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -82,10 +83,12 @@ func TestPprofRoundTrip(t *testing.T) {
 			}
 			names = append(names, l.Line[0].Function.Name)
 		}
-		if len(s.Label["thread"]) != 1 || len(s.NumLabel["pid"]) != 1 || len(s.NumLabel["tid"]) != 1 {
+		if len(s.Label["thread"]) != 1 || len(s.Label["pid"]) != 1 || len(s.Label["tid"]) != 1 || len(s.NumLabel) != 0 {
 			t.Fatalf("sample labels %v %v", s.Label, s.NumLabel)
 		}
-		k := key{s.Label["thread"][0], s.NumLabel["pid"][0], s.NumLabel["tid"][0], strings.Join(names, "|")}
+		pid, _ := strconv.ParseInt(s.Label["pid"][0], 10, 64)
+		tid, _ := strconv.ParseInt(s.Label["tid"][0], 10, 64)
+		k := key{s.Label["thread"][0], pid, tid, strings.Join(names, "|")}
 		if _, dup := got[k]; dup {
 			t.Errorf("stack %v appears in two samples", k)
 		}
