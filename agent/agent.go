@@ -280,12 +280,18 @@ func (a *agent) cut(now time.Time) {
 	dropped := 0
 	var encodeErr error
 	if iv.Samples > 0 {
-		reqs, err := iv.Requests(a.res, MaxRequestBytes)
+		var reqs []Request
+		var err error
+		if a.opts.Endpoint.Protocol == ProtocolPyroscope {
+			reqs, err = iv.pyroscopeRequests(a.res)
+		} else {
+			reqs, err = iv.Requests(a.res, MaxRequestBytes)
+		}
 		if err != nil {
 			encodeErr = err
 		}
 		for _, r := range reqs {
-			dropped += a.q.push(queued{req: r.Body, samples: r.Samples})
+			dropped += a.q.push(queued{req: r, samples: r.Samples})
 		}
 		a.statsMu.Lock()
 		a.stats.Intervals++
@@ -392,10 +398,10 @@ func (a *agent) send(ctx context.Context) {
 			}
 			a.statsMu.Unlock()
 			if err != nil && a.refused(err) {
-				fmt.Fprintf(a.log, "rubyperf agent: %s: %v\n", a.opts.Endpoint.Address, err)
+				fmt.Fprintf(a.log, "rubyperf agent: %s: %v\n", a.opts.Endpoint.Name(), err)
 			}
 			if a.down.Swap(false) {
-				fmt.Fprintf(a.log, "rubyperf agent: %s: reachable again after %s\n", a.opts.Endpoint.Address,
+				fmt.Fprintf(a.log, "rubyperf agent: %s: reachable again after %s\n", a.opts.Endpoint.Name(),
 					time.Since(a.downSince).Round(time.Second))
 			}
 			backoff = min(time.Second, a.opts.Endpoint.MaxRetryDelay)
@@ -407,7 +413,7 @@ func (a *agent) send(ctx context.Context) {
 		if !a.down.Swap(true) {
 			a.downSince = time.Now()
 			fmt.Fprintf(a.log, "rubyperf agent: %s: cannot send (%v); holding up to %d requests and trying again\n",
-				a.opts.Endpoint.Address, err, a.opts.QueueSize)
+				a.opts.Endpoint.Name(), err, a.opts.QueueSize)
 		}
 		a.statsMu.Lock()
 		a.stats.Retries++

@@ -55,7 +55,7 @@ type Endpoint struct {
 type exporter interface {
 	// Export sends one request; a permanent error (errPermanent) says
 	// sending it again cannot help.
-	Export(ctx context.Context, req []byte) (rejected int64, err error)
+	Export(ctx context.Context, req Request) (rejected int64, err error)
 	Close() error
 }
 
@@ -109,8 +109,16 @@ func newExporter(e Endpoint) (exporter, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = tlsConf
 		return &httpExporter{url: scheme + "://" + e.Address + profilesPath, client: &http.Client{Transport: tr, Timeout: e.Timeout}, e: e}, nil
+	case ProtocolPyroscope:
+		base, err := pyroscopeBase(e.Address)
+		if err != nil {
+			return nil, err
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsConf
+		return &pyroscopeExporter{base: base, client: &http.Client{Transport: tr, Timeout: e.Timeout}, e: e}, nil
 	}
-	return nil, fmt.Errorf("protocol %q: grpc or http", e.Protocol)
+	return nil, fmt.Errorf("protocol %q: grpc, http or pyroscope", e.Protocol)
 }
 
 func (e Endpoint) tlsConfig() (*tls.Config, error) {
@@ -141,9 +149,9 @@ type grpcExporter struct {
 	e      Endpoint
 }
 
-func (g *grpcExporter) Export(ctx context.Context, b []byte) (int64, error) {
+func (g *grpcExporter) Export(ctx context.Context, r Request) (int64, error) {
 	req := pprofileotlp.NewExportRequest()
-	if err := req.UnmarshalProto(b); err != nil {
+	if err := req.UnmarshalProto(r.Body); err != nil {
 		return 0, permanentError{err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.e.Timeout)
@@ -182,10 +190,10 @@ type httpExporter struct {
 // maxResponseBytes bounds a collector's response as read.
 const maxResponseBytes = 1 << 20
 
-func (h *httpExporter) Export(ctx context.Context, b []byte) (int64, error) {
+func (h *httpExporter) Export(ctx context.Context, r Request) (int64, error) {
 	var body bytes.Buffer
 	zw := gzip.NewWriter(&body)
-	zw.Write(b)
+	zw.Write(r.Body)
 	zw.Close()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, &body)
 	if err != nil {

@@ -205,10 +205,13 @@ func (iv *Interval) pids() []int {
 // OTLP/gRPC receiver takes 4 MiB by default (max_recv_msg_size_mib).
 const MaxRequestBytes = 3 << 20
 
-// Request is one encoded OTLP export request and the samples it holds.
+// Request is one encoded export request and the samples it holds: an OTLP
+// ExportProfilesServiceRequest, or for Pyroscope's ingest API a gzipped
+// pprof profile and the query that goes with it.
 type Request struct {
 	Body    []byte
 	Samples uint64
+	Query   string // URL query (Pyroscope's ingest), encoded
 }
 
 // Requests encodes the interval as export requests of at most maxBytes

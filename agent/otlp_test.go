@@ -233,7 +233,7 @@ func TestLargeIntervalToCollector(t *testing.T) {
 	}
 	defer exp.Close()
 	ctx := context.Background()
-	if _, err := exp.Export(ctx, whole[0].Body); err == nil || !isPermanent(err) {
+	if _, err := exp.Export(ctx, whole[0]); err == nil || !isPermanent(err) {
 		t.Fatalf("%d bytes in one request: %v; want a refusal not worth retrying", len(whole[0].Body), err)
 	}
 	reqs, err := iv.Requests(Resource{}, MaxRequestBytes)
@@ -241,7 +241,7 @@ func TestLargeIntervalToCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range reqs {
-		if _, err := exp.Export(ctx, r.Body); err != nil {
+		if _, err := exp.Export(ctx, r); err != nil {
 			t.Fatalf("request %d of %d (%d bytes): %v", i, len(reqs), len(r.Body), err)
 		}
 	}

@@ -4,7 +4,7 @@ import "sync"
 
 // queued is one interval's export request waiting to be sent.
 type queued struct {
-	req     []byte // an OTLP ExportProfilesServiceRequest, encoded
+	req     Request
 	samples uint64
 	seq     uint64 // the order pushed
 }
@@ -36,10 +36,10 @@ func (q *queue) push(it queued) int {
 	q.pushed++
 	it.seq = q.pushed
 	q.items = append(q.items, it)
-	q.bytes += len(it.req)
+	q.bytes += len(it.req.Body)
 	n := 0
 	for len(q.items) > 1 && (len(q.items) > q.maxItems || q.bytes > q.maxBytes) {
-		q.bytes -= len(q.items[0].req)
+		q.bytes -= len(q.items[0].req.Body)
 		q.droppedSamples += q.items[0].samples
 		q.items[0] = queued{}
 		q.items = q.items[1:]
@@ -70,7 +70,7 @@ func (q *queue) pop(it queued) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) > 0 && q.items[0].seq == it.seq {
-		q.bytes -= len(q.items[0].req)
+		q.bytes -= len(q.items[0].req.Body)
 		q.items[0] = queued{}
 		q.items = q.items[1:]
 	}

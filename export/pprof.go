@@ -23,6 +23,10 @@ type PprofOptions struct {
 	// the stacks' Time, from a period before the first (each sample stands
 	// for the CPU time up to it) to the last.
 	DurationNanos int64
+	// NoIDs leaves out the pid and tid labels: for a profile of one
+	// process sent where every distinct label set is a series of its own
+	// (Pyroscope), which a thread id would multiply.
+	NoIDs bool
 }
 
 // WritePprof writes stacks as a gzipped pprof profile (profile.proto), the
@@ -74,7 +78,10 @@ func NewPprof(opts PprofOptions) *Pprof {
 }
 
 // Add counts one stack. s is not kept.
-func (p *Pprof) Add(s *merge.Stack) {
+func (p *Pprof) Add(s *merge.Stack) { p.AddN(s, 1) }
+
+// AddN counts n samples of one stack (n ≥ 1). s is not kept.
+func (p *Pprof) AddN(s *merge.Stack, n int64) {
 	if t := s.Time - min(s.Time, s.Period); p.n == 0 || t < p.start {
 		p.start = t
 	}
@@ -88,14 +95,17 @@ func (p *Pprof) Add(s *merge.Stack) {
 	p.key = sampleKey(p.key[:0], s, p.locs)
 	if i, ok := p.samples[string(p.key)]; ok {
 		smp := p.p.Sample[i]
-		smp.Value[0]++
-		smp.Value[1] += int64(s.Period)
+		smp.Value[0] += n
+		smp.Value[1] += n * int64(s.Period)
 		return
 	}
 	smp := &profile.Sample{
-		Value:    []int64{1, int64(s.Period)},
-		Label: map[string][]string{"thread": {threadName(s)},
-			"pid": {strconv.Itoa(s.PID)}, "tid": {strconv.Itoa(s.TID)}},
+		Value: []int64{n, n * int64(s.Period)},
+		Label: map[string][]string{"thread": {threadName(s)}},
+	}
+	if !p.Options.NoIDs {
+		smp.Label["pid"] = []string{strconv.Itoa(s.PID)}
+		smp.Label["tid"] = []string{strconv.Itoa(s.TID)}
 	}
 	if s.State != merge.StateUnknown {
 		smp.Label["thread_state"] = []string{s.State.String()}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -28,6 +29,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	endpoint := fs.String("endpoint", "", "the collector's OTLP receiver, HOST:PORT (gRPC 4317, HTTP 4318 by default)")
 	protocol := fs.String("protocol", agent.ProtocolGRPC, "grpc or http")
+	pyroscope := fs.String("pyroscope", "", "send pprof to Grafana Pyroscope's ingest API at this URL instead of OTLP to a collector: http://HOST:4040")
 	var interval seconds = seconds(agent.DefaultInterval)
 	fs.Var(&interval, "interval", "one profile per process per interval: seconds, or a duration like 1m")
 	freq := fs.Int("F", 99, "samples per second")
@@ -63,8 +65,10 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	switch {
 	case len(pos) > 0:
 		return usageError{fmt.Sprintf("unexpected argument %q: the agent samples every Ruby process", pos[0])}
-	case *endpoint == "":
-		return usageError{"--endpoint HOST:PORT is required: the collector's OTLP receiver"}
+	case *endpoint != "" && *pyroscope != "":
+		return usageError{"--endpoint and --pyroscope name two destinations: give one"}
+	case *endpoint == "" && *pyroscope == "":
+		return usageError{"--endpoint HOST:PORT is required: the collector's OTLP receiver (or --pyroscope URL)"}
 	case *protocol != agent.ProtocolGRPC && *protocol != agent.ProtocolHTTP:
 		return usageError{fmt.Sprintf("--protocol %q: grpc or http", *protocol)}
 	case *freq <= 0 || *freq > 100000:
@@ -82,7 +86,18 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	case budget < recording.MinMemoryBudget*2:
 		return usageError{fmt.Sprintf("--memory-budget %s: at least %s", budget, byteSize(recording.MinMemoryBudget*2))}
 	}
-	if _, port, err := net.SplitHostPort(*endpoint); err != nil || port == "" {
+	address, how := *endpoint, *protocol
+	if *pyroscope != "" {
+		u, err := url.Parse(*pyroscope)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usageError{fmt.Sprintf("--pyroscope %q: a URL, e.g. http://localhost:4040", *pyroscope)}
+		}
+		if *insecure {
+			return usageError{"--insecure goes with --endpoint: with --pyroscope, an http:// URL is plain text"}
+		}
+		address, how = *pyroscope, agent.ProtocolPyroscope
+		*insecure = u.Scheme == "http"
+	} else if _, port, err := net.SplitHostPort(*endpoint); err != nil || port == "" {
 		return usageError{fmt.Sprintf("--endpoint %q: HOST:PORT, e.g. localhost:4317", *endpoint)}
 	}
 	var sel func(int) bool
@@ -101,7 +116,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		view = merge.ViewRubyOnly
 	}
 	opts := agent.Options{
-		Endpoint: agent.Endpoint{Address: *endpoint, Protocol: *protocol, Insecure: *insecure, CAFile: *caFile,
+		Endpoint: agent.Endpoint{Address: address, Protocol: how, Insecure: *insecure, CAFile: *caFile,
 			CertFile: *certFile, KeyFile: *keyFile, Headers: headers},
 		Interval: time.Duration(interval), Frequency: *freq, Merge: merge.Options{View: view},
 		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
@@ -110,8 +125,12 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	if opts.NativeTables, opts.StackSize, err = nativeStack.options(stderr); err != nil {
 		return err
 	}
+	what := how
+	if how == agent.ProtocolPyroscope {
+		what = "Pyroscope's ingest API, pprof"
+	}
 	fmt.Fprintf(stderr, "rubyperf agent: sampling every Ruby process at %d Hz; a profile per process every %s to %s (%s%s)\n",
-		*freq, time.Duration(interval), *endpoint, *protocol, map[bool]string{true: ", plain text", false: ", TLS"}[*insecure])
+		*freq, time.Duration(interval), opts.Endpoint.Name(), what, map[bool]string{true: ", plain text", false: ", TLS"}[*insecure])
 	limitMemory(budget)
 	// SIGINT and SIGTERM (systemd, Kubernetes) stop it: the last interval
 	// is cut and sent.

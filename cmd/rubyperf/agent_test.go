@@ -41,6 +41,9 @@ func TestAgentUsage(t *testing.T) {
 		{[]string{"--endpoint", "c:4317", "--match", "("}, "", "--match: error parsing regexp"},
 		{[]string{"--endpoint", "c:4317", "--queue", "0"}, "", "--queue 0: at least 1"},
 		{[]string{"--endpoint", "c:4317", "extra"}, "", `unexpected argument "extra"`},
+		{[]string{"--endpoint", "c:4317", "--pyroscope", "http://p:4040"}, "", "--endpoint and --pyroscope name two destinations"},
+		{[]string{"--pyroscope", "p:4040"}, "", `--pyroscope "p:4040": a URL, e.g. http://localhost:4040`},
+		{[]string{"--pyroscope", "http://p:4040", "--insecure"}, "", "an http:// URL is plain text"},
 	} {
 		t.Setenv(headersEnv, c.env)
 		var stderr bytes.Buffer

@@ -1,0 +1,224 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/rubyperf/rubyperf/export"
+	"github.com/rubyperf/rubyperf/merge"
+)
+
+// Grafana Pyroscope's own ingest API takes a pprof profile per request:
+// POST /ingest?name=SERVICE{LABEL=VALUE,...}&from=UNIX&until=UNIX&format=pprof,
+// the gzipped profile as the body. The labels in the name make the
+// profile's series; the pprof's sample labels (thread, thread_state, the
+// request labels) are kept beside them. For teams without a Collector.
+
+// ProtocolPyroscope sends pprof to Pyroscope's ingest API (Endpoint.Address
+// is then a URL).
+const ProtocolPyroscope = "pyroscope"
+
+// ingestPath is Pyroscope's ingest API.
+const ingestPath = "/ingest"
+
+// pyroscopeRequests encodes the interval as one request per process: a
+// pprof profile, and the query that names its series.
+func (iv *Interval) pyroscopeRequests(res Resource) ([]Request, error) {
+	var out []Request
+	for _, pid := range iv.pids() {
+		ps := iv.Procs[pid]
+		p := export.NewPprof(export.PprofOptions{Period: res.Period, TimeNanos: iv.Start.UnixNano(),
+			DurationNanos: max(iv.End.Sub(iv.Start).Nanoseconds(), 0), NoIDs: true})
+		var n uint64
+		for _, key := range sortedKeys(ps.Samples) {
+			s := ps.Samples[key]
+			st := merge.Stack{PID: pid, Comm: s.Thread, State: s.State, Labels: s.Labels, Period: uint64(max(res.Period, 0)),
+				Frames: make([]merge.Frame, len(s.Frames))}
+			for i, id := range s.Frames {
+				f := &iv.Frames[id]
+				st.Frames[i] = merge.Frame{Kind: f.Kind, Name: f.Name, File: f.File, Line: f.Line, Addr: f.Addr,
+					MapStart: f.MapStart, MapLimit: f.MapLimit, MapOffset: f.MapOffset, BuildID: f.BuildID}
+			}
+			p.AddN(&st, s.Count)
+			n += uint64(s.Count)
+		}
+		var body bytes.Buffer
+		if err := p.Write(&body); err != nil {
+			return out, fmt.Errorf("pid %d: %w", pid, err)
+		}
+		q := url.Values{}
+		q.Set("name", seriesName(ps, res))
+		q.Set("from", strconv.FormatInt(iv.Start.Unix(), 10))
+		q.Set("until", strconv.FormatInt(max(iv.End.Unix(), iv.Start.Unix()+1), 10))
+		q.Set("format", "pprof")
+		q.Set("spyName", "rubyperf")
+		if res.Period > 0 {
+			q.Set("sampleRate", strconv.FormatInt(1e9/res.Period, 10))
+		}
+		out = append(out, Request{Body: body.Bytes(), Samples: n, Query: q.Encode()})
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]*Sample) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// seriesName is a process's series as Pyroscope's ingest takes it:
+// SERVICE{LABEL=VALUE,...}, with the resource attributes the OTLP profiles
+// carry as labels (their dots made underscores, as Pyroscope's own OTLP
+// ingest does).
+func seriesName(ps *ProcessSamples, res Resource) string {
+	attrs := map[string]string{}
+	p := &ps.Process
+	attrs["process_pid"] = strconv.Itoa(p.PID)
+	if p.Executable != "" {
+		attrs["process_executable_name"] = lastPathElem(p.Executable)
+	}
+	attrs["process_runtime_name"] = runtimeName
+	if p.RubyVersion != "" {
+		attrs["process_runtime_version"] = p.RubyVersion
+	}
+	if res.Host != "" {
+		attrs["host_name"] = res.Host
+	}
+	if ps.Container != "" {
+		attrs["container_id"] = ps.Container
+	}
+	for k, v := range res.Labels {
+		if k := labelName(k); k != "" {
+			if _, set := attrs[k]; !set {
+				attrs[k] = v
+			}
+		}
+	}
+	service := res.ServiceName
+	if service == "" {
+		service = p.Name
+	}
+	if service == "" {
+		service = "ruby"
+	}
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString(labelValue(service))
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(labelValue(attrs[k]))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func lastPathElem(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
+
+// labelName is k as a label name Pyroscope takes (letters, digits and
+// underscores, not first a digit): other characters become underscores.
+func labelName(k string) string {
+	b := []byte(k)
+	for i, c := range b {
+		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' && i > 0) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// labelValue is v without the characters that delimit the series name's
+// parts (braces, commas, equals signs), as one printable line.
+func labelValue(v string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '{', '}', ',', '=':
+			return '_'
+		}
+		if r < ' ' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, v)
+}
+
+// Name is where the endpoint is, as logs say it: a URL without its
+// password.
+func (e Endpoint) Name() string {
+	if e.Protocol == ProtocolPyroscope {
+		if u, err := url.Parse(e.Address); err == nil {
+			return u.Redacted()
+		}
+	}
+	return e.Address
+}
+
+// pyroscopeBase is Pyroscope's URL u checked: http or https, a host, no
+// query; without its trailing slash.
+func pyroscopeBase(u string) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
+		return "", fmt.Errorf("pyroscope URL %q: want http://HOST:PORT or https://HOST[:PORT][/PATH]", u)
+	}
+	return strings.TrimSuffix(p.String(), "/"), nil
+}
+
+type pyroscopeExporter struct {
+	base   string // scheme://[user:password@]host[:port][/prefix], no trailing slash
+	client *http.Client
+	e      Endpoint
+}
+
+func (p *pyroscopeExporter) Export(ctx context.Context, r Request) (int64, error) {
+	u := p.base + ingestPath + "?" + r.Query
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(r.Body))
+	if err != nil {
+		return 0, permanentError{err}
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	for k, v := range p.e.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if resp.StatusCode/100 == 2 {
+		return 0, nil
+	}
+	where := strings.TrimSuffix(p.e.Name(), "/") + ingestPath
+	refusal := fmt.Errorf("%s: %s", where, resp.Status)
+	if msg := responseMessage(resp.Header.Get("Content-Type"), rb); msg != "" {
+		refusal = fmt.Errorf("%s: %s: %s", where, resp.Status, msg)
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return 0, refusal
+	}
+	return 0, permanentError{refusal}
+}
+
+func (p *pyroscopeExporter) Close() error {
+	p.client.CloseIdleConnections()
+	return nil
+}
