@@ -100,7 +100,7 @@ func newExporter(e Endpoint) (exporter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", e.Address, err)
 		}
-		return &grpcExporter{conn: conn, client: pprofileotlp.NewGRPCClient(conn), e: e}, nil
+		return &grpcExporter{conn: conn, e: e}, nil
 	case ProtocolHTTP:
 		scheme := "https"
 		if e.Insecure {
@@ -144,22 +144,50 @@ func (e Endpoint) tlsConfig() (*tls.Config, error) {
 }
 
 type grpcExporter struct {
-	conn   *grpc.ClientConn
-	client pprofileotlp.GRPCClient
-	e      Endpoint
+	conn *grpc.ClientConn
+	e    Endpoint
+}
+
+// exportMethod is ProfilesService's Export, as OTLP's protos name it.
+const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+
+// encoded is a protobuf message already encoded, sent and received as it
+// is (rawCodec).
+type encoded struct{ b []byte }
+
+// rawCodec has gRPC send the agent's requests as it encoded them: pdata's
+// own client would decode and encode them again, putting attribute keys
+// back into the string table (inlineAttributes says why they are not).
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(*encoded)
+	if !ok {
+		return nil, fmt.Errorf("raw codec: %T is not encoded", v)
+	}
+	return m.b, nil
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(*encoded)
+	if !ok {
+		return fmt.Errorf("raw codec: %T is not encoded", v)
+	}
+	m.b = append(m.b[:0], data...)
+	return nil
 }
 
 func (g *grpcExporter) Export(ctx context.Context, r Request) (int64, error) {
-	req := pprofileotlp.NewExportRequest()
-	if err := req.UnmarshalProto(r.Body); err != nil {
-		return 0, permanentError{err}
-	}
 	ctx, cancel := context.WithTimeout(ctx, g.e.Timeout)
 	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
 	for k, v := range g.e.Headers {
 		ctx = metadata.AppendToOutgoingContext(ctx, strings.ToLower(k), v)
 	}
-	resp, err := g.client.Export(ctx, req, grpc.UseCompressor("gzip"))
+	var out encoded
+	err := g.conn.Invoke(ctx, exportMethod, &encoded{r.Body}, &out, grpc.UseCompressor("gzip"), grpc.ForceCodec(rawCodec{}))
 	if err != nil {
 		if status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "larger than max") {
 			return 0, permanentError{err} // the same request would be refused again
@@ -171,6 +199,10 @@ func (g *grpcExporter) Export(ctx context.Context, r Request) (int64, error) {
 		}
 		// The backend's message, bounded, on one line.
 		return 0, permanentError{fmt.Errorf("%s: %s", status.Code(err), oneLine(status.Convert(err).Message()))}
+	}
+	resp := pprofileotlp.NewExportResponse()
+	if err := resp.UnmarshalProto(out.b); err != nil {
+		return 0, nil // accepted; what it said of it is not readable
 	}
 	ps := resp.PartialSuccess()
 	if n := ps.RejectedProfiles(); n > 0 {

@@ -2,12 +2,15 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/rubyperf/rubyperf/recording"
@@ -177,4 +180,53 @@ func FuzzInlineAttributes(f *testing.F) {
 			t.Fatalf("rewriting twice changed the request")
 		}
 	})
+}
+
+// TestGRPCSendsInline: over gRPC the request goes as the agent encoded it,
+// its attributes inline (pdata's own client would encode it again, by
+// reference), to a server that reads the bytes it was sent.
+func TestGRPCSendsInline(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		var m encoded
+		if err := stream.RecvMsg(&m); err != nil {
+			return err
+		}
+		if method, _ := grpc.MethodFromServerStream(stream); method == exportMethod {
+			got <- m.b
+		}
+		return stream.SendMsg(&encoded{})
+	}))
+	go srv.Serve(lis)
+	defer srv.Stop()
+	exp, err := newExporter(Endpoint{Address: lis.Addr().String(), Insecure: true, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	iv := NewInterval(time.Unix(1700000000, 0))
+	iv.Add(stack(41, fib, times, main_), &recording.Process{PID: 41, Name: "app.rb"})
+	iv.End = iv.Start.Add(time.Second)
+	reqs, err := iv.Requests(Resource{}, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exp.Export(context.Background(), reqs[0]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, reqs[0].Body) {
+			t.Errorf("the server got %d bytes, not the %d the agent encoded", len(b), len(reqs[0].Body))
+		}
+		if attrs := inlineReader(t, b); attrs[0]["service.name"] != "app.rb" {
+			t.Errorf("the server reads the resource inline as %q", attrs[0])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request within 10 s")
+	}
 }
