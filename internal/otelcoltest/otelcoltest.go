@@ -134,6 +134,10 @@ type Options struct {
 	// TLSCertFile and TLSKeyFile, when set, make both receivers TLS only,
 	// with this certificate (PEM files).
 	TLSCertFile, TLSKeyFile string
+	// ForwardTo, when set, is a backend's OTLP/gRPC receiver (host:port,
+	// plain text) the collector also sends what it receives to, with the
+	// upstream otlp exporter: a collector between the agent and a backend.
+	ForwardTo string
 }
 
 // tls is the receivers' TLS configuration (YAML, indented for a protocol).
@@ -187,6 +191,7 @@ func (c *Collector) Restart(t testing.TB) {
 }
 
 func (c *Collector) configYAML() string {
+	fwdConfig, fwdName := c.forwardExporter()
 	return fmt.Sprintf(`receivers:
   otlp:
     protocols:
@@ -200,7 +205,7 @@ exporters:
   profilefile:
     path: %q
   debug:
-    verbosity: basic
+    verbosity: basic%s
 service:
   telemetry:
     metrics:
@@ -208,8 +213,17 @@ service:
   pipelines:
     profiles:
       receivers: [otlp]
-      exporters: [profilefile, debug]
-`, c.GRPCAddr, c.tls(), c.HTTPAddr, c.tls(), c.out)
+      exporters: [profilefile, debug%s]
+`, c.GRPCAddr, c.tls(), c.HTTPAddr, c.tls(), c.out, fwdConfig, fwdName)
+}
+
+// forwardExporter is the otlp exporter's configuration (YAML, indented
+// among the exporters) and its name in the pipeline, when ForwardTo is set.
+func (c *Collector) forwardExporter() (config, name string) {
+	if c.opts.ForwardTo == "" {
+		return "", ""
+	}
+	return fmt.Sprintf("\n  otlp_grpc:\n    endpoint: %q\n    tls:\n      insecure: true\n    sending_queue:\n      enabled: false", c.opts.ForwardTo), ", otlp_grpc"
 }
 
 // start runs the collector and waits for its ports.

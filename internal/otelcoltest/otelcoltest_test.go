@@ -162,6 +162,18 @@ func TestReceivesGRPCAndHTTP(t *testing.T) {
 		"pid=102 samples/count Object#over_http;=[3]")
 }
 
+// TestForwardTo: a collector with ForwardTo passes what it receives on to
+// another collector's receiver.
+func TestForwardTo(t *testing.T) {
+	backend := Start(t)
+	front := StartWith(t, Options{ForwardTo: backend.GRPCAddr})
+	if err := sendGRPC(grpcClient(t, front), batch(103, "Object#forwarded")); err != nil {
+		t.Fatalf("gRPC export: %v", err)
+	}
+	wantReceived(t, front, "pid=103 samples/count Object#forwarded;=[3]")
+	wantReceived(t, backend, "pid=103 samples/count Object#forwarded;=[3]")
+}
+
 func TestKillAndRestart(t *testing.T) {
 	c := Start(t)
 	client := grpcClient(t, c)

@@ -1,7 +1,8 @@
 // Command otelcol-rubyperf is the OpenTelemetry Collector that rubyperf's
 // tests run (through internal/otelcoltest) to receive the OTLP profiles our
-// agent sends: a real collector, with the otlp receiver and the debug
-// exporter of the upstream project, plus one exporter of our own,
+// agent sends: a real collector, with the otlp receiver and the debug and
+// otlp (gRPC, to forward to a backend) exporters of the upstream project,
+// plus one exporter of our own,
 // profilefile, which records exactly what the collector accepted so that a
 // test can read it back.
 //
@@ -33,6 +34,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
+	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/exporter/exporterhelper"
 	"go.opentelemetry.io/collector/exporter/exporterhelper/xexporterhelper"
 	"go.opentelemetry.io/collector/exporter/xexporter"
@@ -65,7 +67,7 @@ func factories() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
-	exporters, err := otelcol.MakeFactoryMap[exporter.Factory](debugexporter.NewFactory(), newProfileFileFactory())
+	exporters, err := otelcol.MakeFactoryMap[exporter.Factory](debugexporter.NewFactory(), otlpexporter.NewFactory(), newProfileFileFactory())
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
