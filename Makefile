@@ -4,7 +4,7 @@ export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
 FUZZTIME ?=
 
-.PHONY: build deps rubies viewers lint test fuzz fuzz-long soak demo tables tables-check bench bench-micro clean generate check-generated
+.PHONY: build deps rubies viewers lint test test-pyroscope pyroscope fuzz fuzz-long soak demo tables tables-check bench bench-micro clean generate check-generated
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rubyperf
@@ -33,6 +33,18 @@ lint:
 test: rubies viewers lint check-generated
 	$(GO) run ./internal/cmd/testsummary $(GO) test -json -count=1 -timeout 25m ./...
 	@$(MAKE) --no-print-directory fuzz
+
+# Grafana Pyroscope from a copy of its repository (SRC=DIR), into $(RUBYPERF_CACHE)/pyroscope:
+# not in CI, whose module proxy does not serve it. See scripts/pyroscope.sh.
+pyroscope:
+	@bash scripts/pyroscope.sh "$(SRC)"
+
+# The tests against a real Pyroscope (make pyroscope first): the agent's profiles over
+# OTLP/gRPC, OTLP/HTTP, through a Collector and to the ingest API, queried back.
+# `go test -tags pyroscope ./agent -run TestPyroscopeAccepts -update` rewrites
+# agent/testdata/pyroscope-accepted.json, which make test checks.
+test-pyroscope: rubies
+	$(GO) test -tags pyroscope -count=1 -timeout 15m -run 'Pyroscope' -v ./agent ./cmd/rubyperf
 
 # The BPF program's generated Go and object files, then the Go declarations of the
 # records it writes, from the objects' BTF (committed; clang only here).
