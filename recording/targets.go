@@ -65,8 +65,6 @@ type Target struct {
 // running fiber's request labels.
 const LabelsSymbol = "ruby_profiler_state"
 
-// findLabels looks for an extension that keeps request labels in t's
-// process, and makes its samples carry them when there is one.
 // nameReadBytes is what a recorder reads of a String that is part of a
 // name: the table keeps no more than symtab.MaxNameBytes of a label or a
 // path, and one byte more tells it the String was longer (to mark the cut).
@@ -74,6 +72,8 @@ const LabelsSymbol = "ruby_profiler_state"
 // gigabytes of garbage a minute.
 const nameReadBytes = symtab.MaxNameBytes + 1
 
+// findLabels looks for an extension that keeps request labels in t's
+// process, and makes its samples carry them when there is one.
 func (t *Target) findLabels() bool {
 	v, err := t.files.Find(t.PID, t.mem, LabelsSymbol)
 	if err != nil {

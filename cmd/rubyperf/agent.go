@@ -90,7 +90,11 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	if *pyroscope != "" {
 		u, err := url.Parse(*pyroscope)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usageError{fmt.Sprintf("--pyroscope %q: a URL, e.g. http://localhost:4040", *pyroscope)}
+			shown := *pyroscope
+			if err == nil {
+				shown = u.Redacted() // a password given in it stays out of logs
+			}
+			return usageError{fmt.Sprintf("--pyroscope %q: a URL, e.g. http://localhost:4040", shown)}
 		}
 		if *insecure {
 			return usageError{"--insecure goes with --endpoint: with --pyroscope, an http:// URL is plain text"}
