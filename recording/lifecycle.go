@@ -348,13 +348,26 @@ func (s *session) discoverSoon() {
 	}
 }
 
+// discoverIdle is how often discover runs for -a and for a live recording
+// (the agent) with no work at hand: the full rescan (every
+// rescanEvery), forgetting the processes that ended, and the names'
+// restart. New Rubies come to it sooner, by their exec records
+// (discoverSoon); every 100 ms, it woke the agent, and the Go runtime's
+// monitor thread after it, ten times a second for nothing.
+const discoverIdle = time.Second
+
+// rescanEvery is how often -a looks through /proc for Rubies it was not
+// told of by an exec record (one that loaded libruby itself, say).
+const rescanEvery = 3 * time.Second
+
 // discoverWait is how long discover may wait for its next round (s.mu
 // held; progressed: when Options.Progress was last called): every
-// discoverEvery while it has work, until a target's look for labels or a
-// progress report is due, or with nothing to do (0) until discoverSoon. A
-// recording of one program that does not exec wakes for none of it.
+// discoverEvery while it has work, until a target's look for labels, a
+// progress report or an idle round is due, or with nothing to do (0) until
+// discoverSoon. A recording of one program that does not exec wakes for
+// none of it.
 func (s *session) discoverWait(progressed time.Time) time.Duration {
-	if s.opts.All || s.live != nil || len(s.execSeen) > 0 || len(s.pending) > 0 {
+	if len(s.execSeen) > 0 || len(s.pending) > 0 || s.live != nil && s.symtab.Full() {
 		return discoverEvery
 	}
 	var wait time.Duration
@@ -372,6 +385,9 @@ func (s *session) discoverWait(progressed time.Time) time.Duration {
 	if s.opts.Progress != nil {
 		due(time.Second - time.Since(progressed))
 	}
+	if s.opts.All || s.live != nil {
+		due(discoverIdle)
+	}
 	return wait
 }
 
@@ -382,6 +398,7 @@ func (s *session) discover(ctx context.Context) {
 	timer := time.NewTimer(discoverEvery)
 	defer timer.Stop()
 	rescan, progressed := time.Now(), time.Now()
+	var scan rubyScan
 	for {
 		select {
 		case <-ctx.Done():
@@ -417,9 +434,15 @@ func (s *session) discover(ctx context.Context) {
 		if progress != nil {
 			s.opts.Progress(*progress)
 		}
-		if s.opts.All && time.Since(rescan) > 3*time.Second {
+		if s.opts.All && time.Since(rescan) >= rescanEvery {
 			rescan = time.Now()
-			if pids, err := RubyPIDs(); err == nil {
+			known := func(pid int) bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				_, ok := s.targets[pid]
+				return ok
+			}
+			if pids, err := scan.pids(rescan, known); err == nil {
 				try = append(try, pids...)
 			}
 		}

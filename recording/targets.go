@@ -272,6 +272,58 @@ func RubyPIDs() ([]int, error) {
 	return out, nil
 }
 
+// rubyScan finds the Rubies among /proc's processes for -a's periodic
+// rescan, looking at each process once while it runs the same program: a
+// process found not to be a Ruby is not looked at again until its pid
+// names another process (its start time changed) or notRubyRecheck has
+// passed (a program may load libruby itself). Reading every process's
+// maps every few seconds was a twentieth of the agent's CPU.
+type rubyScan struct {
+	notRuby map[int]notRuby
+}
+
+type notRuby struct {
+	start string // procstat.StartTime
+	at    time.Time
+}
+
+const (
+	notRubyRecheck = 30 * time.Second
+	maxNotRuby     = 1 << 16 // verdicts kept; past it, processes are looked at each time
+)
+
+// pids are the Rubies running now but those known says are known already.
+func (r *rubyScan) pids(now time.Time, known func(pid int) bool) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	kept := make(map[int]notRuby, len(r.notRuby))
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || known(pid) {
+			continue
+		}
+		f, err := procstat.Fields(pid)
+		if err != nil || len(f) <= procstat.StartTime {
+			continue // gone
+		}
+		start := f[procstat.StartTime]
+		if v, ok := r.notRuby[pid]; ok && v.start == start && now.Sub(v.at) < notRubyRecheck {
+			kept[pid] = v
+			continue
+		}
+		if looksLikeRuby(pid) {
+			out = append(out, pid)
+		} else if len(kept) < maxNotRuby {
+			kept[pid] = notRuby{start, now}
+		}
+	}
+	r.notRuby = kept
+	return out, nil
+}
+
 // maxMapsScan bounds the bytes of /proc/PID/maps read while looking for libruby.
 const maxMapsScan = 4 << 20
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -67,5 +68,42 @@ func TestMentionsLibruby(t *testing.T) {
 		if got := mentionsLibruby(c.r); got != c.want {
 			t.Errorf("%s: mentionsLibruby = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestRubyScan: a rescan finds a running Ruby and not a sleep; it leaves
+// out the pids it is told are known; and it remembers the sleep as no Ruby
+// (by its start time) rather than read its maps again.
+func TestRubyScan(t *testing.T) {
+	r := testruby.Get(t, "debian-3.3")
+	ruby := testruby.Start(t, r, "-e", `STDOUT.puts "ready"; STDOUT.flush; sleep`)
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	var scan rubyScan
+	none := func(int) bool { return false }
+	pids, err := scan.pids(time.Now(), none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pids, ruby.Process.Pid) || slices.Contains(pids, sleep.Process.Pid) {
+		t.Errorf("rescan found %v: want the Ruby %d, not the sleep %d", pids, ruby.Process.Pid, sleep.Process.Pid)
+	}
+	v, ok := scan.notRuby[sleep.Process.Pid]
+	if !ok || v.start == "" {
+		t.Fatalf("the sleep is not remembered as no Ruby: %+v", scan.notRuby[sleep.Process.Pid])
+	}
+	pids, _ = scan.pids(time.Now(), func(pid int) bool { return pid == ruby.Process.Pid })
+	if slices.Contains(pids, ruby.Process.Pid) {
+		t.Errorf("a known Ruby was found again: %v", pids)
+	}
+	if scan.notRuby[sleep.Process.Pid] != v {
+		t.Errorf("the sleep was looked at again within %s: %+v, was %+v", notRubyRecheck, scan.notRuby[sleep.Process.Pid], v)
+	}
+	scan.pids(time.Now().Add(notRubyRecheck), none)
+	if w := scan.notRuby[sleep.Process.Pid]; w == v {
+		t.Errorf("the sleep was not looked at again after %s", notRubyRecheck)
 	}
 }

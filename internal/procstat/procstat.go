@@ -39,6 +39,10 @@ const (
 	Flags = 6
 	UTime = 11
 	STime = 12
+	// StartTime is when the process started, in clock ticks after boot:
+	// with the pid, it names one process (pids are reused). Not among the
+	// thirteen Fields promises.
+	StartTime = 19
 )
 
 // clockTick is USER_HZ, the unit of stat's times (100 on Linux).
