@@ -26,6 +26,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags pyroscope ./agent ./cmd/rubyperf ./internal/pyroscopetest
 
 # Every test, through internal/cmd/testsummary: failures whole, then a line counting
 # tests passed, failed and skipped, naming each skip. Under CI=true or
