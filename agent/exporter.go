@@ -253,16 +253,22 @@ func (h *httpExporter) Export(ctx context.Context, r Request) (int64, error) {
 		}
 		return 0, nil
 	}
-	// The status, and the backend's message where its body has one.
-	refusal := fmt.Errorf("%s: %s", h.url, resp.Status)
-	if msg := responseMessage(resp.Header.Get("Content-Type"), rb); msg != "" {
-		refusal = fmt.Errorf("%s: %s: %s", h.url, resp.Status, msg)
+	return 0, httpRefusal(h.url, resp, rb)
+}
+
+// httpRefusal is the error of an HTTP refusal from where: its status, and
+// the backend's message where its body has one; permanent unless the
+// backend says it is busy or down for now.
+func httpRefusal(where string, resp *http.Response, body []byte) error {
+	refusal := fmt.Errorf("%s: %s", where, resp.Status)
+	if msg := responseMessage(resp.Header.Get("Content-Type"), body); msg != "" {
+		refusal = fmt.Errorf("%s: %s: %s", where, resp.Status, msg)
 	}
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return 0, refusal
+		return refusal
 	}
-	return 0, permanentError{refusal}
+	return permanentError{refusal}
 }
 
 func (h *httpExporter) Close() error {

@@ -206,16 +206,7 @@ func (p *pyroscopeExporter) Export(ctx context.Context, r Request) (int64, error
 	if resp.StatusCode/100 == 2 {
 		return 0, nil
 	}
-	where := strings.TrimSuffix(p.e.Name(), "/") + ingestPath
-	refusal := fmt.Errorf("%s: %s", where, resp.Status)
-	if msg := responseMessage(resp.Header.Get("Content-Type"), rb); msg != "" {
-		refusal = fmt.Errorf("%s: %s: %s", where, resp.Status, msg)
-	}
-	switch resp.StatusCode {
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return 0, refusal
-	}
-	return 0, permanentError{refusal}
+	return 0, httpRefusal(strings.TrimSuffix(p.e.Name(), "/")+ingestPath, resp, rb)
 }
 
 func (p *pyroscopeExporter) Close() error {
