@@ -77,6 +77,9 @@ var allowed = map[string][]string{
 	// internal/otelcoltest builds a real OpenTelemetry Collector
 	// (testdata/collector) into $RUBYPERF_CACHE and runs it for tests.
 	"internal/otelcoltest": {"internal/testruby"},
+	// internal/pyroscopetest runs a real Grafana Pyroscope built into
+	// $RUBYPERF_CACHE, for the tests built with -tags pyroscope.
+	"internal/pyroscopetest": {"internal/testruby"},
 	// bench runs the rubyperf binary and its peers as a user would.
 	"bench": {"internal/procstat"},
 }
@@ -84,7 +87,7 @@ var allowed = map[string][]string{
 // testHelpers are the packages any test file may import.
 var testHelpers = map[string]bool{"internal/testruby": true, "internal/debuginfodtest": true, "internal/rubyoracle": true,
 	"internal/profilerstate": true, "internal/rubyext": true, "internal/otelcoltest": true,
-	"internal/testskip": true}
+	"internal/pyroscopetest": true, "internal/testskip": true}
 
 // testImports lists, for a package's test files only, project packages they
 // may import beyond its rules: bpf's benchmark finds the request labels'
