@@ -457,8 +457,12 @@ func (s *session) discover(ctx context.Context) {
 			t, err := s.attach(pid, s.debugFileFor(pid))
 			if err != nil {
 				s.mu.Lock()
-				_, retry := s.pending[pid]
-				final := !retry || errors.Is(err, rubybuild.ErrUnsupported) || errors.Is(err, rubystack.ErrLayoutMismatch)
+				left, retry := s.pending[pid]
+				// A layout checked against a Ruby still booting under load can
+				// catch a frame half pushed: a mismatch is tried again for the
+				// first half of the attempts (a wrong layout fails every time).
+				mismatch := errors.Is(err, rubystack.ErrLayoutMismatch)
+				final := !retry || errors.Is(err, rubybuild.ErrUnsupported) || mismatch && left < attachAttempts/2
 				_, again := s.execd[pid]
 				if again && final {
 					s.giveUp(pid, "cannot be recorded ("+err.Error()+")")

@@ -196,6 +196,7 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions, f
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	var last error
+	var mismatched time.Time // the first layout mismatch
 	for {
 		t, err := Attach(pid, opts, files)
 		if err == nil {
@@ -205,6 +206,15 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions, f
 		// a mapping dropped by exec between reading the maps and opening it.
 		starting := errors.Is(err, rubystack.ErrNotRuby) || errors.Is(err, rubystack.ErrTLSNotReady) ||
 			errors.Is(err, rubystack.ErrVMNotReady) || goneFromProc(err)
+		// A VM booting under load can show a frame half pushed to the
+		// layout's check for longer than its retries: a mismatch is tried
+		// again for mismatchGrace (a wrong layout fails every time).
+		if errors.Is(err, rubystack.ErrLayoutMismatch) {
+			if mismatched.IsZero() {
+				mismatched = time.Now()
+			}
+			starting = time.Since(mismatched) < mismatchGrace
+		}
 		if !starting || !alive(pid) {
 			return nil, err
 		}
@@ -216,6 +226,10 @@ func AttachWhenReady(ctx context.Context, pid int, opts rubybuild.OpenOptions, f
 		}
 	}
 }
+
+// mismatchGrace is how long AttachWhenReady tries again a process whose
+// layout check failed.
+const mismatchGrace = time.Second
 
 // goneFromProc: a file under /proc vanished (a mapping dropped by exec),
 // not a file the user named.
