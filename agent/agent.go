@@ -291,7 +291,7 @@ func (a *agent) cut(now time.Time) {
 			encodeErr = err
 		}
 		for _, r := range reqs {
-			dropped += a.q.push(queued{req: r, samples: r.Samples})
+			dropped += a.q.push(queued{req: r})
 		}
 		a.statsMu.Lock()
 		a.stats.Intervals++

@@ -34,6 +34,12 @@ type Frame struct {
 	BuildID                             string
 }
 
+// merged is f as the exporters' frame table takes it.
+func (f *Frame) merged() merge.Frame {
+	return merge.Frame{Kind: f.Kind, Name: f.Name, File: f.File, Line: f.Line, Addr: f.Addr,
+		MapStart: f.MapStart, MapLimit: f.MapLimit, MapOffset: f.MapOffset, BuildID: f.BuildID}
+}
+
 // Interval is the samples of every process over one interval, aggregated:
 // the samples that share their stack, thread name, state and labels count
 // once, with their number.

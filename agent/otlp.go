@@ -3,6 +3,7 @@ package agent
 import (
 	"crypto/rand"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -115,8 +116,8 @@ func (t *dictionary) location(iv *Interval, id int32) int32 {
 		return i
 	}
 	f := &iv.Frames[id]
-	i := int32(t.frames.Location(&merge.Frame{Kind: f.Kind, Name: f.Name, File: f.File, Line: f.Line, Addr: f.Addr,
-		MapStart: f.MapStart, MapLimit: f.MapLimit, MapOffset: f.MapOffset, BuildID: f.BuildID})) + 1
+	m := f.merged()
+	i := int32(t.frames.Location(&m)) + 1
 	t.locations[id] = i
 	return i
 }
@@ -298,35 +299,47 @@ func (iv *Interval) profilesOf(res Resource, pids []int) pprofile.Profiles {
 
 // describeResource sets the attributes of a process's resource.
 func describeResource(attrs pcommon.Map, ps *ProcessSamples, res Resource) {
+	attrs.PutInt(processPIDAttr, int64(ps.Process.PID))
+	for _, kv := range resourceAttributes(ps, res) {
+		attrs.PutStr(kv[0], kv[1])
+	}
+}
+
+// resourceAttributes are the string attributes of a process's resource
+// (its pid is the one number), key and value, in a stable order: what the
+// process is, then the user's labels that do not replace any of those.
+func resourceAttributes(ps *ProcessSamples, res Resource) [][2]string {
 	p := &ps.Process
-	attrs.PutInt(processPIDAttr, int64(p.PID))
+	var out [][2]string
+	add := func(k, v string) {
+		if v != "" {
+			out = append(out, [2]string{k, v})
+		}
+	}
 	if p.Executable != "" {
-		attrs.PutStr(executablePath, p.Executable)
-		attrs.PutStr(executableName, path.Base(p.Executable))
+		add(executablePath, p.Executable)
+		add(executableName, path.Base(p.Executable))
 	}
-	if p.Name != "" {
-		attrs.PutStr(processNameAttr, p.Name)
-	}
-	attrs.PutStr(runtimeNameAttr, runtimeName)
-	if p.RubyVersion != "" {
-		attrs.PutStr(runtimeVersion, p.RubyVersion)
-	}
-	if res.Host != "" {
-		attrs.PutStr(hostNameAttr, res.Host)
-	}
-	if ps.Container != "" {
-		attrs.PutStr(containerIDAttr, ps.Container)
-	}
+	add(processNameAttr, p.Name)
+	add(runtimeNameAttr, runtimeName)
+	add(runtimeVersion, p.RubyVersion)
+	add(hostNameAttr, res.Host)
+	add(containerIDAttr, ps.Container)
 	service := res.ServiceName
 	if service == "" {
 		service = p.Name
 	}
-	if service != "" {
-		attrs.PutStr(serviceNameAttr, service)
+	add(serviceNameAttr, service)
+	own := len(out)
+	keys := make([]string, 0, len(res.Labels))
+	for k := range res.Labels {
+		keys = append(keys, k)
 	}
-	for k, v := range res.Labels {
-		if _, set := attrs.Get(k); !set { // the agent's own say what the process is
-			attrs.PutStr(k, v)
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k != processPIDAttr && !slices.ContainsFunc(out[:own], func(kv [2]string) bool { return kv[0] == k }) {
+			add(k, res.Labels[k]) // the agent's own say what the process is
 		}
 	}
+	return out
 }

@@ -42,9 +42,7 @@ func (iv *Interval) pyroscopeRequests(res Resource) ([]Request, error) {
 			st := merge.Stack{PID: pid, Comm: s.Thread, State: s.State, Labels: s.Labels, Period: uint64(max(res.Period, 0)),
 				Frames: make([]merge.Frame, len(s.Frames))}
 			for i, id := range s.Frames {
-				f := &iv.Frames[id]
-				st.Frames[i] = merge.Frame{Kind: f.Kind, Name: f.Name, File: f.File, Line: f.Line, Addr: f.Addr,
-					MapStart: f.MapStart, MapLimit: f.MapLimit, MapOffset: f.MapOffset, BuildID: f.BuildID}
+				st.Frames[i] = iv.Frames[id].merged()
 			}
 			p.AddN(&st, s.Count)
 			n += uint64(s.Count)
@@ -77,42 +75,21 @@ func sortedKeys(m map[string]*Sample) []string {
 }
 
 // seriesName is a process's series as Pyroscope's ingest takes it:
-// SERVICE{LABEL=VALUE,...}, with the resource attributes the OTLP profiles
-// carry as labels (their dots made underscores, as Pyroscope's own OTLP
-// ingest does).
+// SERVICE{LABEL=VALUE,...}, the labels being the resource attributes the
+// OTLP profiles carry, their names' dots made underscores (as Pyroscope's
+// own OTLP ingest does).
 func seriesName(ps *ProcessSamples, res Resource) string {
-	attrs := map[string]string{}
-	p := &ps.Process
-	attrs["process_pid"] = strconv.Itoa(p.PID)
-	if p.Executable != "" {
-		attrs["process_executable_name"] = lastPathElem(p.Executable)
-	}
-	attrs["process_runtime_name"] = runtimeName
-	if p.RubyVersion != "" {
-		attrs["process_runtime_version"] = p.RubyVersion
-	}
-	if res.Host != "" {
-		attrs["host_name"] = res.Host
-	}
-	if ps.Container != "" {
-		attrs["container_id"] = ps.Container
-	}
-	for k, v := range res.Labels {
-		if k := labelName(k); k != "" {
-			if _, set := attrs[k]; !set {
-				attrs[k] = v
-			}
+	service := "ruby"
+	labels := map[string]string{labelName(processPIDAttr): strconv.Itoa(ps.Process.PID)}
+	for _, kv := range resourceAttributes(ps, res) {
+		if kv[0] == serviceNameAttr {
+			service = kv[1]
+		} else if k := labelName(kv[0]); labels[k] == "" {
+			labels[k] = kv[1]
 		}
 	}
-	service := res.ServiceName
-	if service == "" {
-		service = p.Name
-	}
-	if service == "" {
-		service = "ruby"
-	}
-	keys := make([]string, 0, len(attrs))
-	for k := range attrs {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -125,13 +102,11 @@ func seriesName(ps *ProcessSamples, res Resource) string {
 		}
 		b.WriteString(k)
 		b.WriteByte('=')
-		b.WriteString(labelValue(attrs[k]))
+		b.WriteString(labelValue(labels[k]))
 	}
 	b.WriteByte('}')
 	return b.String()
 }
-
-func lastPathElem(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
 // labelName is k as a label name Pyroscope takes (letters, digits and
 // underscores, not first a digit): other characters become underscores.

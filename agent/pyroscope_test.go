@@ -87,8 +87,8 @@ func TestPyroscopeRequests(t *testing.T) {
 		t.Fatalf("the server took %d requests, want 2", len(in))
 	}
 	q := in[0].query
-	wantName := "app.rb{_x=y,deployment_environment=prod,host_name=h1,process_executable_name=ruby3.3,process_pid=1," +
-		"process_runtime_name=ruby,process_runtime_version=3.3.8}"
+	wantName := "app.rb{_x=y,deployment_environment=prod,host_name=h1,process_command=app.rb,process_executable_name=ruby3.3," +
+		"process_executable_path=/usr/bin/ruby3.3,process_pid=1,process_runtime_name=ruby,process_runtime_version=3.3.8}"
 	if q.Get("name") != wantName || q.Get("format") != "pprof" || q.Get("from") != "1700000000" ||
 		q.Get("until") != "1700000010" || q.Get("sampleRate") != "99" {
 		t.Errorf("query %v\nwant name %s", q, wantName)

@@ -4,9 +4,8 @@ import "sync"
 
 // queued is one interval's export request waiting to be sent.
 type queued struct {
-	req     Request
-	samples uint64
-	seq     uint64 // the order pushed
+	req Request
+	seq uint64 // the order pushed
 }
 
 // queue holds the requests not sent yet, oldest first, within a count and
@@ -40,7 +39,7 @@ func (q *queue) push(it queued) int {
 	n := 0
 	for len(q.items) > 1 && (len(q.items) > q.maxItems || q.bytes > q.maxBytes) {
 		q.bytes -= len(q.items[0].req.Body)
-		q.droppedSamples += q.items[0].samples
+		q.droppedSamples += q.items[0].req.Samples
 		q.items[0] = queued{}
 		q.items = q.items[1:]
 		q.dropped++

@@ -7,17 +7,17 @@ import "testing"
 func TestQueue(t *testing.T) {
 	q := newQueue(3, 1000)
 	for i := range 5 {
-		q.push(queued{req: Request{Body: make([]byte, 10)}, samples: uint64(i + 1)})
+		q.push(queued{req: Request{Body: make([]byte, 10), Samples: uint64(i + 1)}})
 	}
 	n, dropped, samples := q.stats()
 	if n != 3 || dropped != 2 || samples != 1+2 {
 		t.Fatalf("%d waiting, %d dropped (%d samples); want 3, 2 (3)", n, dropped, samples)
 	}
 	head, _ := q.peek()
-	if head.samples != 3 {
-		t.Fatalf("oldest has %d samples, want 3", head.samples)
+	if head.req.Samples != 3 {
+		t.Fatalf("oldest has %d samples, want 3", head.req.Samples)
 	}
-	q.push(queued{req: Request{Body: make([]byte, 995)}, samples: 6}) // over the bytes: all but it go
+	q.push(queued{req: Request{Body: make([]byte, 995), Samples: 6}}) // over the bytes: all but it go
 	if n, dropped, _ := q.stats(); n != 1 || dropped != 5 {
 		t.Fatalf("%d waiting, %d dropped; want 1, 5", n, dropped)
 	}
