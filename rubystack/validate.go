@@ -20,8 +20,13 @@ const (
 	checkRetryPause = 2 * time.Millisecond
 	// minSettled: of a running thread whose newest frames changed under the
 	// read, this many of its oldest frames (one of them a named Ruby frame)
-	// must pass for the read to count as a tear rather than a wrong layout.
+	// must pass for the read to count as a tear rather than a wrong layout;
+	// or every frame but the newestTorn newest, when there are fewer (a
+	// shallow loop that calls C methods pushes and pops them all the time).
 	minSettled       = 3
+	newestTorn       = 2  // a loop that calls a C method that calls another tears either
+	movedPolls       = 10 // reads of ec->cfp to see a thread move, movedPause apart
+	movedPause       = 100 * time.Microsecond
 	minVMStackWords  = 64
 	maxVMStackWords  = 64 << 20 / 8
 	maxCheckedString = 1 << 16
@@ -106,7 +111,7 @@ func (r *Reader) CheckLayout() error {
 				passed = c.named
 				break
 			}
-			if c.settled >= minSettled && c.named > 0 && r.moved(th.EC, c.cfp) {
+			if (c.settled >= minSettled || c.newest) && c.named > 0 && r.moved(th.EC, c.cfp) {
 				passed = c.named
 			}
 		}
@@ -163,13 +168,27 @@ type frameCheck struct {
 	// settled frames passed, oldest first (all of them when err is nil);
 	// named of them had a readable label and path.
 	settled, named int
+	newest         bool // err is of one of the newestTorn newest frames, every older frame passed
 }
 
-// moved says whether the thread's newest frame is no longer the one read:
-// the thread runs, so a check of its newest frames may have torn.
+// moved says whether the thread's newest frame is seen to be other than the
+// one read: the thread runs, so a check of its newest frames may have torn.
+// A loop that calls a C method comes back to the frame read as often as it
+// leaves it, so ec->cfp is read a few times.
 func (r *Reader) moved(ec, cfp uint64) bool {
-	now, err := r.direct.word(ec + uint64(r.Layout.ExecutionContext.CFP))
-	return err == nil && now != cfp
+	for i := 0; i < movedPolls; i++ {
+		if i > 0 {
+			time.Sleep(movedPause)
+		}
+		now, err := r.direct.word(ec + uint64(r.Layout.ExecutionContext.CFP))
+		if err != nil {
+			return false
+		}
+		if now != cfp {
+			return true
+		}
+	}
+	return false
 }
 
 // checkFrames checks the control frames of the execution context at ec,
@@ -220,6 +239,7 @@ func (r *Reader) checkFrames(ec uint64) (c frameCheck) {
 	}
 	for j := uint64(0); j < n; j++ {
 		i := n - 1 - j // frame i counts from the newest
+		c.newest = i < newestTorn && i+1 < n
 		f := buf[i*frameSize:]
 		at := cfp + i*frameSize
 		pc, sp, is, ep := le64(f[L.ControlFrame.PC:]), le64(f[L.ControlFrame.SP:]), le64(f[L.ControlFrame.Iseq:]), le64(f[L.ControlFrame.EP:])
@@ -247,6 +267,7 @@ func (r *Reader) checkFrames(ec uint64) (c frameCheck) {
 		}
 		c.settled++
 	}
+	c.newest = false
 	return c
 }
 
