@@ -23,6 +23,10 @@ type lifecycle struct {
 	targets map[int]*Target
 	gone    map[int]bool
 	pending map[int]int // pids that exec'd, with attempts left to attach
+	// unsure: Rubies -a found at its start whose layout check failed, being
+	// tried again (pending), with the last failure: said to be skipped if
+	// never attached.
+	unsure map[int]error
 	// execd: targets whose image ended by exec, not yet attached again or
 	// given up on; retired: their old Targets, closed at the end.
 	execd   map[int]string
@@ -47,7 +51,7 @@ type lifecycle struct {
 // newLifecycle is a lifecycle with no target yet.
 func newLifecycle() lifecycle {
 	return lifecycle{targets: map[int]*Target{}, gone: map[int]bool{}, pending: map[int]int{}, execd: map[int]string{},
-		execSeen: map[int]execSeen{}, noTarget: make(chan struct{}), discoverDue: make(chan struct{}, 1)}
+		unsure: map[int]error{}, execSeen: map[int]execSeen{}, noTarget: make(chan struct{}), discoverDue: make(chan struct{}, 1)}
 }
 
 // attachAttempts is how many times a newly exec'd process is tried (-a)
@@ -421,14 +425,25 @@ func (s *session) discover(ctx context.Context) {
 				FrameKeys: len(s.symtab.Frames), FramesOverBudget: s.sum.FramesOverBudget, NamesRestarted: s.sum.NamesRestarted}
 		}
 		var try []int
+		var skip []int
 		for pid, left := range s.pending {
 			if left <= 0 {
 				delete(s.pending, pid)
 				s.giveUp(pid, "is not a Ruby")
+				if _, ok := s.unsure[pid]; ok {
+					skip = append(skip, pid)
+				}
 				continue
 			}
 			s.pending[pid] = left - 1
 			try = append(try, pid)
+		}
+		for _, pid := range skip {
+			err := s.unsure[pid]
+			delete(s.unsure, pid)
+			s.mu.Unlock()
+			s.skipped(pid, err)
+			s.mu.Lock()
 		}
 		s.mu.Unlock()
 		if progress != nil {
@@ -467,6 +482,12 @@ func (s *session) discover(ctx context.Context) {
 				if again && final {
 					s.giveUp(pid, "cannot be recorded ("+err.Error()+")")
 				}
+				if _, ok := s.unsure[pid]; ok {
+					s.unsure[pid] = err
+					if final {
+						delete(s.unsure, pid)
+					}
+				}
 				s.mu.Unlock()
 				// A process that just exec'd may not have mapped its Ruby yet.
 				if final && !again {
@@ -482,6 +503,7 @@ func (s *session) discover(ctx context.Context) {
 			}
 			s.mu.Lock()
 			delete(s.pending, pid)
+			delete(s.unsure, pid)
 			if again {
 				delete(s.execd, pid)
 				s.event(fmt.Sprintf("pid %d exec'd %s: recording the new Ruby", pid, comm))

@@ -426,6 +426,14 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 				continue
 			}
 			t, err := s.attach(pid, "")
+			if errors.Is(err, rubystack.ErrLayoutMismatch) {
+				// Possibly a frame caught half pushed: discovery tries it
+				// again, as it does a Ruby that just started.
+				s.mu.Lock()
+				s.pending[pid], s.unsure[pid] = attachAttempts, err
+				s.mu.Unlock()
+				continue
+			}
 			if err != nil {
 				s.skipped(pid, err)
 				continue
@@ -605,6 +613,13 @@ func (s *session) status(ctx context.Context, start time.Time) {
 
 // finish writes the feature sections and closes the file.
 func (s *session) finish() error {
+	s.mu.Lock()
+	unsure := s.unsure
+	s.unsure = nil
+	s.mu.Unlock()
+	for pid, err := range unsure {
+		s.skipped(pid, err) // its layout check never passed
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
