@@ -179,6 +179,21 @@ type Layout struct {
 		SlotSize    int64 // the smallest slot: HEAP_PAGE_OBJ_LIMIT of them fill a page after its header
 	}
 
+	// Allocated is where the GC counts the objects allocated since the
+	// process started (GC.stat(:total_allocated_objects)): a counter in
+	// the objspace (3.1, 3.2), or one in each of an array of size pools
+	// (3.3) or heaps (3.4+), whose sum it is. Offsets are from the
+	// objspace; -1 when the layout does not say.
+	Allocated struct {
+		Counter int64 // rb_objspace total_allocated_objects, or -1
+		// Pools: the array of size pools or heaps, Count of them Stride
+		// bytes apart, each counting at PoolCounter; Pools -1: none.
+		Pools, Count, Stride, PoolCounter int64
+		// PagePool is where a heap page points to its pool (heap_page
+		// size_pool, or heap from 3.4), -1 when absent.
+		PagePool int64
+	}
+
 	// Constants are the enumerator values read with the layout (flag bits,
 	// type tags, frame magics), by their C names.
 	Constants map[string]int64
@@ -390,6 +405,21 @@ func (l *Layout) fields() []field {
 		f(&l.GC.Mode.Offset, "rb_objspace", "flags.mode", opt),
 		f(&l.GC.Compacting.Offset, "rb_objspace", "flags.during_compacting", opt),
 		f(&l.GC.Running.Offset, "rb_objspace", "flags.during_gc", opt),
+
+		// Read from Structs by resolveHeapPage and resolveAllocated, which
+		// check them together; listed so that tables keep them.
+		f(new(int64), "heap_page", "age_bits", opt),
+		f(new(int64), "heap_page", "free_slots", opt),
+		f(new(int64), "heap_page", "freelist", opt),
+		f(new(int64), "heap_page", "slot_size", opt),
+		f(new(int64), "heap_page", "size_pool|heap", opt),
+		f(new(int64), "heap_page_header", "page", opt),
+		f(new(int64), "rb_objspace", "total_allocated_objects", opt),
+		f(new(int64), "rb_objspace", "size_pools|heaps", opt),
+		f(new(int64), "rb_size_pool_struct", "", opt),
+		f(new(int64), "rb_size_pool_struct", "total_allocated_objects", opt),
+		f(new(int64), "rb_heap_struct", "", opt),
+		f(new(int64), "rb_heap_struct", "total_allocated_objects", opt),
 	}
 }
 
@@ -539,6 +569,7 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 		GCStamps:          hasGCStamps(l),
 	}
 	l.resolveHeapPage()
+	l.resolveAllocated()
 	l.Capabilities.GCPhase = l.hasGCPhase()
 	l.Capabilities.BlockingRegion = l.Thread.UnblockFunc >= 0 &&
 		l.Structs["rb_thread_struct"].Members["unblock.func"].Size == 8
@@ -593,6 +624,34 @@ func (l *Layout) AgeBits() (mask uint64, shift int, ok bool) {
 		return 0, 0, false
 	}
 	return mask, shift, true
+}
+
+// resolveAllocated finds where the GC counts allocations (Layout.Allocated).
+func (l *Layout) resolveAllocated() {
+	a := &l.Allocated
+	a.Counter, a.Pools, a.PagePool = -1, -1, -1
+	for _, name := range []string{"heap", "size_pool"} {
+		if m, ok := l.Structs["heap_page"].Members[name]; ok && m.Size == 8 && m.BitSize == 0 {
+			a.PagePool = m.Offset
+			break
+		}
+	}
+	objspace := l.Structs["rb_objspace"].Members
+	if m, ok := objspace["total_allocated_objects"]; ok && m.Size == 8 && m.BitSize == 0 {
+		a.Counter = m.Offset
+		return
+	}
+	for _, pool := range []struct{ array, elem string }{{"size_pools", "rb_size_pool_struct"}, {"heaps", "rb_heap_struct"}} {
+		arr, ok := objspace[pool.array]
+		elem := l.Structs[pool.elem]
+		counter, okC := elem.Members["total_allocated_objects"]
+		if !ok || !okC || counter.Size != 8 || elem.Size <= 0 || arr.Size <= 0 || arr.Size%elem.Size != 0 ||
+			arr.Size/elem.Size > 64 || counter.Offset+8 > elem.Size {
+			continue
+		}
+		a.Pools, a.Count, a.Stride, a.PoolCounter = arr.Offset, arr.Size/elem.Size, elem.Size, counter.Offset
+		return
+	}
 }
 
 // resolveHeapPage finds where heap pages keep ages (Layout.HeapPage), when

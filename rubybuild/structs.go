@@ -84,6 +84,8 @@ var wantedStructs = map[string]bool{
 	"RSymbol":                         true, // a dynamic Symbol: its ID (a request label's value)
 	"heap_page":                       true, // gc.c: an object's age bits, from 3.3
 	"heap_page_header":                true, // gc.c: at the start of a page's aligned body, its heap_page
+	"rb_size_pool_struct":             true, // gc.c 3.2-3.3: a size pool, counting its allocations from 3.3
+	"rb_heap_struct":                  true, // gc.c: a heap, counting its allocations from 3.4
 }
 
 // wantedConstants are enumerators of Ruby's C enums that the walker and

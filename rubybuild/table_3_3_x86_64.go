@@ -27,6 +27,19 @@ func init() {
 					"as.embed.ary": {Offset: 24, Size: 1},
 					"as.heap.ptr":  {Offset: 24, Size: 8},
 				}},
+				"RSymbol": {Size: 40, Members: map[string]Member{
+					"id": {Offset: 32, Size: 8},
+				}},
+				"heap_page": {Size: 1728, Members: map[string]Member{
+					"slot_size":  {Offset: 0, Size: 2},
+					"free_slots": {Offset: 4, Size: 2},
+					"size_pool":  {Offset: 16, Size: 8},
+					"freelist":   {Offset: 40, Size: 8},
+					"age_bits":   {Offset: 1312, Size: 416},
+				}},
+				"heap_page_header": {Size: 8, Members: map[string]Member{
+					"page": {Offset: 0, Size: 8},
+				}},
 				"iseq_insn_info_entry": {Size: 12, Members: map[string]Member{
 					"line_no": {Offset: 0, Size: 4},
 				}},
@@ -57,6 +70,7 @@ func init() {
 					"fiber_ptr":     {Offset: 40, Size: 8},
 					"thread_ptr":    {Offset: 48, Size: 8},
 				}},
+				"rb_heap_struct": {Size: 72, Members: map[string]Member{}},
 				"rb_iseq_constant_body": {Size: 312, Members: map[string]Member{
 					"type":                        {Offset: 0, Size: 4},
 					"iseq_size":                   {Offset: 4, Size: 4},
@@ -87,16 +101,19 @@ func init() {
 				}},
 				"rb_objspace": {Size: 2608, Members: map[string]Member{
 					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.during_gc":         {Offset: 16, Size: 4, BitOffset: 5, BitSize: 1},
 					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"size_pools":              {Offset: 32, Size: 1120},
 					"profile.minor_gc_count":  {Offset: 1336, Size: 8},
 					"profile.major_gc_count":  {Offset: 1344, Size: 8},
 					"profile.count":           {Offset: 1392, Size: 8},
 					"rgengc.last_major_gc":    {Offset: 1496, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 600, Members: map[string]Member{
-					"threads.set":        {Offset: 256, Size: 16},
-					"threads.running_ec": {Offset: 384, Size: 8},
-					"threads.main":       {Offset: 392, Size: 8},
+					"threads.set":           {Offset: 256, Size: 16},
+					"threads.sched.running": {Offset: 328, Size: 8},
+					"threads.running_ec":    {Offset: 384, Size: 8},
+					"threads.main":          {Offset: 392, Size: 8},
 				}},
 				"rb_shape": {Size: 40, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
@@ -107,6 +124,9 @@ func init() {
 				"rb_shape_tree_t": {Size: 40, Members: map[string]Member{
 					"shape_list": {Offset: 0, Size: 8},
 				}},
+				"rb_size_pool_struct": {Size: 224, Members: map[string]Member{
+					"total_allocated_objects": {Offset: 48, Size: 8},
+				}},
 				"rb_symbols_t": {Size: 32, Members: map[string]Member{
 					"last_id": {Offset: 0, Size: 4},
 					"ids":     {Offset: 16, Size: 8},
@@ -115,9 +135,11 @@ func init() {
 					"lt_node":      {Offset: 0, Size: 16},
 					"lt_node.next": {Offset: 0, Size: 8},
 					"self":         {Offset: 16, Size: 8},
+					"ractor":       {Offset: 24, Size: 8},
 					"vm":           {Offset: 32, Size: 8},
 					"nt":           {Offset: 40, Size: 8},
 					"ec":           {Offset: 48, Size: 8},
+					"unblock.func": {Offset: 328, Size: 8},
 					"name":         {Offset: 432, Size: 8},
 				}},
 				"rb_vm_struct": {Size: 9584, Members: map[string]Member{
@@ -148,6 +170,9 @@ func init() {
 				}},
 			},
 			Constants: map[string]int64{
+				"HEAP_PAGE_ALIGN":        65536,
+				"HEAP_PAGE_BITMAP_LIMIT": 26,
+				"HEAP_PAGE_OBJ_LIMIT":    1638,
 				"ID_ENTRY_SIZE":          2,
 				"ID_ENTRY_STR":           0,
 				"ISEQ_TYPE_BLOCK":        2,
@@ -176,6 +201,8 @@ func init() {
 				"RUBY_Qnil":              4,
 				"RUBY_Qtrue":             20,
 				"RUBY_Qundef":            36,
+				"RUBY_SPECIAL_SHIFT":     8,
+				"RUBY_SYMBOL_FLAG":       12,
 				"RUBY_T_ARRAY":           7,
 				"RUBY_T_CLASS":           2,
 				"RUBY_T_DATA":            12,
@@ -186,6 +213,7 @@ func init() {
 				"RUBY_T_MOVED":           30,
 				"RUBY_T_OBJECT":          1,
 				"RUBY_T_STRING":          5,
+				"RUBY_T_SYMBOL":          20,
 				"SHAPE_IVAR":             1,
 				"SHAPE_OBJ_TOO_COMPLEX":  4,
 				"SHAPE_ROOT":             0,
@@ -210,8 +238,10 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_compacting":     3,
 				"gc_mode_marking":        1,
 				"gc_mode_none":           0,
+				"gc_mode_sweeping":       2,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,
@@ -243,6 +273,19 @@ func init() {
 					"as.embed.ary": {Offset: 24, Size: 1},
 					"as.heap.ptr":  {Offset: 24, Size: 8},
 				}},
+				"RSymbol": {Size: 40, Members: map[string]Member{
+					"id": {Offset: 32, Size: 8},
+				}},
+				"heap_page": {Size: 1728, Members: map[string]Member{
+					"slot_size":  {Offset: 0, Size: 2},
+					"free_slots": {Offset: 4, Size: 2},
+					"size_pool":  {Offset: 16, Size: 8},
+					"freelist":   {Offset: 40, Size: 8},
+					"age_bits":   {Offset: 1312, Size: 416},
+				}},
+				"heap_page_header": {Size: 8, Members: map[string]Member{
+					"page": {Offset: 0, Size: 8},
+				}},
 				"iseq_insn_info_entry": {Size: 12, Members: map[string]Member{
 					"line_no": {Offset: 0, Size: 4},
 				}},
@@ -273,6 +316,7 @@ func init() {
 					"fiber_ptr":     {Offset: 40, Size: 8},
 					"thread_ptr":    {Offset: 48, Size: 8},
 				}},
+				"rb_heap_struct": {Size: 72, Members: map[string]Member{}},
 				"rb_iseq_constant_body": {Size: 312, Members: map[string]Member{
 					"type":                        {Offset: 0, Size: 4},
 					"iseq_size":                   {Offset: 4, Size: 4},
@@ -303,16 +347,19 @@ func init() {
 				}},
 				"rb_objspace": {Size: 2608, Members: map[string]Member{
 					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.during_gc":         {Offset: 16, Size: 4, BitOffset: 5, BitSize: 1},
 					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"size_pools":              {Offset: 32, Size: 1120},
 					"profile.minor_gc_count":  {Offset: 1336, Size: 8},
 					"profile.major_gc_count":  {Offset: 1344, Size: 8},
 					"profile.count":           {Offset: 1392, Size: 8},
 					"rgengc.last_major_gc":    {Offset: 1496, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 600, Members: map[string]Member{
-					"threads.set":        {Offset: 256, Size: 16},
-					"threads.running_ec": {Offset: 384, Size: 8},
-					"threads.main":       {Offset: 392, Size: 8},
+					"threads.set":           {Offset: 256, Size: 16},
+					"threads.sched.running": {Offset: 328, Size: 8},
+					"threads.running_ec":    {Offset: 384, Size: 8},
+					"threads.main":          {Offset: 392, Size: 8},
 				}},
 				"rb_shape": {Size: 40, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
@@ -323,6 +370,9 @@ func init() {
 				"rb_shape_tree_t": {Size: 40, Members: map[string]Member{
 					"shape_list": {Offset: 0, Size: 8},
 				}},
+				"rb_size_pool_struct": {Size: 224, Members: map[string]Member{
+					"total_allocated_objects": {Offset: 48, Size: 8},
+				}},
 				"rb_symbols_t": {Size: 32, Members: map[string]Member{
 					"last_id": {Offset: 0, Size: 4},
 					"ids":     {Offset: 16, Size: 8},
@@ -331,9 +381,11 @@ func init() {
 					"lt_node":      {Offset: 0, Size: 16},
 					"lt_node.next": {Offset: 0, Size: 8},
 					"self":         {Offset: 16, Size: 8},
+					"ractor":       {Offset: 24, Size: 8},
 					"vm":           {Offset: 32, Size: 8},
 					"nt":           {Offset: 40, Size: 8},
 					"ec":           {Offset: 48, Size: 8},
+					"unblock.func": {Offset: 328, Size: 8},
 					"name":         {Offset: 432, Size: 8},
 				}},
 				"rb_vm_struct": {Size: 9592, Members: map[string]Member{
@@ -364,6 +416,9 @@ func init() {
 				}},
 			},
 			Constants: map[string]int64{
+				"HEAP_PAGE_ALIGN":        65536,
+				"HEAP_PAGE_BITMAP_LIMIT": 26,
+				"HEAP_PAGE_OBJ_LIMIT":    1638,
 				"ID_ENTRY_SIZE":          2,
 				"ID_ENTRY_STR":           0,
 				"ISEQ_TYPE_BLOCK":        2,
@@ -392,6 +447,8 @@ func init() {
 				"RUBY_Qnil":              4,
 				"RUBY_Qtrue":             20,
 				"RUBY_Qundef":            36,
+				"RUBY_SPECIAL_SHIFT":     8,
+				"RUBY_SYMBOL_FLAG":       12,
 				"RUBY_T_ARRAY":           7,
 				"RUBY_T_CLASS":           2,
 				"RUBY_T_DATA":            12,
@@ -402,6 +459,7 @@ func init() {
 				"RUBY_T_MOVED":           30,
 				"RUBY_T_OBJECT":          1,
 				"RUBY_T_STRING":          5,
+				"RUBY_T_SYMBOL":          20,
 				"SHAPE_IVAR":             1,
 				"SHAPE_OBJ_TOO_COMPLEX":  4,
 				"SHAPE_ROOT":             0,
@@ -426,8 +484,10 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_compacting":     3,
 				"gc_mode_marking":        1,
 				"gc_mode_none":           0,
+				"gc_mode_sweeping":       2,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,
@@ -459,6 +519,19 @@ func init() {
 					"as.embed.ary": {Offset: 24, Size: 1},
 					"as.heap.ptr":  {Offset: 24, Size: 8},
 				}},
+				"RSymbol": {Size: 40, Members: map[string]Member{
+					"id": {Offset: 32, Size: 8},
+				}},
+				"heap_page": {Size: 1728, Members: map[string]Member{
+					"slot_size":  {Offset: 0, Size: 2},
+					"free_slots": {Offset: 4, Size: 2},
+					"size_pool":  {Offset: 16, Size: 8},
+					"freelist":   {Offset: 40, Size: 8},
+					"age_bits":   {Offset: 1312, Size: 416},
+				}},
+				"heap_page_header": {Size: 8, Members: map[string]Member{
+					"page": {Offset: 0, Size: 8},
+				}},
 				"iseq_insn_info_entry": {Size: 12, Members: map[string]Member{
 					"line_no": {Offset: 0, Size: 4},
 				}},
@@ -489,6 +562,7 @@ func init() {
 					"fiber_ptr":     {Offset: 40, Size: 8},
 					"thread_ptr":    {Offset: 48, Size: 8},
 				}},
+				"rb_heap_struct": {Size: 72, Members: map[string]Member{}},
 				"rb_iseq_constant_body": {Size: 312, Members: map[string]Member{
 					"type":                        {Offset: 0, Size: 4},
 					"iseq_size":                   {Offset: 4, Size: 4},
@@ -519,16 +593,19 @@ func init() {
 				}},
 				"rb_objspace": {Size: 2608, Members: map[string]Member{
 					"flags.during_compacting": {Offset: 16, Size: 4, BitOffset: 6, BitSize: 1},
+					"flags.during_gc":         {Offset: 16, Size: 4, BitOffset: 5, BitSize: 1},
 					"flags.mode":              {Offset: 16, Size: 4, BitOffset: 0, BitSize: 2},
+					"size_pools":              {Offset: 32, Size: 1120},
 					"profile.minor_gc_count":  {Offset: 1336, Size: 8},
 					"profile.major_gc_count":  {Offset: 1344, Size: 8},
 					"profile.count":           {Offset: 1392, Size: 8},
 					"rgengc.last_major_gc":    {Offset: 1496, Size: 8},
 				}},
 				"rb_ractor_struct": {Size: 600, Members: map[string]Member{
-					"threads.set":        {Offset: 256, Size: 16},
-					"threads.running_ec": {Offset: 384, Size: 8},
-					"threads.main":       {Offset: 392, Size: 8},
+					"threads.set":           {Offset: 256, Size: 16},
+					"threads.sched.running": {Offset: 328, Size: 8},
+					"threads.running_ec":    {Offset: 384, Size: 8},
+					"threads.main":          {Offset: 392, Size: 8},
 				}},
 				"rb_shape": {Size: 40, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
@@ -539,6 +616,9 @@ func init() {
 				"rb_shape_tree_t": {Size: 40, Members: map[string]Member{
 					"shape_list": {Offset: 0, Size: 8},
 				}},
+				"rb_size_pool_struct": {Size: 224, Members: map[string]Member{
+					"total_allocated_objects": {Offset: 48, Size: 8},
+				}},
 				"rb_symbols_t": {Size: 32, Members: map[string]Member{
 					"last_id": {Offset: 0, Size: 4},
 					"ids":     {Offset: 16, Size: 8},
@@ -547,9 +627,11 @@ func init() {
 					"lt_node":      {Offset: 0, Size: 16},
 					"lt_node.next": {Offset: 0, Size: 8},
 					"self":         {Offset: 16, Size: 8},
+					"ractor":       {Offset: 24, Size: 8},
 					"vm":           {Offset: 32, Size: 8},
 					"nt":           {Offset: 40, Size: 8},
 					"ec":           {Offset: 48, Size: 8},
+					"unblock.func": {Offset: 328, Size: 8},
 					"name":         {Offset: 432, Size: 8},
 				}},
 				"rb_vm_struct": {Size: 9600, Members: map[string]Member{
@@ -580,6 +662,9 @@ func init() {
 				}},
 			},
 			Constants: map[string]int64{
+				"HEAP_PAGE_ALIGN":        65536,
+				"HEAP_PAGE_BITMAP_LIMIT": 26,
+				"HEAP_PAGE_OBJ_LIMIT":    1638,
 				"ID_ENTRY_SIZE":          2,
 				"ID_ENTRY_STR":           0,
 				"ISEQ_TYPE_BLOCK":        2,
@@ -608,6 +693,8 @@ func init() {
 				"RUBY_Qnil":              4,
 				"RUBY_Qtrue":             20,
 				"RUBY_Qundef":            36,
+				"RUBY_SPECIAL_SHIFT":     8,
+				"RUBY_SYMBOL_FLAG":       12,
 				"RUBY_T_ARRAY":           7,
 				"RUBY_T_CLASS":           2,
 				"RUBY_T_DATA":            12,
@@ -618,6 +705,7 @@ func init() {
 				"RUBY_T_MOVED":           30,
 				"RUBY_T_OBJECT":          1,
 				"RUBY_T_STRING":          5,
+				"RUBY_T_SYMBOL":          20,
 				"SHAPE_IVAR":             1,
 				"SHAPE_OBJ_TOO_COMPLEX":  4,
 				"SHAPE_ROOT":             0,
@@ -642,8 +730,10 @@ func init() {
 				"VM_METHOD_TYPE_CFUNC":   1,
 				"VM_METHOD_TYPE_ISEQ":    0,
 				"VM_METHOD_TYPE_REFINED": 11,
+				"gc_mode_compacting":     3,
 				"gc_mode_marking":        1,
 				"gc_mode_none":           0,
+				"gc_mode_sweeping":       2,
 				"imemo_cref":             1,
 				"imemo_env":              0,
 				"imemo_iseq":             7,

@@ -16,6 +16,7 @@ import (
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
+	"github.com/rubyperf/rubyperf/rubybuild"
 )
 
 // stateWeights is what a recording says each thread (by name, or "main")
@@ -125,19 +126,21 @@ func TestStateGC(t *testing.T) {
 // --wall, each one waits for it two thirds of its time (the GVL goes round
 // them in turn), and runs at least the CPU time it measured (it also holds
 // the GVL while the kernel has it wait for a CPU). A Ruby whose layout
-// comes from a built-in table cannot tell waiting for the GVL from being
-// blocked off the CPU: there that time is "off the CPU", never either.
+// cannot tell waiting for the GVL from being blocked off the CPU (no
+// unblock.func: a table generated before it was read) shows that time as
+// "off the CPU", never either; the built-in tables have it now.
 func TestStateGVL(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
 	for _, r := range stateRubies(t) {
 		t.Run(r.Name, func(t *testing.T) {
+			tells := blockingRegion(t, r)
 			facts, w := recordStates(t, r, "gvl", true, 99)
 			for _, th := range facts["threads"].([]any) {
 				th := th.(map[string]any)
 				name := th["name"].(string)
 				ran := th["cpu_ms"].(float64) / th["wall_ms"].(float64)
 				got := w.share(name, merge.StateGVL)
-				if !r.DWARF {
+				if !tells {
 					if b := w.share(name, merge.StateBlocked); b > 0 {
 						t.Errorf("%s: blocked %.3f of the time, on a layout that cannot tell", name, b)
 					}
@@ -159,8 +162,8 @@ func TestStateGVL(t *testing.T) {
 
 // TestStateBlocked: recorded with --wall, a sleeping thread is blocked in
 // Kernel#sleep, and a thread waiting for a pipe in IO.select, each for the
-// time the workload measured (off the CPU there, on a layout from a
-// built-in table).
+// time the workload measured (off the CPU there, on a layout that cannot
+// tell: blockingRegion).
 func TestStateBlocked(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
 	for _, r := range stateRubies(t) {
@@ -181,9 +184,25 @@ func TestStateBlocked(t *testing.T) {
 	}
 }
 
+// blockingRegion says whether r's layout tells a thread in a blocking
+// region (unblock.func) from one waiting for the GVL.
+func blockingRegion(t *testing.T, r testruby.Ruby) bool {
+	t.Helper()
+	b, err := rubybuild.OpenBinary(r.VM, rubybuild.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := b.Layout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Capabilities.BlockingRegion
+}
+
 // stateRubies are the test Rubies the state tests run on: every one with
-// DWARF (exact states), and Debian's stripped 3.1 and 3.3, whose built-in
-// tables give the partial rules.
+// DWARF, and Debian's stripped 3.1 and 3.3, whose layouts come from the
+// built-in tables.
 func stateRubies(t *testing.T) []testruby.Ruby {
 	rubies := testruby.WithDWARF(t)
 	for _, name := range []string{"debian-3.1", "debian-3.3"} {
