@@ -34,6 +34,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run to try the harness: 2 rounds, small recordings (not for the README)")
 	out := flag.String("o", "", "also write the table to this file")
 	sharesOnly := flag.Bool("shares-only", false, "only compare rubyperf's shares with stackprof's on bench/app.rb")
+	allocOnly := flag.Bool("alloc-only", false, "only the allocation profilers' slowdown on bench/alloc.rb")
 	flag.StringVar(&b.ruby, "ruby", "/usr/bin/ruby3.1", "the Ruby every tool profiles (stackprof must be installed for it)")
 	flag.StringVar(&b.rubyperf, "rubyperf", "bin/rubyperf", "the rubyperf binary")
 	flag.StringVar(&b.dwarfRuby, "dwarf-ruby", "", "a Ruby whose libruby carries DWARF, for the attach row")
@@ -55,6 +56,15 @@ func main() {
 	measure := b.measure
 	if *sharesOnly {
 		measure = b.measureShares
+	}
+	if *allocOnly {
+		measure = func() (string, error) {
+			a, err := b.allocSlowdown()
+			if err != nil {
+				return "", err
+			}
+			return a.String(), nil
+		}
 	}
 	table, err := measure()
 	if err != nil {
@@ -86,6 +96,9 @@ func (b *bench) setup() error {
 	b.threadsScript = filepath.Join(b.repo, "bench", "threads.rb")
 	if out, err := exec.Command(b.ruby, "-rstackprof", "-e", "print StackProf::VERSION").CombinedOutput(); err != nil {
 		return fmt.Errorf("%s has no stackprof (%s): install ruby-stackprof", b.ruby, strings.TrimSpace(string(out)))
+	}
+	if out, err := exec.Command(b.ruby, "-rmemory_profiler", "-e", "print MemoryProfiler::VERSION").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s has no memory_profiler (%s): install ruby-memory-profiler", b.ruby, strings.TrimSpace(string(out)))
 	}
 	if _, err := exec.LookPath("perf"); err != nil {
 		return fmt.Errorf("perf: %w (install linux-perf)", err)
@@ -133,6 +146,9 @@ func (b *bench) measure() (string, error) {
 		return "", err
 	}
 	if t.shares, err = b.compareShares(); err != nil {
+		return "", err
+	}
+	if t.alloc, err = b.allocSlowdown(); err != nil {
 		return "", err
 	}
 	return t.String(), nil

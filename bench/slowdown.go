@@ -17,6 +17,9 @@ type tool struct {
 	wall bool // rubyperf record --wall: threads also sampled as they leave a CPU
 	// unwind is rubyperf record's --unwind ("": its default).
 	unwind string
+	// alloc: rubyperf record --alloc (no CPU samples); for
+	// "stackprof-object", hz is its interval (a sample every hz objects).
+	alloc bool
 }
 
 func (t tool) String() string {
@@ -26,6 +29,12 @@ func (t tool) String() string {
 	}
 	if t.unwind != "" {
 		name += " --unwind " + t.unwind
+	}
+	if t.alloc {
+		name += " --alloc"
+	}
+	if t.name == "stackprof-object" {
+		return fmt.Sprintf("stackprof :object, interval %d", t.hz)
 	}
 	if t.hz == 0 {
 		return name
@@ -67,6 +76,9 @@ func (b *bench) runTarget(t tool, work []string) (slowRun, error) {
 	switch t.name {
 	case "rubyperf":
 		argv = []string{b.rubyperf, "record", "-F", hz, "-o", out}
+		if t.alloc {
+			argv = []string{b.rubyperf, "record", "--alloc", "-o", out}
+		}
 		if t.wall {
 			argv = append(argv, "--wall")
 		}
@@ -78,6 +90,10 @@ func (b *bench) runTarget(t tool, work []string) (slowRun, error) {
 		argv = append([]string{"perf", "record", "-F", hz, "--call-graph", "dwarf", "-o", out, "--"}, work...)
 	case "stackprof":
 		env = []string{"BENCH_STACKPROF_HZ=" + hz}
+	case "stackprof-object":
+		env = []string{"BENCH_STACKPROF_OBJECT=" + hz}
+	case "memory_profiler":
+		env = []string{"BENCH_MEMORY_PROFILER=1"}
 	}
 	separate := t.name == "rubyperf" || t.name == "perf"
 	var begin, end procSample
@@ -108,7 +124,7 @@ func (b *bench) runTarget(t tool, work []string) (slowRun, error) {
 		r.samples, r.offCPU, err = rubyperfSamples(res.stderr)
 	case "perf":
 		r.samples, err = perfSamples(res.stderr)
-	case "stackprof":
+	case "stackprof", "stackprof-object", "memory_profiler":
 		r.samples = r.work.samples
 	}
 	return r, err

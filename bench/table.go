@@ -27,6 +27,7 @@ type table struct {
 	rss         []float64
 	rssSamples  int
 	shares      *shares // bench/app.rb: rubyperf's shares against stackprof's
+	alloc       *allocBench
 }
 
 func (t *table) String() string {
@@ -130,6 +131,10 @@ func (t *table) String() string {
 	if len(t.rss) > 0 {
 		p("**Recorder memory** over a %d s recording at 999 Hz (%d samples; the goal's 10 minutes shortened): resident %.1f MiB after 1 s, %.1f MiB at the end, %.1f MiB at most.",
 			b.rssSeconds, t.rssSamples, t.rss[0]/1024, t.rss[len(t.rss)-1]/1024, quantile(t.rss, 1)/1024)
+	}
+	if t.alloc != nil {
+		w.WriteString("\n")
+		w.WriteString(t.alloc.String())
 	}
 	if t.shares != nil {
 		p("")

@@ -58,7 +58,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define LABEL_EXT 48
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 8 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD; 8: native frames
+#define PAYLOAD_VERSION 10 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD; 8: native frames; (9: user space's compact form of 8); 10: allocation samples
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -82,6 +82,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PAYLOAD_LABELS_CUT (1 << 19)  // the fiber had more than MAX_LABELS labels
 #define PAYLOAD_LABELS_BAD (1 << 20)  // its label table did not read as one
 #define PAYLOAD_OLD_STALE (1 << 22)   // (21 is set by user space) a GC started while PC_*_OLD were read: they say nothing
+#define PAYLOAD_ALLOC (1 << 24)       // (23 is set by user space) an allocation sample: period holds objects, alloc_bytes their bytes
 
 #define GC_PHASE_UNKNOWN 0
 #define GC_PHASE_MARKING 1
@@ -181,6 +182,25 @@ struct proc_config {
 	__u64 str_noembed, t_string;
 	__u32 str_heap_len;
 	__u32 pad;
+	// Allocations (record --alloc): a thread is sampled once the objects
+	// of the allocation-cache refills it ran add up to alloc_every (0: not
+	// sampled at refills). The refills are watched only part of the time
+	// (user space arms the uprobes in windows): each stands for
+	// alloc_scale / 65536 as many.
+	__u64 alloc_every;
+	__u64 alloc_scale;
+	// alloc_window numbers the window the uprobes are armed in: the
+	// program times each window's first and last refill (alloc_windows).
+	__u32 alloc_window;
+	// Exact weights, where the layout says where the GC counts
+	// allocations: the pool a page belongs to (heap_page size_pool or
+	// heap) at alloc_page_pool - 1 in the page, whose counter is at
+	// alloc_pool_counter - 1 in the pool; or the one counter of the
+	// process at alloc_counter (0: none).
+	__u32 alloc_page_pool;
+	__u32 alloc_pool_counter;
+	__u32 pad3;
+	__u64 alloc_counter;
 };
 
 struct payload_header {
@@ -204,6 +224,9 @@ struct payload_header {
 	// stopped (a NATIVE_* value; NATIVE_OFF: it did not unwind).
 	__u32 nnatives;
 	__u32 native_stop;
+	// An allocation sample's bytes (version 10; PAYLOAD_ALLOC): what the
+	// objects in period take in their slots.
+	__u64 alloc_bytes;
 };
 
 // label: one key/value pair of the fiber's state when sampled.
@@ -373,7 +396,9 @@ static __always_inline int known(struct frame_key *key, __u64 epoch, __u64 inter
 #define COUNT_FORKS 5 // children of targets made targets (follow_forks)
 #define COUNT_OFFCPU 6 // samples taken as a target's thread left the CPU
 #define COUNT_WAKE_ERRORS 7 // their ends not told to user space (ring full)
-#define COUNT_MAX 8
+#define COUNT_REFILLS 8 // allocation-cache refills of targets seen (record --alloc)
+#define COUNT_ALLOCS 9 // allocation samples taken of them
+#define COUNT_MAX 10
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNT_MAX);
@@ -410,7 +435,8 @@ struct task_struct___arm64 {
 // process tgid: period is its weight (ns), or for a sample taken as the
 // thread leaves the CPU (flags PAYLOAD_OFFCPU) the time it left, which user
 // space turns into the time it stayed off. It returns 0 when it wrote one.
-static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tgid, __u64 period, __u32 flags)
+static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tgid, __u64 period, __u32 flags,
+				  __u64 alloc_bytes)
 {
 	__u32 tgid = pid_tgid >> 32;
 	__u32 cpu = bpf_get_smp_processor_id();
@@ -435,6 +461,7 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	buf->h.label_size = sizeof(struct label);
 	buf->h.nnatives = 0;
 	buf->h.native_stop = NATIVE_OFF;
+	buf->h.alloc_bytes = alloc_bytes;
 	buf->env_lo = buf->env_hi = 0;
 	buf->ustack_lo = ~0ULL;
 
@@ -559,7 +586,171 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
 	if (!c)
 		return 0; // not a target: the cpu-clock event records nothing either
-	sample(ctx, c, pid_tgid, ctx->sample_period, 0);
+	sample(ctx, c, pid_tgid, ctx->sample_period, 0, 0);
+	return 0;
+}
+
+// Allocations. CRuby hands out objects from a per-Ractor cache of free
+// slots; when a size pool's cache runs dry it takes the next heap page
+// with free slots, moving the page's whole free list to the cache and
+// zeroing the page's free_slots. User space found that store (rubybuild's
+// RefillSites) and puts a uprobe on it; the attach cookie says which
+// register holds the page there and where the page keeps free_slots and
+// slot_size. Before the store runs, free_slots is how many objects the
+// cache will hand out of that page: each refill stands for them, so a
+// sample at refills is unbiased. A thread's refills add up in alloc_acc
+// until they reach its process's alloc_every: then the thread's stacks
+// are sampled, weighed by the objects and bytes that add up to it.
+struct alloc_acc {
+	__u64 objects, bytes;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 14);
+	__type(key, __u32); // tid
+	__type(value, struct alloc_acc);
+} alloc_accs SEC(".maps");
+
+// alloc_window: when a process's refills were seen in its latest window
+// (proc_config.alloc_window): from the first to the last, how many. User
+// space learns from it how long its uprobes were really armed, which
+// attaching and detaching them blur by milliseconds.
+struct alloc_window {
+	__u32 window, refills;
+	__u64 first, last; // bpf_ktime_get_ns
+	__u64 objects;     // the refills' objects (free_slots), before any scale
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); // tgid
+	__type(value, struct alloc_window);
+} alloc_windows SEC(".maps");
+
+// alloc_pools: of each pool of a process, the last refill seen: in which
+// window, the objects its page was credited with, and the pool's
+// allocation counter then. A page's free slots are what the cache will
+// hand out, unless a GC starts first and takes the rest back (every GC
+// does, from every pool's cache): at the next refill of the pool, the
+// counter tells how many the page really gave, and the difference is
+// taken off that refill's weight. A GC every ten thousand allocations
+// made pools of few slots a page (160-byte Hashes: 409) read 30% high
+// against the smallest (1638 a page) without it.
+struct alloc_pool_key {
+	__u32 tgid, pad;
+	__u64 pool;
+};
+struct alloc_pool {
+	__u32 window, pad;
+	__u64 credited, counter;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 12);
+	__type(key, struct alloc_pool_key);
+	__type(value, struct alloc_pool);
+} alloc_pools SEC(".maps");
+
+// refill_weight is the objects a refill of page stands for, free_slots
+// free (see alloc_pools).
+static __always_inline __u64 refill_weight(struct proc_config *c, __u32 tgid, __u64 page, __u64 free)
+{
+	__u64 pool = 0, at = c->alloc_counter, counter;
+	if (!at && c->alloc_page_pool && c->alloc_pool_counter) {
+		if (bpf_probe_read_user(&pool, sizeof(pool), (void *)(page + c->alloc_page_pool - 1)) || !pool)
+			return free;
+		at = pool + c->alloc_pool_counter - 1;
+	}
+	if (!at || bpf_probe_read_user(&counter, sizeof(counter), (void *)at))
+		return free;
+	struct alloc_pool_key key = {.tgid = tgid, .pool = pool};
+	struct alloc_pool *last = bpf_map_lookup_elem(&alloc_pools, &key);
+	__s64 w = free;
+	if (last && last->window == c->alloc_window && counter >= last->counter)
+		w += (__s64)(counter - last->counter) - (__s64)last->credited;
+	struct alloc_pool now = {.window = c->alloc_window, .credited = free, .counter = counter};
+	bpf_map_update_elem(&alloc_pools, &key, &now, BPF_ANY);
+	return w > 0 ? w : 0;
+}
+
+// The attach cookie of a refill uprobe: the page's register (as x86_64
+// numbers them, 0 rax .. 15 r15), and the offsets of heap_page free_slots
+// and slot_size (16-bit fields).
+#define REFILL_REG(c) ((c) & 0xff)
+#define REFILL_FREE_SLOTS(c) (((c) >> 8) & 0xffff)
+#define REFILL_SLOT_SIZE(c) (((c) >> 24) & 0xffff)
+
+// refill_page reads the register the cookie names.
+static __always_inline __u64 refill_page(struct pt_regs *ctx, __u64 cookie)
+{
+#if defined(__TARGET_ARCH_x86)
+	switch (REFILL_REG(cookie)) {
+	case 0: return BPF_CORE_READ(ctx, ax);
+	case 1: return BPF_CORE_READ(ctx, cx);
+	case 2: return BPF_CORE_READ(ctx, dx);
+	case 3: return BPF_CORE_READ(ctx, bx);
+	case 5: return BPF_CORE_READ(ctx, bp);
+	case 6: return BPF_CORE_READ(ctx, si);
+	case 7: return BPF_CORE_READ(ctx, di);
+	case 8: return BPF_CORE_READ(ctx, r8);
+	case 9: return BPF_CORE_READ(ctx, r9);
+	case 10: return BPF_CORE_READ(ctx, r10);
+	case 11: return BPF_CORE_READ(ctx, r11);
+	case 12: return BPF_CORE_READ(ctx, r12);
+	case 13: return BPF_CORE_READ(ctx, r13);
+	case 14: return BPF_CORE_READ(ctx, r14);
+	case 15: return BPF_CORE_READ(ctx, r15);
+	}
+#endif
+	return 0; // rsp never holds a page; other architectures are not located yet
+}
+
+// alloc_refill is attached to every refill site of a process at once
+// (uprobe_multi): attached and detached as one, which the windows need.
+SEC("uprobe.multi")
+int alloc_refill(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
+	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
+	if (!c || !c->alloc_every)
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 page = refill_page(ctx, cookie);
+	__s16 free = 0, size = 0;
+	if (!page || bpf_probe_read_user(&free, sizeof(free), (void *)(page + REFILL_FREE_SLOTS(cookie))) ||
+	    bpf_probe_read_user(&size, sizeof(size), (void *)(page + REFILL_SLOT_SIZE(cookie))) || free <= 0 || size <= 0)
+		return 0;
+	count(COUNT_REFILLS);
+	__u64 objects = refill_weight(c, tgid, page, free);
+	__u64 now = bpf_ktime_get_ns();
+	struct alloc_window *win = bpf_map_lookup_elem(&alloc_windows, &tgid);
+	if (win && win->window == c->alloc_window) {
+		win->last = now;
+		win->refills++;
+		win->objects += objects;
+	} else {
+		struct alloc_window w = {.window = c->alloc_window, .refills = 1, .first = now, .last = now, .objects = objects};
+		bpf_map_update_elem(&alloc_windows, &tgid, &w, BPF_ANY);
+	}
+	struct alloc_acc *acc = bpf_map_lookup_elem(&alloc_accs, &tid);
+	if (!acc) {
+		struct alloc_acc zero = {};
+		bpf_map_update_elem(&alloc_accs, &tid, &zero, BPF_NOEXIST);
+		acc = bpf_map_lookup_elem(&alloc_accs, &tid);
+		if (!acc)
+			return 0;
+	}
+	__u64 scale = c->alloc_scale ? c->alloc_scale : 65536;
+	acc->objects += (objects * scale) >> 16;
+	acc->bytes += (objects * size * scale) >> 16;
+	if (acc->objects < c->alloc_every)
+		return 0;
+	objects = acc->objects;
+	__u64 bytes = acc->bytes;
+	acc->objects = acc->bytes = 0;
+	if (sample(ctx, c, pid_tgid, objects, PAYLOAD_ALLOC, bytes) == 0)
+		count(COUNT_ALLOCS);
 	return 0;
 }
 
@@ -617,7 +808,7 @@ int BPF_PROG(offcpu, bool preempt, struct task_struct *prev, struct task_struct 
 	__u32 flags = PAYLOAD_OFFCPU;
 	if (preempt || BPF_CORE_READ(prev, __state) == 0)
 		flags |= PAYLOAD_PREEMPTED;
-	if (sample(ctx, c, pid_tgid, now, flags) == 0) {
+	if (sample(ctx, c, pid_tgid, now, flags, 0) == 0) {
 		count(COUNT_OFFCPU);
 		bpf_map_update_elem(&offcpu_since, &tid, &now, BPF_ANY);
 	}

@@ -13,6 +13,36 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type rubyAllocAcc struct {
+	_       structs.HostLayout
+	Objects uint64
+	Bytes   uint64
+}
+
+type rubyAllocPool struct {
+	_        structs.HostLayout
+	Window   uint32
+	Pad      uint32
+	Credited uint64
+	Counter  uint64
+}
+
+type rubyAllocPoolKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Pool uint64
+}
+
+type rubyAllocWindow struct {
+	_       structs.HostLayout
+	Window  uint32
+	Refills uint32
+	First   uint64
+	Last    uint64
+	Objects uint64
+}
+
 type rubyCachedRow struct {
 	_    structs.HostLayout
 	Addr uint64
@@ -112,6 +142,13 @@ type rubyProcConfig struct {
 	T_string          uint64
 	StrHeapLen        uint32
 	Pad               uint32
+	AllocEvery        uint64
+	AllocScale        uint64
+	AllocWindow       uint32
+	AllocPagePool     uint32
+	AllocPoolCounter  uint32
+	Pad3              uint32
+	AllocCounter      uint64
 }
 
 type rubyProcMaps struct {
@@ -143,6 +180,7 @@ type rubySampleBuf struct {
 		LabelSize  uint32
 		Nnatives   uint32
 		NativeStop uint32
+		AllocBytes uint64
 	}
 	Frames [2262]struct {
 		_        structs.HostLayout
@@ -187,6 +225,9 @@ type rubyUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	rubyMapAllocAccs     = "alloc_accs"
+	rubyMapAllocPools    = "alloc_pools"
+	rubyMapAllocWindows  = "alloc_windows"
 	rubyMapCounts        = "counts"
 	rubyMapEvents        = "events"
 	rubyMapKnownFrames   = "known_frames"
@@ -199,6 +240,7 @@ const (
 	rubyMapSeenFrames    = "seen_frames"
 	rubyMapUnwindRows    = "unwind_rows"
 	rubyMapUrgentEvents  = "urgent_events"
+	rubyProgAllocRefill  = "alloc_refill"
 	rubyProgOffcpu       = "offcpu"
 	rubyProgSampleRuby   = "sample_ruby"
 	rubyProgTargetExec   = "target_exec"
@@ -248,16 +290,20 @@ type rubySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rubyProgramSpecs struct {
-	Offcpu     *ebpf.ProgramSpec `ebpf:"offcpu"`
-	SampleRuby *ebpf.ProgramSpec `ebpf:"sample_ruby"`
-	TargetExec *ebpf.ProgramSpec `ebpf:"target_exec"`
-	TargetFork *ebpf.ProgramSpec `ebpf:"target_fork"`
+	AllocRefill *ebpf.ProgramSpec `ebpf:"alloc_refill"`
+	Offcpu      *ebpf.ProgramSpec `ebpf:"offcpu"`
+	SampleRuby  *ebpf.ProgramSpec `ebpf:"sample_ruby"`
+	TargetExec  *ebpf.ProgramSpec `ebpf:"target_exec"`
+	TargetFork  *ebpf.ProgramSpec `ebpf:"target_fork"`
 }
 
 // rubyMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rubyMapSpecs struct {
+	AllocAccs    *ebpf.MapSpec `ebpf:"alloc_accs"`
+	AllocPools   *ebpf.MapSpec `ebpf:"alloc_pools"`
+	AllocWindows *ebpf.MapSpec `ebpf:"alloc_windows"`
 	Counts       *ebpf.MapSpec `ebpf:"counts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	KnownFrames  *ebpf.MapSpec `ebpf:"known_frames"`
@@ -299,6 +345,9 @@ func (o *rubyObjects) Close() error {
 //
 // It can be passed to loadRubyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rubyMaps struct {
+	AllocAccs    *ebpf.Map `ebpf:"alloc_accs"`
+	AllocPools   *ebpf.Map `ebpf:"alloc_pools"`
+	AllocWindows *ebpf.Map `ebpf:"alloc_windows"`
 	Counts       *ebpf.Map `ebpf:"counts"`
 	Events       *ebpf.Map `ebpf:"events"`
 	KnownFrames  *ebpf.Map `ebpf:"known_frames"`
@@ -315,6 +364,9 @@ type rubyMaps struct {
 
 func (m *rubyMaps) Close() error {
 	return _RubyClose(
+		m.AllocAccs,
+		m.AllocPools,
+		m.AllocWindows,
 		m.Counts,
 		m.Events,
 		m.KnownFrames,
@@ -341,14 +393,16 @@ type rubyVariables struct {
 //
 // It can be passed to loadRubyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rubyPrograms struct {
-	Offcpu     *ebpf.Program `ebpf:"offcpu"`
-	SampleRuby *ebpf.Program `ebpf:"sample_ruby"`
-	TargetExec *ebpf.Program `ebpf:"target_exec"`
-	TargetFork *ebpf.Program `ebpf:"target_fork"`
+	AllocRefill *ebpf.Program `ebpf:"alloc_refill"`
+	Offcpu      *ebpf.Program `ebpf:"offcpu"`
+	SampleRuby  *ebpf.Program `ebpf:"sample_ruby"`
+	TargetExec  *ebpf.Program `ebpf:"target_exec"`
+	TargetFork  *ebpf.Program `ebpf:"target_fork"`
 }
 
 func (p *rubyPrograms) Close() error {
 	return _RubyClose(
+		p.AllocRefill,
 		p.Offcpu,
 		p.SampleRuby,
 		p.TargetExec,

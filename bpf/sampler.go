@@ -42,6 +42,13 @@ type Options struct {
 	// FollowWall) also as they leave a CPU, each such sample weighed by the
 	// time the thread stayed off (Record.OffCPUEnd tells it).
 	Wall bool
+	// Alloc loads the program that samples allocations at the refills of
+	// targets' allocation caches (AttachRefills, ProcessConfig.
+	// SampleAllocations).
+	Alloc bool
+	// NoCPU: the cpu-clock events take no samples (a recording of
+	// allocations only).
+	NoCPU bool
 }
 
 // DefaultOptions are perf's defaults where perf has one.
@@ -190,6 +197,10 @@ func Open(opts Options) (_ *Sampler, err error) {
 		// that does nothing, never attached.
 		spec.Programs["offcpu"].Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
 	}
+	if !opts.Alloc {
+		// The same for the allocation program (Options.Alloc).
+		spec.Programs["alloc_refill"].Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	}
 	s := &Sampler{}
 	defer func() {
 		if err != nil {
@@ -275,6 +286,9 @@ func Open(opts Options) (_ *Sampler, err error) {
 					return nil, err
 				}
 			}
+		}
+		if opts.NoCPU {
+			continue
 		}
 		ck, err := perf.Open(&clock, perf.AllThreads, cpu, nil)
 		if err != nil {
@@ -366,6 +380,7 @@ func (s *Sampler) Sampled(pid int, gen uint32) bool {
 func (s *Sampler) RemoveProcess(pid int) {
 	s.objs.Procs.Delete(uint32(pid))
 	s.objs.ProcUnwind.Delete(uint32(pid))
+	s.objs.AllocWindows.Delete(uint32(pid))
 }
 
 // Stop stops sampling; records already in the rings can still be read.
@@ -607,13 +622,15 @@ type Counts struct {
 	Forks          uint64 // children of targets that became targets (ProcessConfig.FollowForks)
 	OffCPU         uint64 // samples taken as a thread left a CPU (Options.Wall)
 	OffCPUEndsLost uint64 // ends of off-CPU intervals the ring could not take
+	Refills        uint64 // allocation-cache refills of targets seen (Options.Alloc)
+	AllocSamples   uint64 // allocation samples taken at them
 }
 
 // Counts sums the program's per-CPU counters.
 func (s *Sampler) Counts() (Counts, error) {
 	var c Counts
 	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated, &c.Urgent, &c.Execs, &c.Forks,
-		&c.OffCPU, &c.OffCPUEndsLost} {
+		&c.OffCPU, &c.OffCPUEndsLost, &c.Refills, &c.AllocSamples} {
 		var per []uint64
 		if err := s.objs.Counts.Lookup(uint32(i), &per); err != nil {
 			return c, err

@@ -32,7 +32,8 @@ type PprofOptions struct {
 // WritePprof writes stacks as a gzipped pprof profile (profile.proto), the
 // format of go tool pprof, Pyroscope and Parca. Each distinct stack of
 // each thread is one Sample with values [samples/count, cpu/nanoseconds]
-// and the labels "pid", "tid" and "thread" (the thread name). Every label
+// (of allocation samples, merge.Stack.Alloc: [alloc_objects/count,
+// alloc_space/bytes], as Go's heap profiles have them) and the labels "pid", "tid" and "thread" (the thread name). Every label
 // is a string, numbers too: Pyroscope and Parca show only string labels,
 // and pprof's -tagfocus and -tagroot take them as well.
 //
@@ -57,6 +58,7 @@ type Pprof struct {
 	samples    map[string]int // index in p.Sample, by sampleKey
 	start, end uint64         // of the recording: each sample stands for the period before it
 	n          int
+	alloc      bool // its samples are allocation samples
 	key        []byte
 	locs       []int // the stack being added
 }
@@ -93,14 +95,21 @@ func (p *Pprof) AddN(s *merge.Stack, n int64) {
 		p.locs = append(p.locs, p.frames.Location(&s.Frames[j]))
 	}
 	p.key = sampleKey(p.key[:0], s, p.locs)
+	// A CPU sample counts one and its period (ns); an allocation sample,
+	// the objects and bytes it stands for.
+	v0, v1 := n, n*int64(s.Period)
+	if s.Alloc {
+		v0, v1 = n*int64(s.Period), n*int64(s.AllocBytes)
+		p.alloc = true
+	}
 	if i, ok := p.samples[string(p.key)]; ok {
 		smp := p.p.Sample[i]
-		smp.Value[0] += n
-		smp.Value[1] += n * int64(s.Period)
+		smp.Value[0] += v0
+		smp.Value[1] += v1
 		return
 	}
 	smp := &profile.Sample{
-		Value: []int64{n, n * int64(s.Period)},
+		Value: []int64{v0, v1},
 		Label: map[string][]string{"thread": {threadName(s)}},
 	}
 	if !p.Options.NoIDs {
@@ -141,6 +150,13 @@ func (p *Pprof) Write(w io.Writer) error {
 func (p *Pprof) profile() *profile.Profile {
 	prof := p.p
 	prof.Period, prof.TimeNanos, prof.DurationNanos = p.Options.Period, p.Options.TimeNanos, p.Options.DurationNanos
+	if p.alloc {
+		// As Go's heap profiles name them (go tool pprof -sample_index=alloc_space).
+		prof.SampleType = []*profile.ValueType{{Type: "alloc_objects", Unit: "count"}, {Type: "alloc_space", Unit: "bytes"}}
+		prof.DefaultSampleType = "alloc_space"
+		prof.PeriodType = &profile.ValueType{Type: "space", Unit: "bytes"}
+		prof.Period = 0 // samples are taken by objects, not at a rate of bytes
+	}
 	if prof.DurationNanos == 0 && p.n > 0 {
 		prof.DurationNanos = int64(p.end - p.start)
 	}
@@ -185,6 +201,9 @@ func sampleKey(key []byte, s *merge.Stack, locs []int) []byte {
 	key = append(key, 0, byte(s.State))
 	if s.OffCPU {
 		key = append(key, 1)
+	}
+	if s.Alloc {
+		key = append(key, 2)
 	}
 	for _, l := range s.Labels {
 		key = append(key, l.Key...)

@@ -58,11 +58,16 @@ type Stack struct {
 	Comm     string // thread name
 	Time     uint64 // ns, perf clock
 	CPU      uint32
-	Period   uint64 // ns of CPU time this sample stands for (of wall-clock time when OffCPU)
+	Period   uint64 // ns of CPU time this sample stands for (of wall-clock time when OffCPU; objects when Alloc)
 	// State is what the thread was doing; OffCPU, that the sample was taken
 	// as it left a CPU (record --wall) and Period is the time it stayed off.
 	State  State
 	OffCPU bool
+	// Alloc: an allocation sample (record --alloc), taken as the thread
+	// refilled its allocation cache: Period is the objects it stands for,
+	// AllocBytes the bytes of their slots.
+	Alloc      bool
+	AllocBytes uint64
 	// Labels are the request labels of the fiber sampled (ruby-profiler's
 	// state), in the order the process keeps them.
 	Labels []Label

@@ -20,8 +20,10 @@ const (
 	// version 5 no thread state (Payload.Thread reads as unknown); before
 	// version 6 no labels, and a header 8 bytes shorter; before version 7
 	// a frame's pc had no PC_*_OLD bits; before version 8 no native frames
-	// (the header 8 bytes shorter).
-	Version = 8
+	// (the header 8 bytes shorter); before version 10 no allocation
+	// samples (the header 8 bytes shorter). Version 9 is the compact form
+	// of version 8 (CompactVersionV8).
+	Version = 10
 
 	// MaxLabels is the most request labels one sample carries (MAX_LABELS).
 	MaxLabels = 8
@@ -77,6 +79,10 @@ const (
 	// OldStale: a GC started while the program read the frames'
 	// generations (Frame.IseqOld, Frame.MEOld), which say nothing then.
 	OldStale = 1 << 22
+	// Alloc: an allocation sample (record --alloc), taken as the thread
+	// refilled its Ractor's allocation cache: Period is the objects it
+	// stands for, AllocBytes their bytes. (1 << 23 is Compact.)
+	Alloc = 1 << 24
 )
 
 // GCPhase is the phase of a GC under way (GC_PHASE_* in ruby.bpf.c).
@@ -139,10 +145,14 @@ type Payload struct {
 	// ProcessConfig.Gen it was sampled with.
 	Gen     uint32
 	EC, CFP uint64
-	Period  uint64 // the cpu-clock period this sample stands for, in ns
-	GC      GCStamp
-	Thread  ThreadFacts
-	Frames  []Frame
+	// Period is the cpu-clock period this sample stands for, in ns; of an
+	// allocation sample (Flags Alloc), the objects allocated.
+	Period uint64
+	// AllocBytes are the bytes of an allocation sample's objects.
+	AllocBytes uint64
+	GC         GCStamp
+	Thread     ThreadFacts
+	Frames     []Frame
 	// EnvsLeft counts the frames whose environment chain the program left
 	// to user space (Frame.Env).
 	EnvsLeft int
@@ -246,6 +256,9 @@ var (
 	// headerSizeV7 is the header of versions 6 and 7: without nnatives
 	// and native_stop.
 	headerSizeV7 = int(unsafe.Offsetof(cPayloadHeader{}.Nnatives))
+	// headerSizeV8 is the header of version 8 (and of its compact form,
+	// version 9): without alloc_bytes.
+	headerSizeV8 = int(unsafe.Offsetof(cPayloadHeader{}.AllocBytes))
 )
 
 // Decode reads a sample's RAW bytes. It trusts nothing in them.
@@ -273,6 +286,9 @@ func DecodeInto(p *Payload, raw []byte) error {
 	labels, natives := p.Labels[:0], p.Natives[:0]
 	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
 		Frames: frames[:h.Nframes], NativeStop: NativeStop(h.NativeStop)}
+	if h.Flags&Alloc != 0 {
+		p.AllocBytes = h.AllocBytes
+	}
 	if h.Nnatives > 0 {
 		nb := raw[int(h.HeaderSize)+int(h.Nframes)*frameSize+int(h.Nlabels)*labelSize:]
 		for i := 0; i < int(h.Nnatives); i++ {
@@ -351,17 +367,21 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 	if h.Version < 8 {
 		h.Nnatives, h.NativeStop = 0, 0
 	}
+	if h.Version < Version {
+		h.AllocBytes = 0
+		h.Flags &^= Alloc
+	}
 	compact := h.Flags&Compact != 0
 	switch {
 	case h.Magic != Magic:
 		return h, fmt.Errorf("payload: bad magic %#x", h.Magic)
 	case h.Version < 1 || h.Version > CompactVersion:
 		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, CompactVersion)
-	case compact != (h.Version == CompactVersion):
+	case compact != (compactHeaderSize(h.Version) != 0):
 		return h, fmt.Errorf("payload: version %d with flags %#x", h.Version, h.Flags)
 	case compact:
 		// Its frames are in its file's trees: TreeDecoder checks them.
-		if int(h.HeaderSize) != headerSize || h.Length < uint32(h.HeaderSize) || int64(h.Length) > int64(len(raw)) ||
+		if int(h.HeaderSize) != compactHeaderSize(h.Version) || h.Length < uint32(h.HeaderSize) || int64(h.Length) > int64(len(raw)) ||
 			h.Nframes > MaxFrames || h.Nnatives > MaxNatives || h.Nlabels > MaxLabels ||
 			h.Nlabels > 0 && int(h.LabelSize) != labelSize {
 			return h, fmt.Errorf("payload: compact: header of %d bytes, length %d of %d, %d frames, %d native frames, %d labels",
@@ -369,7 +389,8 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 		}
 		return h, nil
 	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSizeV7 ||
-		h.Version >= 8 && int(h.HeaderSize) < headerSize || int(h.HeaderSize) > len(raw):
+		h.Version >= 8 && int(h.HeaderSize) < headerSizeV8 || h.Version >= 10 && int(h.HeaderSize) < headerSize ||
+		int(h.HeaderSize) > len(raw):
 		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
 	case h.Nlabels > MaxLabels || h.Nlabels > 0 && int(h.LabelSize) != labelSize:
 		return h, fmt.Errorf("payload: %d labels of %d bytes", h.Nlabels, h.LabelSize)
@@ -384,6 +405,18 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 		return h, fmt.Errorf("payload: %d native frames do not fit %d bytes", h.Nnatives, h.Length)
 	}
 	return h, nil
+}
+
+// compactHeaderSize is the header size of a compact payload of version v,
+// 0 if v is not a compact version.
+func compactHeaderSize(v uint16) int {
+	switch v {
+	case CompactVersionV8:
+		return headerSizeV8
+	case CompactVersion:
+		return headerSize
+	}
+	return 0
 }
 
 // SetOffCPU writes into an off-CPU sample's RAW payload the time its thread

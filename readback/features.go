@@ -15,6 +15,16 @@ const FeatureKallsyms = 201
 // Unix nanoseconds (samples carry perf's clock, which counts from boot).
 const FeatureStartTime = 202
 
+// FeatureSampleKinds says which kinds of samples a recording took: a u32
+// of SampleKinds bits. A recording without it took CPU samples only.
+const FeatureSampleKinds = 203
+
+// SampleKinds are the bits of FeatureSampleKinds.
+const (
+	KindsCPU   = 1 << 0 // cpu-clock samples (and off-CPU ones, record --wall)
+	KindsAlloc = 1 << 1 // allocation samples (record --alloc)
+)
+
 // SymbolsPath is where a recording in progress keeps a copy of its Ruby
 // symbol table: beside it, removed once the table is in the file.
 func SymbolsPath(recording string) string { return recording + ".symbols" }

@@ -37,7 +37,20 @@ type ReadOptions struct {
 	// in it that could not be read (its frames show unnamed), and one for
 	// each mapped file refused (RefusedWarner).
 	Warn io.Writer
+	// Kind says which samples to read: CPU samples (with off-CPU ones), or
+	// allocation samples. KindAuto reads the CPU samples of a recording
+	// that took any, else its allocation samples; ReadStats.Kind says which.
+	Kind SampleKind
 }
+
+// SampleKind is a kind of sample a recording holds.
+type SampleKind int
+
+const (
+	KindAuto  SampleKind = iota
+	KindCPU              // cpu-clock samples, and off-CPU ones (record --wall)
+	KindAlloc            // allocation samples (record --alloc)
+)
 
 // ReadStats count what reading found.
 type ReadStats struct {
@@ -63,6 +76,13 @@ type ReadStats struct {
 	// Start is when sampling started (wall clock), zero when the recording
 	// does not say (one made before rubyperf kept it, or not finished).
 	Start time.Time
+	// Kind is the kind of samples read (never KindAuto); Kinds, the
+	// FeatureSampleKinds bits of the recording (KindsCPU when it does not
+	// say).
+	Kind  SampleKind
+	Kinds uint32
+	// Other counts the samples of the other kind, not read.
+	Other int
 }
 
 // interpFrames are libruby's interpreter plumbing between a C method and
@@ -139,6 +159,16 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		}
 		warn("%s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s", path, names)
 	}
+	stats.Kinds, stats.Kind = KindsCPU, opts.Kind
+	if b, ok := r.Feature(perfdata.Feature(FeatureSampleKinds)); ok && len(b) == 4 {
+		stats.Kinds = binary.LittleEndian.Uint32(b)
+	}
+	if stats.Kind == KindAuto {
+		stats.Kind = KindCPU
+		if stats.Kinds&KindsCPU == 0 && stats.Kinds&KindsAlloc != 0 {
+			stats.Kind = KindAlloc
+		}
+	}
 	if b, ok := r.Feature(perfdata.Feature(FeatureStartTime)); ok && len(b) == 8 {
 		if ns := binary.LittleEndian.Uint64(b); ns > 0 && ns < math.MaxInt64 {
 			stats.Start = time.Unix(0, int64(ns))
@@ -169,7 +199,13 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 				rd.Apply(side[next].rec)
 				next++
 			}
-			st := rd.Stack(rec, nil)
+			before := rd.stats
+			st := rd.Stack(rec, nil) // (a compact payload must be expanded in order)
+			if st.Alloc != (rd.stats.Kind == KindAlloc) {
+				rd.stats = before // counts are of the samples read
+				rd.stats.Other++
+				continue
+			}
 			if err := fn(st); err != nil {
 				return &rd.stats, err
 			}
@@ -352,6 +388,9 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 		im.Gen = p.Gen
 	}
 	rd.natives = rd.kernelFrames(rd.natives[:0], s.Callchain)
+	if perr == nil && p.Flags&payload.Alloc != 0 {
+		st.Alloc, st.Period, st.AllocBytes = true, p.Period, p.AllocBytes
+	}
 	if perr == nil && p.Thread.OffCPU {
 		st.OffCPU = true
 		n := 0
@@ -400,6 +439,9 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 		st.Frames, st.Incomplete, st.Truncated = merge.Truncate(st.Frames), false, true
 		rd.stats.Truncated++
 	}
+	if st.Alloc {
+		st.Frames = rd.outsideAllocator(st.Frames, im)
+	}
 	if perr == nil && p.Flags&(payload.NoEC|payload.ReadError|payload.BadCFP) == 0 {
 		topC := false
 		for _, r := range rd.rubies {
@@ -422,6 +464,22 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 		rd.stats.Incomplete++
 	}
 	return st
+}
+
+// outsideAllocator drops from an allocation sample's frames (leaf first)
+// the native frames of the Ruby VM's own file at the leaf: the allocator's
+// insides, the same in every sample. The leaf is then what allocated: a C
+// method of Ruby's (String#upcase), or an extension's function.
+func (rd *Reader) outsideAllocator(frames []merge.Frame, im symtab.Image) []merge.Frame {
+	vm, ok := rd.symtab.VMExec[im]
+	if !ok || vm.Path == "" {
+		return frames
+	}
+	n := 0
+	for n < len(frames)-1 && frames[n].Kind == merge.KindNative && frames[n].File == vm.Path {
+		n++
+	}
+	return frames[n:]
 }
 
 // kernelFrames names the kernel part of a callchain (the user part is

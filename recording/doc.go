@@ -8,6 +8,10 @@
 // as it is read, through a readback.Reader. It follows what targets do
 // while recorded: an exec ends the image (a Ruby is attached again as a new
 // generation, payload.Payload.Gen), a fork may add a target, an exit ends one.
+// With Options.Alloc it also samples allocations: it finds each target's
+// allocation-cache refills (rubybuild's RefillSites) and arms their uprobes
+// in windows that keep the traps within a budget, each refill seen
+// weighted for the time not watched (alloc.go).
 //
 // A frame is keyed by the addresses the program copied, and the GC frees
 // code and reuses its memory while recording. So a name read from memory

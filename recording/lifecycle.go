@@ -37,7 +37,10 @@ type lifecycle struct {
 	// exec's record comes a moment before the program removes the target.
 	execSeen map[int]execSeen
 	skips    map[int]bool // -a: processes already said to be skipped
-	command  int          // the pid of the command Record started, or 0
+	// allocWarned: a failure to arm a target's refill uprobes was said
+	// (record --alloc), once; allocChecked: the kernel took them once.
+	allocWarned, allocChecked bool
+	command                   int // the pid of the command Record started, or 0
 	// commandExiting: the kernel reported the command's exit (its EXIT
 	// record), which comes before the command can be reaped.
 	commandExiting bool
@@ -88,7 +91,13 @@ func (s *session) openOptions(debugFile string) rubybuild.OpenOptions {
 // worked out.
 func (s *session) attach(pid int, debugFile string) (*Target, error) {
 	defer s.tables.prepare(pid)() // while it is attached
-	return Attach(pid, s.openOptions(debugFile), s.files)
+	t, err := Attach(pid, s.openOptions(debugFile), s.files)
+	if err == nil && s.opts.Alloc > 0 {
+		// Its refills are found now, not under the session's lock (add):
+		// the sweep of a build's code takes a few hundred milliseconds.
+		t.Process.Binary.RefillSites(t.Reader.Layout)
+	}
+	return t, err
 }
 
 // skipped says once why -a does not record a Ruby process.
@@ -128,13 +137,40 @@ func (s *session) add(t *Target) error {
 		t.Config.FollowForks = 1
 	}
 	t.Config.FollowWall(s.opts.Wall)
+	t.Config.SampleAllocations(s.opts.Alloc)
 	if err := s.sampler.AddProcess(t.PID, t.Config); err != nil {
+		t.Close()
+		return err
+	}
+	if err := s.attachRefills(t); err != nil {
+		s.sampler.RemoveProcess(t.PID)
 		t.Close()
 		return err
 	}
 	s.nextGen++
 	s.register(t)
 	return nil
+}
+
+// attachRefills makes t's allocation sampler (record --alloc): uprobes
+// on its allocation-cache refills, armed in windows (watchAllocations).
+func (s *session) attachRefills(t *Target) error {
+	if s.opts.Alloc == 0 {
+		return nil
+	}
+	r, err := s.refillsOf(t)
+	if err != nil {
+		return err
+	}
+	t.refills = r
+	a := t.Reader.Layout.Allocated
+	counter, _ := t.Reader.AllocationCounter()
+	poolCounter := a.PoolCounter
+	if a.Pools < 0 {
+		poolCounter = -1
+	}
+	t.Config.CountAllocations(counter, a.PagePool, poolCounter)
+	return s.sampler.Reconfigure(t.PID, t.Config)
 }
 
 // register makes t, sampled already, the target of its pid (s.mu held).
@@ -330,6 +366,9 @@ func (s *session) forked(child, parent int) {
 		return
 	}
 	t, err := pt.forked(child)
+	if err == nil {
+		err = s.attachRefills(t) // uprobes are of one process
+	}
 	if err != nil {
 		s.sampler.RemoveProcess(child) // it exec'd or exited already: nothing of it to name
 		return

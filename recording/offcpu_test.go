@@ -17,13 +17,13 @@ import (
 // writes it without a stack copy, whose payload was taken as thread tid
 // left a CPU at left (ns).
 func offCPURecord(tid uint32, left uint64) []byte {
-	// The header of version 8 (88 bytes), and the kernel's padding to make
-	// the raw data with its size a multiple of 8.
-	raw := make([]byte, 92)
+	// The header of version 10 (96 bytes), and the kernel's padding to
+	// make the raw data with its size a multiple of 8.
+	raw := make([]byte, 100)
 	binary.LittleEndian.PutUint32(raw[0:], payload.Magic)
 	binary.LittleEndian.PutUint16(raw[4:], payload.Version)
-	binary.LittleEndian.PutUint16(raw[6:], 88)
-	binary.LittleEndian.PutUint32(raw[8:], 88)
+	binary.LittleEndian.PutUint16(raw[6:], 96)
+	binary.LittleEndian.PutUint32(raw[8:], 96)
 	binary.LittleEndian.PutUint32(raw[16:], payload.OffCPU)
 	binary.LittleEndian.PutUint32(raw[24:], tid)
 	binary.LittleEndian.PutUint64(raw[48:], left) // period: when it left

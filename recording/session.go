@@ -43,6 +43,12 @@ type Options struct {
 	// weighed by the time the thread stayed off: wall-clock time, where
 	// threads block (record --wall).
 	Wall bool
+	// Alloc samples allocations (record --alloc): a thread once the
+	// objects it allocated add up to Alloc, at the refills of its Ractor's
+	// allocation cache. 0: allocations are not sampled.
+	Alloc uint64
+	// NoCPU: no CPU samples (record --alloc without -F).
+	NoCPU bool
 	// StackSize is how many bytes of user stack each sample copies for
 	// native unwinding (perf's --call-graph dwarf,SIZE): 0 means
 	// bpf.DefaultOptions' 8 KiB, a negative size none (no native user frames).
@@ -122,6 +128,9 @@ type Summary struct {
 	// OffCPUUnknown those whose end never came though their thread left a
 	// CPU again: they weigh nothing.
 	OffCPU, OffCPUCut, OffCPUEndsUnmatched, OffCPUEndsLost, OffCPUUnknown uint64
+	// Refills counts the allocation-cache refills of targets seen
+	// (Options.Alloc), AllocSamples the allocation samples taken at them.
+	Refills, AllocSamples uint64
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
 	Urgent    uint64
@@ -327,6 +336,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	bo := bpf.DefaultOptions
 	bo.Frequency = opts.Frequency
 	bo.Wall = opts.Wall
+	bo.Alloc, bo.NoCPU = opts.Alloc > 0, opts.NoCPU
 	switch {
 	case opts.StackSize < 0:
 		bo.StackSize = 0
@@ -497,6 +507,12 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		}
 	}()
 	go s.discover(runCtx)
+	allocDone := make(chan struct{})
+	if opts.Alloc > 0 {
+		go s.watchAllocations(runCtx, allocDone)
+	} else {
+		close(allocDone)
+	}
 	if opts.Status != nil {
 		go s.status(runCtx, start)
 	}
@@ -507,6 +523,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	runErr := sampler.Run(runCtx, handle)
 	sampler.Stop()
+	stop()
+	<-allocDone // its uprobes off before the targets are closed
 	if cmd != nil {
 		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)
 		s.sum.CommandState = cmd.ProcessState
@@ -516,6 +534,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		s.sum.Truncated = c.Truncated
 		s.sum.Urgent = c.Urgent
 		s.sum.OffCPUEndsLost = c.OffCPUEndsLost
+		s.sum.Refills, s.sum.AllocSamples = c.Refills, c.AllocSamples
 		s.sum.Lost = max(s.sum.Lost, c.OutputErrors)
 	}
 	finErr := s.finish()
@@ -636,6 +655,14 @@ func (s *session) finish() error {
 			s.w.SetFeature(perfdata.Feature(readback.FeatureKallsyms), b)
 		}
 		s.w.SetFeature(perfdata.Feature(readback.FeatureStartTime), binary.LittleEndian.AppendUint64(nil, uint64(s.started.UnixNano())))
+		var kinds uint32
+		if !s.opts.NoCPU {
+			kinds |= readback.KindsCPU
+		}
+		if s.opts.Alloc > 0 {
+			kinds |= readback.KindsAlloc
+		}
+		s.w.SetFeature(perfdata.Feature(readback.FeatureSampleKinds), binary.LittleEndian.AppendUint32(nil, kinds))
 		s.describeHost()
 	}
 	for _, t := range s.targets {

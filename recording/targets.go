@@ -58,6 +58,8 @@ type Target struct {
 	// files is where the files read looking for request labels are
 	// remembered, for the other targets that map them (nil: nowhere).
 	files *threadlocal.Files
+	// refills are the allocation sampler's uprobes on it (record --alloc).
+	refills *bpf.Refills
 }
 
 // LabelsSymbol is the thread-local variable through which the ruby-profiler
@@ -164,6 +166,9 @@ func Attach(pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Tar
 
 // Close releases the target's files.
 func (t *Target) Close() {
+	if t.refills != nil {
+		t.refills.Close()
+	}
 	t.mem.Close()
 	if !t.sharesProcess {
 		t.Process.Close()

@@ -32,6 +32,11 @@ type Binary struct {
 	anchors      Anchors
 	anchorsFor   *Layout
 	anchorsValid bool
+	// refill and refillErr: RefillSites' answer for refillFor (its sweep of
+	// the code takes a few hundred milliseconds).
+	refill    *Refill
+	refillErr error
+	refillFor *Layout
 	// cache is where a build already seen is found (OpenOptions.Cache), and
 	// shared this Binary's entry in it, once its layout is found.
 	cache  *Cache

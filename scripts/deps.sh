@@ -14,6 +14,7 @@ pkgs=(
   clang-14 llvm libbpf-dev  # compile bpf/ruby.bpf.c (make generate; make test checks it is fresh)
   debuginfod iproute2  # elfutils' debuginfod server, run by the debuginfo tests in a network namespace
   ruby-stackprof     # the in-process profiler make bench compares with
+  ruby-memory-profiler  # the in-process allocation profiler make bench compares --alloc with
   chromium           # headless, for the browser tests of the SVG and speedscope views
 )
 

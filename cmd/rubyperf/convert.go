@@ -68,11 +68,14 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		pw = graph
 	}
 	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
-		if pprof != nil && pprof.Options.Period == 0 {
+		if pprof != nil && pprof.Options.Period == 0 && !s.Alloc {
 			pprof.Options.Period = int64(s.Period) // the first sample's
 		}
 		if *groupBy != "" {
 			merge.GroupBy(&s, *groupBy)
+		}
+		if pprof == nil { // pprof has both objects and bytes
+			in.weigh(&s)
 		}
 		pw.Add(&s)
 		return nil

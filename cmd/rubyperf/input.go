@@ -15,14 +15,17 @@ type inputFlags struct {
 	input      *string
 	native     *bool
 	rubyOnly   *bool
+	weight     *string
 	debugFiles *debugFiles
 }
 
 func addInputFlags(fs *flag.FlagSet) inputFlags {
 	f := inputFlags{
-		input:      fs.String("i", "rubyperf.data", "the recording to read"),
-		native:     fs.Bool("native", false, "every native frame, the interpreter's own between Ruby frames included"),
-		rubyOnly:   fs.Bool("ruby-only", false, "Ruby frames and C methods only, like rbspy"),
+		input:    fs.String("i", "rubyperf.data", "the recording to read"),
+		native:   fs.Bool("native", false, "every native frame, the interpreter's own between Ruby frames included"),
+		rubyOnly: fs.Bool("ruby-only", false, "Ruby frames and C methods only, like rbspy"),
+		weight: fs.String("weight", "", "cpu (CPU samples, by time), or objects or bytes (allocation samples of record --alloc, "+
+			"by what they allocated); default: cpu, or objects for a recording of allocations only"),
 		debugFiles: &debugFiles{},
 	}
 	fs.Var(f.debugFiles, "debug-file", "a separate debug file, used for the mapped file with its build-id (repeatable)")
@@ -33,7 +36,15 @@ func addInputFlags(fs *flag.FlagSet) inputFlags {
 // debug files for stripped objects are found (local, --debug-file,
 // DEBUGINFOD_URLS), misses told on stderr.
 func (f inputFlags) readOptions(stderr io.Writer) readback.ReadOptions {
+	kind := readback.KindAuto
+	switch *f.weight {
+	case "cpu":
+		kind = readback.KindCPU
+	case "objects", "bytes":
+		kind = readback.KindAlloc
+	}
 	return readback.ReadOptions{
+		Kind:      kind,
 		Merge:     merge.Options{View: f.view()},
 		Debuginfo: newFinder(stderr, *f.debugFiles),
 		Warn:      export.LineWriter{W: stderr}, // its lines may quote what a target named
@@ -60,13 +71,27 @@ func (f inputFlags) parse(fs *flag.FlagSet, args []string) error {
 	if *f.native && *f.rubyOnly {
 		return usageError{"--native and --ruby-only ask for opposite views: give one"}
 	}
+	if *f.weight != "" {
+		if err := oneOf("--weight", *f.weight, "cpu", "objects", "bytes"); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// weigh gives an allocation sample the weight --weight asks for: its
+// objects (Period), or its bytes.
+func (f inputFlags) weigh(s *merge.Stack) {
+	if s.Alloc && *f.weight == "bytes" {
+		s.Period = s.AllocBytes
+	}
 }
 
 // stacks reads every merged stack of the recording into memory.
 func (f inputFlags) stacks(stderr io.Writer) ([]merge.Stack, *readback.ReadStats, error) {
 	var out []merge.Stack
 	stats, err := readback.ReadStacks(*f.input, f.readOptions(stderr), func(s merge.Stack) error {
+		f.weigh(&s)
 		s.Frames = slices.Clone(s.Frames)
 		out = append(out, s)
 		return nil

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/recording"
 	"github.com/rubyperf/rubyperf/rubystack"
@@ -29,6 +30,9 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	follow := fs.Bool("follow-forks", false, "also record the processes the targets fork, from their first instant (-a always does)")
 	freq := fs.Int("F", 99, "samples per second")
 	wall := fs.Bool("wall", false, "wall-clock time: also sample threads as they block (sleep, I/O, locks, the GVL), each weighed by the time it stays off the CPU")
+	var alloc allocFlag
+	fs.Var(&alloc, "alloc", "sample object allocations, a sample per N objects a thread allocates on average (--alloc=N; default "+
+		strconv.Itoa(bpf.DefaultAllocEvery)+"); CPU samples too only with -F")
 	var dur seconds
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
 	out := fs.String("o", "rubyperf.data", "output file")
@@ -41,7 +45,11 @@ func runRecord(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	opts := recording.Options{All: *all, FollowForks: *follow, Wall: *wall, Frequency: *freq, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
-		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: export.LineWriter{W: stderr}, MemoryBudget: int64(budget)}
+		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: export.LineWriter{W: stderr}, MemoryBudget: int64(budget),
+		Alloc: uint64(alloc)}
+	if alloc > 0 {
+		opts.NoCPU = !flagSet(fs, "F")
+	}
 	for _, p := range strings.Split(*pids, ",") {
 		if p == "" {
 			continue
@@ -95,6 +103,10 @@ func runRecord(args []string, _, stderr io.Writer) error {
 				break
 			}
 			fmt.Fprintf(stderr, "rubyperf: %s\n", export.Printable(e)) // names a target chose
+		}
+		if opts.Alloc > 0 {
+			fmt.Fprintf(stderr, "rubyperf: %d allocation samples, one per %d objects a thread allocated, of %d allocation-cache refills\n",
+				sum.AllocSamples, opts.Alloc, sum.Refills)
 		}
 		if opts.Wall {
 			fmt.Fprintf(stderr, "rubyperf: %d samples taken as threads left a CPU, weighed by the time they stayed off\n", sum.OffCPU)
@@ -206,6 +218,31 @@ func (d *seconds) Set(s string) error {
 		return fmt.Errorf("%q is neither seconds nor a duration like 1m30s", s)
 	}
 	*d = seconds(v)
+	return nil
+}
+
+// allocFlag is --alloc: off (0), on alone (bpf.DefaultAllocEvery), or
+// --alloc=N objects a sample.
+type allocFlag uint64
+
+func (a *allocFlag) String() string { return strconv.FormatUint(uint64(*a), 10) }
+
+func (a *allocFlag) IsBoolFlag() bool { return true }
+
+func (a *allocFlag) Set(s string) error {
+	switch s {
+	case "true":
+		*a = bpf.DefaultAllocEvery
+		return nil
+	case "false":
+		*a = 0
+		return nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 || n > 1<<40 {
+		return fmt.Errorf("%q: a number of objects from 1", s)
+	}
+	*a = allocFlag(n)
 	return nil
 }
 

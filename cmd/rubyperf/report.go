@@ -29,16 +29,17 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Each table is counted as the stacks are read: no stack is kept.
-	whole := newReportTable()
+	whole := newReportTable(*in.weight == "bytes")
 	byThread := map[int]*reportTable{}
 	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+		in.weigh(&s)
 		if !*threads {
 			whole.add(&s)
 			return nil
 		}
 		t := byThread[s.TID]
 		if t == nil {
-			t = newReportTable()
+			t = newReportTable(*in.weight == "bytes")
 			t.pid = s.PID
 			byThread[s.TID] = t
 		}
@@ -102,10 +103,14 @@ type reportTable struct {
 	seen                        map[reportKey]bool
 	states                      map[merge.State]uint64 // time in each thread state
 	offCPU                      uint64                 // of all, time off the CPU (record --wall)
+	// allocs: the samples are allocation samples (record --alloc); all
+	// counts objects, or bytes (in bytes).
+	allocs, bytes bool
+	allocBytes    uint64 // of the allocation samples, whatever the weight
 }
 
-func newReportTable() *reportTable {
-	return &reportTable{rubySelf: map[reportKey]uint64{}, nativeSelf: map[reportKey]uint64{},
+func newReportTable(bytes bool) *reportTable {
+	return &reportTable{bytes: bytes, rubySelf: map[reportKey]uint64{}, nativeSelf: map[reportKey]uint64{},
 		total: map[reportKey]uint64{}, lines: map[reportKey]map[int64]uint64{}, seen: map[reportKey]bool{},
 		states: map[merge.State]uint64{}}
 }
@@ -113,6 +118,10 @@ func newReportTable() *reportTable {
 func (t *reportTable) add(s *merge.Stack) {
 	t.samples++
 	t.all += s.Period
+	if s.Alloc {
+		t.allocs = true
+		t.allocBytes += s.AllocBytes
+	}
 	t.states[s.State] += s.Period
 	if s.OffCPU {
 		t.offCPU += s.Period
@@ -159,10 +168,15 @@ func (t *reportTable) hottestLine(k reportKey) int64 {
 // that many columns.
 func (t *reportTable) write(w io.Writer, title string, top, width int) {
 	all, total := t.all, t.total
-	if t.offCPU > 0 {
+	switch {
+	case t.allocs && t.bytes:
+		fmt.Fprintf(w, "\n# %s: %d allocation samples, %s allocated\n", title, t.samples, humanBytes(all))
+	case t.allocs:
+		fmt.Fprintf(w, "\n# %s: %d allocation samples, %d objects allocated (%s)\n", title, t.samples, all, humanBytes(t.allocBytes))
+	case t.offCPU > 0:
 		fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of wall-clock time (%.2fs of it off the CPU)\n", title, t.samples,
 			float64(all)/1e9, float64(t.offCPU)/1e9)
-	} else {
+	default:
 		fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of CPU\n", title, t.samples, float64(all)/1e9)
 	}
 	if gc := t.states[merge.StateGC]; gc > 0 && all > 0 {
@@ -223,7 +237,14 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 			fmt.Fprintln(w, strings.TrimRight(line, " "))
 		}
 	}
-	table("## Ruby methods (self: running the method's own code)", "file:line (its hottest)", t.rubySelf, merge.KindRuby,
+	rubyHeading, cHeading, nativeHeading := "## Ruby methods (self: running the method's own code)",
+		"## C methods (self: in the method, the native code it runs included)", "## native functions (self: the leaf)"
+	if t.allocs {
+		rubyHeading = "## Ruby methods (self: allocated by the method's own code)"
+		cHeading = "## C methods (self: allocated in the method, the native code it runs included)"
+		nativeHeading = "## native functions (self: allocated in the function, outside Ruby's allocator)"
+	}
+	table(rubyHeading, "file:line (its hottest)", t.rubySelf, merge.KindRuby,
 		func(k reportKey) string {
 			if k.file == "" {
 				return ""
@@ -233,9 +254,9 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 			}
 			return k.file
 		})
-	table("## C methods (self: in the method, the native code it runs included)", "", t.rubySelf, merge.KindCFunc,
+	table(cHeading, "", t.rubySelf, merge.KindCFunc,
 		func(reportKey) string { return "" })
-	table("## native functions (self: the leaf)", "object", t.nativeSelf, merge.KindNative,
+	table(nativeHeading, "object", t.nativeSelf, merge.KindNative,
 		func(k reportKey) string { return filepath.Base(k.file) })
 	// What the threads were doing, when the recording says (its GC share
 	// is also in the title).
@@ -247,6 +268,21 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 			}
 		}
 	}
+}
+
+// humanBytes writes n bytes with a binary unit ("12.5 MiB").
+func humanBytes(n uint64) string {
+	v, unit := float64(n), "bytes"
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	if unit == "bytes" {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
 }
 
 // cutRight shortens s to n runes, marking the cut with "…".

@@ -1,0 +1,146 @@
+package rubybuild
+
+import (
+	"debug/dwarf"
+	"errors"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+)
+
+// refillFuncs are the names CRuby gives the function that hands a heap
+// page's free list to a Ractor's allocation cache.
+var refillFuncs = map[string]bool{"ractor_set_cache": true, "ractor_cache_set_page": true}
+
+// TestRefillSites: on every test Ruby, stripped or not, the refill of the
+// allocation cache is found by disassembly; where the build has DWARF, the
+// sites are exactly one in each copy of the refill function DWARF lists
+// (inlined or not), and none elsewhere.
+func TestRefillSites(t *testing.T) {
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			b, err := OpenBinary(r.VM, OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			l, err := b.Layout()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := b.RefillSites(l)
+			if err != nil {
+				t.Fatalf("%s (layout %s): %v", r.VM, l.Source, err)
+			}
+			t.Logf("%s: %d sites %+v; %s", r.Name, len(ref.Sites), ref.Sites, ref.How)
+			copies, err := refillCopies(b)
+			if errors.Is(err, errNoDWARF) {
+				// A stripped twin of a build with DWARF has its code, at the
+				// same addresses: the same sites.
+				full, ok := testruby.Optional(strings.TrimSuffix(r.Name, "-stripped"))
+				if !ok || !full.DWARF || full.Name == r.Name {
+					return
+				}
+				fb, fl := openLayout(t, full.VM)
+				want, err := fb.RefillSites(fl)
+				if err != nil || !slices.Equal(want.Sites, ref.Sites) {
+					t.Errorf("sites %+v, of %s with DWARF %+v (%v)", ref.Sites, full.Name, want, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(copies) == 0 {
+				t.Fatalf("DWARF lists no copy of %v", refillFuncs)
+			}
+			in := make([]int, len(copies))
+			for _, s := range ref.Sites {
+				found := false
+				for i, c := range copies {
+					for _, rg := range c {
+						if s.Addr >= rg[0] && s.Addr < rg[1] {
+							in[i]++
+							found = true
+						}
+					}
+				}
+				if !found {
+					t.Errorf("site %#x is in no copy of the refill function", s.Addr)
+				}
+			}
+			for i, n := range in {
+				if n != 1 {
+					t.Errorf("copy %d of the refill function (%#x) holds %d sites, want 1", i, copies[i], n)
+				}
+			}
+		})
+	}
+}
+
+// refillCopies returns the address ranges of each copy of the refill
+// function in b's DWARF: its inlined instances and its out-of-line ones.
+func refillCopies(b *Binary) ([][][2]uint64, error) {
+	for _, e := range []*elfFile{b.elf, b.debug} {
+		if e == nil {
+			continue
+		}
+		if _, _, err := e.loadDWARF(); errors.Is(err, errNoDWARF) {
+			continue
+		}
+		// All of its DWARF, with the ranges the layout reader does not load.
+		d, err := e.f.DWARF()
+		if err != nil {
+			return nil, err
+		}
+		return dwarfCopies(d, refillFuncs)
+	}
+	return nil, errNoDWARF
+}
+
+// dwarfCopies lists the code ranges of every concrete copy of the named
+// functions: DW_TAG_inlined_subroutine and DW_TAG_subprogram entries whose
+// abstract origin (or own name) is one of them.
+func dwarfCopies(d *dwarf.Data, names map[string]bool) ([][][2]uint64, error) {
+	origins := map[dwarf.Offset]bool{}
+	type concrete struct {
+		origin dwarf.Offset
+		name   string
+		ranges [][2]uint64
+	}
+	var all []concrete
+	rd := d.Reader()
+	for {
+		e, err := rd.Next()
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			break
+		}
+		if e.Tag != dwarf.TagSubprogram && e.Tag != dwarf.TagInlinedSubroutine {
+			continue
+		}
+		name, _ := e.Val(dwarf.AttrName).(string)
+		if names[name] {
+			origins[e.Offset] = true
+		}
+		ranges, err := d.Ranges(e)
+		if err != nil || len(ranges) == 0 {
+			continue
+		}
+		origin, _ := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
+		all = append(all, concrete{origin: origin, name: name, ranges: ranges})
+	}
+	var out [][][2]uint64
+	for _, c := range all {
+		if names[c.name] || origins[c.origin] {
+			out = append(out, c.ranges)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0][0] < out[j][0][0] })
+	return out, nil
+}
