@@ -611,14 +611,15 @@ struct {
 	__type(value, struct alloc_acc);
 } alloc_accs SEC(".maps");
 
-// alloc_window: when a process's refills were seen in its latest window
-// (proc_config.alloc_window): from the first to the last, how many. User
-// space learns from it how long its uprobes were really armed, which
-// attaching and detaching them blur by milliseconds.
+// alloc_window: what a process's refills were in its latest window
+// (proc_config.alloc_window): how many, when the first and the last came,
+// and the objects they stood for before the window's scale. User space
+// keeps the refills seen within its budget with it, and sets the objects
+// against the GC's allocation counter.
 struct alloc_window {
 	__u32 window, refills;
 	__u64 first, last; // bpf_ktime_get_ns
-	__u64 objects;     // the refills' objects (free_slots), before any scale
+	__u64 objects;     // the refills' objects (refill_weight), before any scale
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -93,7 +93,7 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 		if !steady && armed > 0 {
 			timeScale = float64(armed+between+gap) / float64(armed)
 		}
-		scales := map[int]float64{}
+		scales := map[int]float64{-1: timeScale} // a target counted nothing yet: uncorrected
 		for pid, c := range counts {
 			scales[pid] = timeScale * c.correction()
 		}
@@ -190,8 +190,8 @@ func (s *session) allocWindows(n uint32) map[int]bpf.AllocWindow {
 }
 
 // armRefills puts the uprobes on every target's refills, as window n,
-// each refill of pid standing for scales[pid] (1 when absent), or takes
-// them off. Attaching and detaching take milliseconds: not under the
+// each refill of pid standing for scales[pid] (scales[-1] when absent, or
+// 1), or takes them off. Attaching and detaching take milliseconds: not under the
 // session's lock.
 func (s *session) armRefills(on bool, n uint32, scales map[int]float64) {
 	type armed struct {
@@ -207,7 +207,9 @@ func (s *session) armRefills(on bool, n uint32, scales map[int]float64) {
 		if on {
 			scale, ok := scales[pid]
 			if !ok {
-				scale = 1
+				if scale, ok = scales[-1]; !ok {
+					scale = 1
+				}
 			}
 			t.Config.SetAllocScale(scale)
 			t.Config.SetAllocWindow(n)

@@ -144,3 +144,55 @@ func dwarfCopies(d *dwarf.Data, names map[string]bool) ([][][2]uint64, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i][0][0] < out[j][0][0] })
 	return out, nil
 }
+
+// refillBytes is the refill of Debian's 3.1.2 (libruby-3.1.so.3.1.2 at
+// 0xda2c8): mov 0x28(%rax),%rbp; mov 0x18(%rax),%rcx; movq %rax,%xmm1;
+// xor %edx,%edx; movq %rbp,%xmm0; mov %rcx,0x38(%r12); punpcklqdq
+// %xmm1,%xmm0; movups %xmm0,0x280(%rbx); mov %dx,0x4(%rax); movq
+// $0x0,0x28(%rax).
+var refillBytes = []byte{
+	0x48, 0x8b, 0x68, 0x28, 0x48, 0x8b, 0x48, 0x18, 0x66, 0x48, 0x0f, 0x6e, 0xc8, 0x31, 0xd2,
+	0x66, 0x48, 0x0f, 0x6e, 0xc5, 0x49, 0x89, 0x4c, 0x24, 0x38, 0x66, 0x0f, 0x6c, 0xc1,
+	0x0f, 0x11, 0x83, 0x80, 0x02, 0x00, 0x00, 0x66, 0x89, 0x50, 0x04,
+	0x48, 0xc7, 0x40, 0x28, 0x00, 0x00, 0x00, 0x00,
+}
+
+// TestFindRefills: the refill's shape is found, at the store of zero to
+// free_slots, with its register; moved registers, another offset, or the
+// store of NULL taken away, it is not.
+func TestFindRefills(t *testing.T) {
+	got := findRefills(refillBytes, 0xda2c8, 4, 40)
+	if want := []RefillSite{{Addr: 0xda2ec, Page: 0}}; !slices.Equal(got, want) {
+		t.Fatalf("sites %+v, want %+v", got, want)
+	}
+	if got := findRefills(refillBytes, 0xda2c8, 6, 40); len(got) != 0 {
+		t.Errorf("free_slots at +6: sites %+v, want none", got)
+	}
+	if got := findRefills(refillBytes[:len(refillBytes)-8], 0xda2c8, 4, 40); len(got) != 0 {
+		t.Errorf("without the store of NULL: sites %+v, want none", got)
+	}
+	// The page's register written between the load and the store.
+	clobbered := slices.Concat(refillBytes[:4], []byte{0x48, 0x31, 0xc0}, refillBytes[4:]) // xor %rax,%rax
+	if got := findRefills(clobbered, 0xda2c8, 4, 40); len(got) != 0 {
+		t.Errorf("with %%rax written after the load: sites %+v, want none", got)
+	}
+}
+
+// FuzzFindRefills: any bytes are swept without a panic, and every site
+// found is in the code, at most maxRefillSites+1 of them.
+func FuzzFindRefills(f *testing.F) {
+	f.Add(refillBytes, int64(4), int64(40))
+	f.Add(slices.Concat(refillBytes, refillBytes), int64(4), int64(40))
+	f.Fuzz(func(t *testing.T, code []byte, freeSlots, freelist int64) {
+		const base = 0x1000
+		sites := findRefills(code, base, freeSlots, freelist)
+		if len(sites) > maxRefillSites+1 {
+			t.Fatalf("%d sites", len(sites))
+		}
+		for _, s := range sites {
+			if s.Addr < base || s.Addr >= base+uint64(len(code)) || s.Page < 0 || s.Page > 15 {
+				t.Fatalf("site %+v outside the code [%#x, %#x) or no register", s, base, base+len(code))
+			}
+		}
+	})
+}

@@ -145,6 +145,8 @@ func TestStateGVL(t *testing.T) {
 						t.Errorf("%s: blocked %.3f of the time, on a layout that cannot tell", name, b)
 					}
 					got += w.share(name, merge.StateOffCPU)
+				} else if off := w.share(name, merge.StateOffCPU); off > 0.01 {
+					t.Errorf("%s: %.3f of the time off the CPU, neither blocked nor waiting, on a layout that tells", name, off)
 				}
 				running := w.share(name, merge.StateRuby) + w.share(name, merge.StateC)
 				t.Logf("%s: waiting for the GVL %.1f%%, running %.1f%%; the thread was on a CPU %.1f%% of its time; states %v",
@@ -200,13 +202,6 @@ func blockingRegion(t *testing.T, r testruby.Ruby) bool {
 	return l.Capabilities.BlockingRegion
 }
 
-// stateRubies are the test Rubies the state tests run on: every one with
-// DWARF, and Debian's stripped 3.1 and 3.3, whose layouts come from the
-// built-in tables.
-func stateRubies(t *testing.T) []testruby.Ruby {
-	rubies := testruby.WithDWARF(t)
-	for _, name := range []string{"debian-3.1", "debian-3.3"} {
-		rubies = append(rubies, testruby.Get(t, name))
-	}
-	return rubies
-}
+// stateRubies are the test Rubies the state tests run on: every one, with
+// DWARF or stripped (their layouts from the built-in tables).
+func stateRubies(t *testing.T) []testruby.Ruby { return testruby.All(t) }
