@@ -270,6 +270,13 @@ func (rd *Reader) Apply(rec perfdata.Record) {
 			delete(rd.maps, rec.Pid) // a new image: the old mappings are gone
 		}
 	case *perfdata.Fork:
+		// A new thread (or process) has its creator's name until it sets
+		// one (a COMM record), as the kernel copies it at clone.
+		if _, named := rd.comms[rec.Tid]; !named {
+			if c, ok := rd.comms[rec.PTid]; ok {
+				rd.comms[rec.Tid] = c
+			}
+		}
 		if rec.Pid != rec.PPid { // a new process starts with its parent's mappings
 			if parent, ok := rd.maps[rec.PPid]; ok {
 				rd.maps[rec.Pid] = parent.Clone()

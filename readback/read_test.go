@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/symtab"
 )
 
 // TestReadStockPerfCallchain: a file stock perf recorded with -g (no stack
@@ -23,5 +26,21 @@ func TestReadStockPerfCallchain(t *testing.T) {
 	}
 	if st.Samples == 0 || named == 0 || st.NoPayload != st.Samples {
 		t.Errorf("%+v samples, %d named native frames", st, named)
+	}
+}
+
+// TestThreadNameAtFork: a thread that never names itself has the name of
+// the thread that created it (the kernel copies it at clone), and one that
+// does keeps its own.
+func TestThreadNameAtFork(t *testing.T) {
+	rd := NewReader(ReadOptions{}, symtab.New(), nil, &native.Objects{})
+	rd.Apply(&perfdata.Comm{Pid: 10, Tid: 10, Comm: "puma"})
+	rd.Apply(&perfdata.Fork{Pid: 10, PPid: 10, Tid: 11, PTid: 10})
+	rd.Apply(&perfdata.Comm{Pid: 10, Tid: 12, Comm: "worker 1"})
+	rd.Apply(&perfdata.Fork{Pid: 10, PPid: 10, Tid: 12, PTid: 10})
+	for tid, want := range map[uint32]string{10: "puma", 11: "puma", 12: "worker 1"} {
+		if got := rd.comms[tid]; got != want {
+			t.Errorf("thread %d is %q, want %q", tid, got, want)
+		}
 	}
 }

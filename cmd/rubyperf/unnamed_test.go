@@ -95,6 +95,13 @@ func TestUnnamedFramesCounted(t *testing.T) {
 	got = notNamedCounts{w.samples / period, w.unknown / period, w.replaced / period}
 	if got != want || w.samples%period+w.unknown%period+w.replaced%period != 0 {
 		t.Errorf("folded stacks count %+v (weights %+v), record %+v", got, w, want)
+		if b, err := os.ReadFile(folded); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "[unknown]") || strings.Contains(l, symtab.ReplacedLabel) {
+					t.Logf("folded: %s", l)
+				}
+			}
+		}
 	}
 }
 
