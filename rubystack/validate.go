@@ -21,10 +21,11 @@ const (
 	// minSettled: of a running thread whose newest frames changed under the
 	// read, this many of its oldest frames (one of them a named Ruby frame)
 	// must pass for the read to count as a tear rather than a wrong layout;
-	// or every frame but the newestTorn newest, when there are fewer (a
-	// shallow loop that calls C methods pushes and pops them all the time).
+	// or every frame older than one of the newestTorn newest, when there
+	// are fewer (a shallow loop that calls C methods pushes and pops them
+	// all the time): at least one, and a named one among them.
 	minSettled       = 3
-	newestTorn       = 2  // a loop that calls a C method that calls another tears either
+	newestTorn       = 4  // a loop calling a C method that calls others tears any of them (3.1's Time#-: the third newest)
 	movedPolls       = 10 // reads of ec->cfp to see a thread move, movedPause apart
 	movedPause       = 100 * time.Microsecond
 	minVMStackWords  = 64
