@@ -158,7 +158,7 @@ func StartWith(t testing.TB, opts Options) *Collector {
 	t.Cleanup(func() {
 		c.Kill()
 		if t.Failed() {
-			t.Logf("otelcoltest: collector log (%s):\n%s", c.log, c.Log())
+			t.Logf("otelcoltest: collector log, its last %d lines:\n%s", logTail, tail(c.Log(), logTail))
 		}
 	})
 	// A port found free can be taken before the collector binds it: then
@@ -348,6 +348,16 @@ func (c *Collector) Metadata() ([]map[string][]string, error) {
 func (c *Collector) Log() string {
 	b, _ := os.ReadFile(c.log)
 	return string(b)
+}
+
+// logTail bounds the collector's log a failed test prints: its debug
+// exporter logs a line per profile, which buried the test's own words.
+const logTail = 20
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // freeAddrs returns two 127.0.0.1 addresses with ports free right now.

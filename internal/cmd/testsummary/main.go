@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/rubyperf/rubyperf/internal/testskip"
 )
@@ -30,8 +32,51 @@ type summary struct {
 	out     io.Writer
 	output  map[key][]string // each test's and package's output, until it ends
 	passed  int
-	failed  []key
+	failed  []failure
 	skipped []skip
+}
+
+// failure is a failed test and the lines it said through t.Log, t.Error
+// or t.Fatal (those that start "file.go:N: "), for the digest at the end.
+type failure struct {
+	test     key
+	messages []string
+}
+
+// messageLine is a line a test said through its T (go test indents it
+// and prefixes the caller's file and line); what follows it, indented
+// deeper, is the rest of a multi-line message.
+var messageLine = regexp.MustCompile(`^ {4}[\w.+-]+\.go:\d+: `)
+
+// Bounds of the digest of failures at the end of a run, which is what a
+// reader of only its last lines (CI's log tail) sees of why.
+const (
+	digestLines     = 8
+	digestLineBytes = 240
+)
+
+// digest is a failed test's messages, each cut to its first line and
+// digestLineBytes, at most digestLines of them (the last).
+func digest(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if !messageLine.MatchString(l) {
+			continue
+		}
+		l = strings.TrimSpace(l)
+		if len(l) > digestLineBytes {
+			n := digestLineBytes
+			for n > 0 && !utf8.RuneStart(l[n]) {
+				n--
+			}
+			l = l[:n] + "…"
+		}
+		out = append(out, l)
+	}
+	if len(out) > digestLines {
+		out = append([]string{fmt.Sprintf("(%d earlier messages)", len(out)-digestLines)}, out[len(out)-digestLines:]...)
+	}
+	return out
 }
 
 type skip struct {
@@ -72,7 +117,7 @@ func (s *summary) take(line string) {
 		delete(s.output, k)
 	case "fail":
 		if e.Test != "" {
-			s.failed = append(s.failed, k)
+			s.failed = append(s.failed, failure{k, digest(s.output[k])})
 		}
 		for _, l := range s.output[k] {
 			fmt.Fprint(s.out, l)
@@ -104,6 +149,12 @@ func (s *summary) finish(mustRun bool) bool {
 	})
 	for _, sk := range s.skipped {
 		fmt.Fprintf(s.out, "skipped: %s %s: %s\n", sk.test.pkg, sk.test.test, sk.reason)
+	}
+	for _, f := range s.failed {
+		fmt.Fprintf(s.out, "failed: %s %s\n", f.test.pkg, f.test.test)
+		for _, m := range f.messages {
+			fmt.Fprintf(s.out, "\t%s\n", m)
+		}
 	}
 	fmt.Fprintf(s.out, "tests: %d passed, %d failed, %d skipped\n", s.passed, len(s.failed), len(s.skipped))
 	if mustRun && len(s.skipped) > 0 {

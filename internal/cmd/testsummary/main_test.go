@@ -31,7 +31,7 @@ func TestSummary(t *testing.T) {
 		}
 		passed := s.finish(mustRun)
 		got := out.String()
-		for _, want := range []string{"b_test.go:9: not this way", "FAIL\tp\t1.500s", "q/x.go:1:1: syntax error",
+		for _, want := range []string{"b_test.go:9: not this way", "FAIL\tp\t1.500s", "failed: p TestB\n\tb_test.go:9: not this way\n", "q/x.go:1:1: syntax error",
 			"skipped: p TestC: c_test.go:3: needs privileges: operation not permitted", "tests: 1 passed, 1 failed, 1 skipped"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("mustRun %v: no %q in\n%s", mustRun, want, got)
