@@ -10,10 +10,12 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// DefaultAllocEvery is how many objects a thread allocates, on average,
-// between two allocation samples: at 5 million allocations a second, 500
-// samples a second.
-const DefaultAllocEvery = 10000
+// DefaultAllocEvery is how many objects the refills a thread is seen to
+// run hand out between two allocation samples: 1, every refill seen is a
+// sample (a heap page's free slots, hundreds of objects). The refills seen
+// are bounded by the recorder's windows, and each one seen costs a trap:
+// its sample adds the stacks' walk, not another trap.
+const DefaultAllocEvery = 1
 
 // SampleAllocations makes the program sample the process's threads each
 // time the objects of the allocation-cache refills they ran add up to
@@ -48,14 +50,15 @@ func (r Refill) cookie() (uint64, error) {
 // virtualization, and a Ruby allocating 5 million objects a second refills
 // its cache tens of thousands of times a second.
 type Refills struct {
-	mu     sync.Mutex
-	closed bool
-	pid    int
-	path   string
-	ex     *link.Executable
-	prog   *ebpf.Program
-	sites  []Refill
-	links  []link.Link
+	mu      sync.Mutex
+	closing sync.WaitGroup // links being closed (Disarm)
+	closed  bool
+	pid     int
+	path    string
+	ex      *link.Executable
+	prog    *ebpf.Program
+	sites   []Refill
+	links   []link.Link
 }
 
 // Arm puts the uprobes on the sites.
@@ -81,28 +84,42 @@ func (r *Refills) Arm() error {
 	return nil
 }
 
-// Disarm takes the uprobes off.
-func (r *Refills) Disarm() error {
+// Disarm takes the uprobes off, in the background: closing a link takes
+// its breakpoints out first thing, then waits for a grace period (tens of
+// milliseconds measured here), which the next window need not wait for.
+// The program counts no refill once the process's window is 0
+// (ProcessConfig.SetAllocWindow): set it first for a window to end at
+// once.
+func (r *Refills) Disarm() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.disarm()
+	links := r.links
+	r.links = nil
+	if len(links) == 0 {
+		return
+	}
+	r.closing.Add(1)
+	go func() {
+		defer r.closing.Done()
+		for _, l := range links {
+			l.Close()
+		}
+	}()
 }
 
-func (r *Refills) disarm() error {
+// Close takes the uprobes off for good, and returns once they are: Arm
+// does nothing after it.
+func (r *Refills) Close() error {
+	r.mu.Lock()
+	r.closed = true
 	var errs []error
 	for _, l := range r.links {
 		errs = append(errs, l.Close())
 	}
-	r.links = r.links[:0]
+	r.links = nil
+	r.mu.Unlock()
+	r.closing.Wait()
 	return errors.Join(errs...)
-}
-
-// Close takes the uprobes off for good: Arm does nothing after it.
-func (r *Refills) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.closed = true
-	return r.disarm()
 }
 
 // Refills returns the uprobes that sample allocations at the refill sites
@@ -127,12 +144,6 @@ func (s *Sampler) Refills(pid int, path string, sites []Refill) (*Refills, error
 	return &Refills{pid: pid, path: path, ex: ex, prog: s.objs.AllocRefill, sites: sites}, nil
 }
 
-// SetAllocScale says how many refills each one seen stands for: the
-// windows armed are a share of the time, the others unseen.
-func (cfg *ProcessConfig) SetAllocScale(scale float64) {
-	cfg.AllocScale = uint64(max(1, min(scale, 1<<20)) * 65536)
-}
-
 // AllocWindow is when the refills of one process were seen in its latest
 // window of armed uprobes (ProcessConfig.SetAllocWindow): the first and
 // the last (CLOCK_MONOTONIC), and how many.
@@ -140,7 +151,7 @@ type AllocWindow struct {
 	Window      uint32
 	Refills     uint32
 	First, Last time.Duration
-	Objects     uint64 // the refills' objects, before any scale
+	Objects     uint64 // the refills' objects, as seen
 }
 
 // CountAllocations gives the program the allocation counters that make
@@ -154,7 +165,8 @@ func (cfg *ProcessConfig) CountAllocations(counter uint64, pagePool, poolCounter
 	}
 }
 
-// SetAllocWindow numbers the window the uprobes are armed in next.
+// SetAllocWindow numbers the window the uprobes are armed in next; 0
+// ends the window: the program counts no refill until the next.
 func (cfg *ProcessConfig) SetAllocWindow(n uint32) { cfg.AllocWindow = n }
 
 // AllocWindow returns what the program saw of pid's latest window.

@@ -58,7 +58,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define LABEL_EXT 48
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 10 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD; 8: native frames; (9: user space's compact form of 8); 10: allocation samples
+#define PAYLOAD_VERSION 12 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD; 8: native frames; (9: user space's compact form of 8); 10: allocation samples; (11: compact 10); 12: their window
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -82,7 +82,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PAYLOAD_LABELS_CUT (1 << 19)  // the fiber had more than MAX_LABELS labels
 #define PAYLOAD_LABELS_BAD (1 << 20)  // its label table did not read as one
 #define PAYLOAD_OLD_STALE (1 << 22)   // (21 is set by user space) a GC started while PC_*_OLD were read: they say nothing
-#define PAYLOAD_ALLOC (1 << 24)       // (23 is set by user space) an allocation sample: period holds objects, alloc_bytes their bytes
+#define PAYLOAD_ALLOC (1 << 24)       // (23 is set by user space) an allocation sample: period holds objects, alloc_bytes their bytes (as seen, before the window's weight)
 
 #define GC_PHASE_UNKNOWN 0
 #define GC_PHASE_MARKING 1
@@ -185,12 +185,13 @@ struct proc_config {
 	// Allocations (record --alloc): a thread is sampled once the objects
 	// of the allocation-cache refills it ran add up to alloc_every (0: not
 	// sampled at refills). The refills are watched only part of the time
-	// (user space arms the uprobes in windows): each stands for
-	// alloc_scale / 65536 as many.
+	// (user space arms the uprobes in windows): user space weighs each
+	// window's samples by what the window stands for once it has ended.
 	__u64 alloc_every;
-	__u64 alloc_scale;
 	// alloc_window numbers the window the uprobes are armed in: the
-	// program times each window's first and last refill (alloc_windows).
+	// program sums each window's refills (alloc_windows) and stamps its
+	// samples with it (payload_header.alloc_window). 0: between windows
+	// (the uprobes are being taken off): a refill is not counted.
 	__u32 alloc_window;
 	// Exact weights, where the layout says where the GC counts
 	// allocations: the pool a page belongs to (heap_page size_pool or
@@ -227,6 +228,10 @@ struct payload_header {
 	// An allocation sample's bytes (version 10; PAYLOAD_ALLOC): what the
 	// objects in period take in their slots.
 	__u64 alloc_bytes;
+	// The window of armed uprobes it was taken in (version 12;
+	// proc_config.alloc_window).
+	__u32 alloc_window;
+	__u32 pad;
 };
 
 // label: one key/value pair of the fiber's state when sampled.
@@ -462,6 +467,8 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	buf->h.nnatives = 0;
 	buf->h.native_stop = NATIVE_OFF;
 	buf->h.alloc_bytes = alloc_bytes;
+	buf->h.alloc_window = (flags & PAYLOAD_ALLOC) ? c->alloc_window : 0;
+	buf->h.pad = 0;
 	buf->env_lo = buf->env_hi = 0;
 	buf->ustack_lo = ~0ULL;
 
@@ -613,13 +620,13 @@ struct {
 
 // alloc_window: what a process's refills were in its latest window
 // (proc_config.alloc_window): how many, when the first and the last came,
-// and the objects they stood for before the window's scale. User space
+// and the objects they stood for, as seen (before the window's weight). User space
 // keeps the refills seen within its budget with it, and sets the objects
 // against the GC's allocation counter.
 struct alloc_window {
 	__u32 window, refills;
 	__u64 first, last; // bpf_ktime_get_ns
-	__u64 objects;     // the refills' objects (refill_weight), before any scale
+	__u64 objects;     // the refills' objects (refill_weight), as seen
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -714,7 +721,7 @@ int alloc_refill(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
 	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
-	if (!c || !c->alloc_every)
+	if (!c || !c->alloc_every || !c->alloc_window)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 page = refill_page(ctx, cookie);
@@ -742,9 +749,8 @@ int alloc_refill(struct pt_regs *ctx)
 		if (!acc)
 			return 0;
 	}
-	__u64 scale = c->alloc_scale ? c->alloc_scale : 65536;
-	acc->objects += (objects * scale) >> 16;
-	acc->bytes += (objects * size * scale) >> 16;
+	acc->objects += objects;
+	acc->bytes += objects * size;
 	if (acc->objects < c->alloc_every)
 		return 0;
 	objects = acc->objects;

@@ -143,7 +143,6 @@ type rubyProcConfig struct {
 	StrHeapLen        uint32
 	Pad               uint32
 	AllocEvery        uint64
-	AllocScale        uint64
 	AllocWindow       uint32
 	AllocPagePool     uint32
 	AllocPoolCounter  uint32
@@ -161,26 +160,28 @@ type rubyProcMaps struct {
 type rubySampleBuf struct {
 	_ structs.HostLayout
 	H struct {
-		_          structs.HostLayout
-		Magic      uint32
-		Version    uint16
-		HeaderSize uint16
-		Length     uint32
-		Nframes    uint32
-		Flags      uint32
-		Pid        uint32
-		Tid        uint32
-		Gen        uint32
-		Ec         uint64
-		Cfp        uint64
-		Period     uint64
-		GcCount    uint64
-		GcEpoch    uint64
-		Nlabels    uint32
-		LabelSize  uint32
-		Nnatives   uint32
-		NativeStop uint32
-		AllocBytes uint64
+		_           structs.HostLayout
+		Magic       uint32
+		Version     uint16
+		HeaderSize  uint16
+		Length      uint32
+		Nframes     uint32
+		Flags       uint32
+		Pid         uint32
+		Tid         uint32
+		Gen         uint32
+		Ec          uint64
+		Cfp         uint64
+		Period      uint64
+		GcCount     uint64
+		GcEpoch     uint64
+		Nlabels     uint32
+		LabelSize   uint32
+		Nnatives    uint32
+		NativeStop  uint32
+		AllocBytes  uint64
+		AllocWindow uint32
+		Pad         uint32
 	}
 	Frames [2262]struct {
 		_        structs.HostLayout

@@ -3,6 +3,7 @@ package payload
 import (
 	"encoding/binary"
 	"testing"
+	"unsafe"
 )
 
 // payloadSeed builds a well-formed payload with n frames.
@@ -165,4 +166,58 @@ func FuzzNameFrames(f *testing.F) {
 			}
 		}
 	})
+}
+
+// allocSeed is payloadSeed(n) as an allocation sample of objects and
+// bytes, taken in window.
+func allocSeed(n int, objects, bytes uint64, window uint32) []byte {
+	b := payloadSeed(n)
+	le := binary.LittleEndian
+	le.PutUint32(b[offFlags:], Alloc)
+	le.PutUint64(b[unsafe.Offsetof(cPayloadHeader{}.Period):], objects)
+	le.PutUint64(b[unsafe.Offsetof(cPayloadHeader{}.AllocBytes):], bytes)
+	le.PutUint32(b[unsafe.Offsetof(cPayloadHeader{}.AllocWindow):], window)
+	return b
+}
+
+// asVersion is payload b (of Version, without labels or natives) as the
+// program of version v wrote it: its header cut to size.
+func asVersion(b []byte, v uint16, size int) []byte {
+	out := append(append([]byte(nil), b[:size]...), b[headerSize:]...)
+	binary.LittleEndian.PutUint16(out[4:], v)
+	binary.LittleEndian.PutUint16(out[6:], uint16(size))
+	binary.LittleEndian.PutUint32(out[8:], uint32(len(out)))
+	return out
+}
+
+// TestDecodeAllocVersions: an allocation sample of version 12 has its
+// window; one of version 10 (no window in its header) has its objects and
+// bytes and window 0; WeighAlloc multiplies objects and bytes, rounding,
+// and refuses a sample that is not of allocations.
+func TestDecodeAllocVersions(t *testing.T) {
+	v12 := allocSeed(2, 1638, 1638*40, 7)
+	p, err := Decode(v12)
+	if err != nil || p.Flags&Alloc == 0 || p.Period != 1638 || p.AllocBytes != 1638*40 || p.AllocWindow != 7 || len(p.Frames) != 2 {
+		t.Fatalf("version 12: %+v, %v", p, err)
+	}
+	v10 := asVersion(v12, 10, headerSizeV10)
+	p, err = Decode(v10)
+	if err != nil || p.Flags&Alloc == 0 || p.Period != 1638 || p.AllocBytes != 1638*40 || p.AllocWindow != 0 || p.Frames[1].PC != 0x7f0000100008 {
+		t.Fatalf("version 10: %+v, %v", p, err)
+	}
+	v8 := asVersion(v12, 8, headerSizeV8)
+	if p, err = Decode(v8); err != nil || p.Flags&Alloc != 0 || p.AllocBytes != 0 {
+		t.Fatalf("version 8: %+v, %v", p, err)
+	}
+	short := asVersion(v12, 12, headerSizeV10)
+	if _, err := Decode(short); err == nil {
+		t.Error("version 12 with version 10's header: no error")
+	}
+	objects, err := WeighAlloc(v12, 2.5)
+	if p, _ = Decode(v12); err != nil || objects != 4095 || p.Period != 4095 || p.AllocBytes != 163800 || p.AllocWindow != 7 {
+		t.Fatalf("weighed 2.5: %d objects, %+v, %v", objects, p, err)
+	}
+	if _, err := WeighAlloc(payloadSeed(1), 2); err == nil {
+		t.Error("a CPU sample weighed as allocations: no error")
+	}
 }

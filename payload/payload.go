@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/rubyperf/rubyperf/rubystack"
@@ -21,9 +22,11 @@ const (
 	// version 6 no labels, and a header 8 bytes shorter; before version 7
 	// a frame's pc had no PC_*_OLD bits; before version 8 no native frames
 	// (the header 8 bytes shorter); before version 10 no allocation
-	// samples (the header 8 bytes shorter). Version 9 is the compact form
-	// of version 8 (CompactVersionV8).
-	Version = 10
+	// samples (the header 8 bytes shorter); before version 12 no
+	// allocation window (the header 8 bytes shorter). Versions 9 and 11
+	// are the compact forms of versions 8 and 10 (CompactVersionV8,
+	// CompactVersionV10).
+	Version = 12
 
 	// MaxLabels is the most request labels one sample carries (MAX_LABELS).
 	MaxLabels = 8
@@ -150,9 +153,13 @@ type Payload struct {
 	Period uint64
 	// AllocBytes are the bytes of an allocation sample's objects.
 	AllocBytes uint64
-	GC         GCStamp
-	Thread     ThreadFacts
-	Frames     []Frame
+	// AllocWindow is the window of armed uprobes an allocation sample was
+	// taken in (version 12): the recorder weighs the window's samples
+	// when it ends.
+	AllocWindow uint32
+	GC          GCStamp
+	Thread      ThreadFacts
+	Frames      []Frame
 	// EnvsLeft counts the frames whose environment chain the program left
 	// to user space (Frame.Env).
 	EnvsLeft int
@@ -259,6 +266,9 @@ var (
 	// headerSizeV8 is the header of version 8 (and of its compact form,
 	// version 9): without alloc_bytes.
 	headerSizeV8 = int(unsafe.Offsetof(cPayloadHeader{}.AllocBytes))
+	// headerSizeV10 is the header of version 10 (and of its compact form,
+	// version 11): without alloc_window.
+	headerSizeV10 = int(unsafe.Offsetof(cPayloadHeader{}.AllocWindow))
 )
 
 // Decode reads a sample's RAW bytes. It trusts nothing in them.
@@ -287,7 +297,7 @@ func DecodeInto(p *Payload, raw []byte) error {
 	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
 		Frames: frames[:h.Nframes], NativeStop: NativeStop(h.NativeStop)}
 	if h.Flags&Alloc != 0 {
-		p.AllocBytes = h.AllocBytes
+		p.AllocBytes, p.AllocWindow = h.AllocBytes, h.AllocWindow
 	}
 	if h.Nnatives > 0 {
 		nb := raw[int(h.HeaderSize)+int(h.Nframes)*frameSize+int(h.Nlabels)*labelSize:]
@@ -367,16 +377,19 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 	if h.Version < 8 {
 		h.Nnatives, h.NativeStop = 0, 0
 	}
-	if h.Version < Version {
+	if h.Version < 10 {
 		h.AllocBytes = 0
 		h.Flags &^= Alloc
+	}
+	if h.Version < 12 && h.Version != CompactVersion {
+		h.AllocWindow, h.Pad = 0, 0
 	}
 	compact := h.Flags&Compact != 0
 	switch {
 	case h.Magic != Magic:
 		return h, fmt.Errorf("payload: bad magic %#x", h.Magic)
-	case h.Version < 1 || h.Version > CompactVersion:
-		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, CompactVersion)
+	case h.Version < 1 || h.Version > max(Version, CompactVersion):
+		return h, fmt.Errorf("payload: version %d, this rubyperf reads 1 to %d", h.Version, max(Version, CompactVersion))
 	case compact != (compactHeaderSize(h.Version) != 0):
 		return h, fmt.Errorf("payload: version %d with flags %#x", h.Version, h.Flags)
 	case compact:
@@ -389,7 +402,8 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 		}
 		return h, nil
 	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSizeV7 ||
-		h.Version >= 8 && int(h.HeaderSize) < headerSizeV8 || h.Version >= 10 && int(h.HeaderSize) < headerSize ||
+		h.Version >= 8 && int(h.HeaderSize) < headerSizeV8 || h.Version >= 10 && int(h.HeaderSize) < headerSizeV10 ||
+		h.Version >= 12 && int(h.HeaderSize) < headerSize ||
 		int(h.HeaderSize) > len(raw):
 		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
 	case h.Nlabels > MaxLabels || h.Nlabels > 0 && int(h.LabelSize) != labelSize:
@@ -413,6 +427,8 @@ func compactHeaderSize(v uint16) int {
 	switch v {
 	case CompactVersionV8:
 		return headerSizeV8
+	case CompactVersionV10:
+		return headerSizeV10
 	case CompactVersion:
 		return headerSize
 	}
@@ -431,6 +447,35 @@ func SetOffCPU(raw []byte, ns uint64) error {
 	}
 	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.Period):], ns)
 	return nil
+}
+
+// WeighAlloc multiplies an allocation sample's objects and bytes (in a
+// RAW payload as the program wrote it) by weight, rounding, and returns
+// its objects then.
+func WeighAlloc(raw []byte, weight float64) (uint64, error) {
+	h, err := decodeHeader(raw)
+	if err != nil {
+		return 0, err
+	}
+	if h.Flags&Alloc == 0 || h.Flags&Compact != 0 {
+		return 0, errors.New("payload: not an allocation sample as the program writes it")
+	}
+	objects, bytes := scaleCount(h.Period, weight), scaleCount(h.AllocBytes, weight)
+	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.Period):], objects)
+	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.AllocBytes):], bytes)
+	return objects, nil
+}
+
+// scaleCount is n times weight, rounded, within a uint64.
+func scaleCount(n uint64, weight float64) uint64 {
+	v := math.Round(float64(n) * weight)
+	switch {
+	case !(v > 0): // and NaN
+		return 0
+	case v >= math.MaxUint64:
+		return math.MaxUint64
+	}
+	return uint64(v)
 }
 
 // NameFrames overwrites, in a sample's RAW payload as the program wrote it,

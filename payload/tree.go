@@ -36,10 +36,12 @@ import (
 // sample means nothing without the samples before it.
 const (
 	// CompactVersion is the version of a compact payload; the program's
-	// payloads are of Version. CompactVersionV8, of an older recording's,
-	// whose program wrote version 8 (a header without alloc_bytes).
-	CompactVersion   = 11
-	CompactVersionV8 = 9
+	// payloads are of Version. CompactVersionV8 and CompactVersionV10, of
+	// older recordings', whose program wrote version 8 (a header without
+	// alloc_bytes) or 10 (without alloc_window).
+	CompactVersion    = 13
+	CompactVersionV8  = 9
+	CompactVersionV10 = 11
 	// Compact: the payload's frames are references into its file's
 	// trees (TreeDecoder.Expand). Set by the recorder, never by the
 	// program.

@@ -217,3 +217,35 @@ func BenchmarkCompact(b *testing.B) {
 		}
 	}
 }
+
+// TestTreeAlloc: an allocation sample made compact expands to itself,
+// window and all; one of an older recording's compact form (version 11,
+// whose program wrote version 10) expands with its objects and bytes, and
+// window 0.
+func TestTreeAlloc(t *testing.T) {
+	raw := allocSeed(3, 409, 409*160, 42)
+	var e TreeEncoder
+	c, err := e.Compact(nil, raw, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d TreeDecoder
+	got, err := d.Expand(c)
+	if err != nil || !bytes.Equal(got, raw) {
+		t.Fatalf("expanded %x, %v; want %x", got, err, raw)
+	}
+	v11 := append(append([]byte(nil), c[:headerSizeV10]...), c[headerSize:]...)
+	le := binary.LittleEndian
+	le.PutUint16(v11[4:], CompactVersionV10)
+	le.PutUint16(v11[6:], uint16(headerSizeV10))
+	le.PutUint32(v11[8:], uint32(len(v11)))
+	var d11 TreeDecoder
+	got, err = d11.Expand(v11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Decode(got)
+	if err != nil || p.Flags&Alloc == 0 || p.Period != 409 || p.AllocBytes != 409*160 || p.AllocWindow != 0 || len(p.Frames) != 3 {
+		t.Fatalf("version 11: %+v, %v", p, err)
+	}
+}

@@ -4,28 +4,30 @@ package payload
 
 import "structs"
 
-// cPayloadHeader is struct payload_header: 96 bytes; magic at 0 version at 4 header_size at 6 length at 8 nframes at 12 flags at 16 pid at 20 tid at 24 gen at 28 ec at 32 cfp at 40 period at 48 gc_count at 56 gc_epoch at 64 nlabels at 72 label_size at 76 nnatives at 80 native_stop at 84 alloc_bytes at 88.
+// cPayloadHeader is struct payload_header: 104 bytes; magic at 0 version at 4 header_size at 6 length at 8 nframes at 12 flags at 16 pid at 20 tid at 24 gen at 28 ec at 32 cfp at 40 period at 48 gc_count at 56 gc_epoch at 64 nlabels at 72 label_size at 76 nnatives at 80 native_stop at 84 alloc_bytes at 88 alloc_window at 96 pad at 100.
 type cPayloadHeader struct {
-	_          structs.HostLayout
-	Magic      uint32
-	Version    uint16
-	HeaderSize uint16
-	Length     uint32
-	Nframes    uint32
-	Flags      uint32
-	Pid        uint32
-	Tid        uint32
-	Gen        uint32
-	Ec         uint64
-	Cfp        uint64
-	Period     uint64
-	GcCount    uint64
-	GcEpoch    uint64
-	Nlabels    uint32
-	LabelSize  uint32
-	Nnatives   uint32
-	NativeStop uint32
-	AllocBytes uint64
+	_           structs.HostLayout
+	Magic       uint32
+	Version     uint16
+	HeaderSize  uint16
+	Length      uint32
+	Nframes     uint32
+	Flags       uint32
+	Pid         uint32
+	Tid         uint32
+	Gen         uint32
+	Ec          uint64
+	Cfp         uint64
+	Period      uint64
+	GcCount     uint64
+	GcEpoch     uint64
+	Nlabels     uint32
+	LabelSize   uint32
+	Nnatives    uint32
+	NativeStop  uint32
+	AllocBytes  uint64
+	AllocWindow uint32
+	Pad         uint32
 }
 
 // cFrame is struct frame: 24 bytes; iseq at 0 pc at 8 cme_flags at 16.

@@ -17,24 +17,20 @@ import (
 // all the time, testdata/ruby/alloc.rb ran 2.4 times slower here. So the
 // uprobes are on in windows, and the gap after each keeps the refills seen
 // (each a trap) within allocTrapBudget a second at the rate the windows
-// saw. Each refill seen stands for the time not watched: its objects count
-// cycle / armed times, armed being how long the uprobes were on (from the
-// attach's return to the detach's call: an uprobe_multi link puts its
-// breakpoints in before it returns and takes them out first thing) and
-// cycle the time from one window to the next. Gaps are drawn at random
-// around their mean, so that windows do not fall in step with a periodic
-// workload: the shares of what allocates are then unbiased.
+// saw. Gaps are drawn at random around their mean, so that windows do not
+// fall in step with a periodic workload.
 //
-// The count is not: the traps slow the allocations they watch (here each
-// refill took twice as long in a window), so a window sees fewer than its
-// share of time. Where the layout says where the GC counts allocations
-// (rubystack's AllocatedObjects), the count of each target is read at each
-// window, and the scale corrected by the ratio of what the counter says
-// was allocated to what the weights said, over the windows so far.
-//
-// A window's scale is set before its refills are seen, from the last
-// window's times, the gap drawn for this one and the correction so far,
-// so that the refills do not decide their own weight.
+// Each window stands for its cycle: the time from the end of the window
+// before to its own end. Once it has ended, its samples are weighed
+// (allocWeighed) by what it stands for (allocWindowFacts.weight): the
+// program's run over the cycle against its run in the window, the traps'
+// stalls taken out of both. What a trap costs is fitted so that the
+// weights add up to the allocation counter (rubystack's AllocatedObjects,
+// read at each window's end) over the recent windows; without a counter,
+// the traps are taken to cost nothing. Armed time runs from the attach's
+// return to the window's end (an uprobe_multi link puts its breakpoints in
+// before it returns; the window ends when its number is taken back, before
+// the detach).
 const (
 	allocWindow = 5 * time.Millisecond
 	// allocTrapBudget bounds the refills a second the uprobes see, all
@@ -48,75 +44,53 @@ const (
 	// that starts allocating more is watched all the time for at most that
 	// long).
 	allocSteady = 200 * time.Millisecond
+	// maxAllocWeight bounds a window's weight: a window that saw a single
+	// refill of a few objects in a cycle of millions stands for no more.
+	maxAllocWeight = 1 << 20
 )
 
-// allocCount is what the windows of one target add up to, against its
-// allocation counter. A window's time scale stands for the time from the
-// end of the window before to its own end: the counter is read at each
-// window's end, and the objects it counted since the last end are set
-// against the window's objects times its time scale.
-type allocCount struct {
-	counter  uint64  // at the last window's end
-	counted  bool    // counter was read
-	actual   float64 // objects the counter counted over the windows so far
-	weighted float64 // objects the time scales gave them
-}
-
-// correction is what the target's time scale is multiplied by: the
-// counter's count over the time scales', once there is something to
-// compare.
-func (c *allocCount) correction() float64 {
-	if c.weighted <= 0 || c.actual <= 0 {
-		return 1
-	}
-	return max(0.1, min(10, c.actual/c.weighted))
+// allocCounter is a target's allocation counter at the last window's end,
+// and its recent windows.
+type allocCounter struct {
+	n       uint64
+	counted bool // n was read
+	windows []allocWindowFacts
 }
 
 // watchAllocations arms and disarms the targets' refill uprobes in
-// windows until ctx ends, then disarms them, and closes done.
+// windows until ctx ends, weighing each window's samples when it ends,
+// then disarms them, and closes done.
 func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
-	defer s.armRefills(false, 0, nil)
+	defer s.armRefills(false, 0)
 	var (
 		window  = uint32(0)
-		gap     time.Duration // drawn for the next cycle
-		between time.Duration // of the last cycle: from the detach's call to the next attach's return, less the gap
-		armed   time.Duration // of the last window
-		rate    float64       // refills a second while armed, smoothed over windows
-		steady  = false       // the uprobes stay on
-		counts  = map[int]*allocCount{}
-		last    = map[int]bpf.AllocWindow{} // the last window's, by target
+		rate    float64 // refills a second while armed, smoothed over windows
+		steady  = false // the uprobes stay on
+		counts  = map[int]*allocCounter{}
+		lastEnd = time.Now() // the last window's end: this cycle's start
 	)
+	s.weighWindow(0, counts, 0, 0) // the counters, as the first cycle starts
 	for {
 		window++
-		timeScale := 1.0
-		if !steady && armed > 0 {
-			timeScale = float64(armed+between+gap) / float64(armed)
-		}
-		scales := map[int]float64{-1: timeScale} // a target counted nothing yet: uncorrected
-		for pid, c := range counts {
-			scales[pid] = timeScale * c.correction()
-		}
-		before := time.Now()
-		s.armRefills(true, window, scales)
+		s.armRefills(true, window)
 		on := time.Now()
 		length := allocWindow
 		if steady {
 			length = allocSteady
 		}
-		if !sleepCtx(ctx, length) {
+		ended := !sleepCtx(ctx, length)
+		armed := time.Since(on)
+		if !steady || ended {
+			// Off before the window is read: every refill it saw is
+			// in it, and in the counters read next.
+			s.armRefills(false, 0)
+		}
+		cycle := time.Since(lastEnd)
+		lastEnd = time.Now()
+		seen := s.weighWindow(window, counts, armed, cycle)
+		if ended {
 			return
-		}
-		last = s.allocWindows(window)
-		s.countAllocations(counts, last, timeScale)
-		seen := 0
-		for _, w := range last {
-			seen += int(w.Refills)
-		}
-		if steady {
-			armed = time.Since(before) // on since the last window
-		} else {
-			armed = time.Since(on)
 		}
 		r := float64(seen) / armed.Seconds()
 		switch {
@@ -129,22 +103,24 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 			steady = true // few enough to see them all: the uprobes stay on
 			continue
 		}
-		steady = false
-		off := time.Now()
-		s.armRefills(false, 0, nil)
-		mean := float64(armed) * max(0, rate/allocTrapBudget-1)
-		gap = min(allocMaxGap, time.Duration(mean*(0.5+rand.Float64())))
-		if !sleepCtx(ctx, gap) {
-			return
+		if steady {
+			steady = false
+			s.armRefills(false, 0)
 		}
-		between = time.Since(off) - gap + on.Sub(before) // detaching, and the next attach (as this one took)
+		mean := float64(armed) * max(0, rate/allocTrapBudget-1)
+		gap := min(allocMaxGap, time.Duration(mean*(0.5+rand.Float64())))
+		if !sleepCtx(ctx, gap) {
+			return // the gap saw nothing; its window was weighed
+		}
 	}
 }
 
-// countAllocations reads each target's allocation counter at the end of a
-// window, and adds to its allocCount what the counter counted since the
-// last window's end and what the window's objects, at timeScale, say.
-func (s *session) countAllocations(counts map[int]*allocCount, last map[int]bpf.AllocWindow, timeScale float64) {
+// weighWindow ends window n (0: none yet, only the counters are read):
+// it reads each target's allocation counter and what the program saw of
+// its refills in the window, weighs the window's samples (allocWeighed),
+// and returns the refills seen, all targets together. The window was
+// armed for armed of its cycle.
+func (s *session) weighWindow(n uint32, counts map[int]*allocCounter, armed, cycle time.Duration) (seen int) {
 	s.mu.Lock() // the readers are the recorder's
 	defer s.mu.Unlock()
 	for pid := range counts {
@@ -158,42 +134,41 @@ func (s *session) countAllocations(counts map[int]*allocCount, last map[int]bpf.
 		}
 		c := counts[pid]
 		if c == nil {
-			c = &allocCount{}
+			c = &allocCounter{}
 			counts[pid] = c
 		}
-		n, err := t.Reader.AllocatedObjects()
-		if err == nil && c.counted && n >= c.counter {
-			c.actual += float64(n - c.counter)
-			c.weighted += float64(last[pid].Objects) * timeScale
+		before := *c
+		now, err := t.Reader.AllocatedObjects()
+		c.n, c.counted = now, err == nil
+		if n == 0 {
+			continue
 		}
-		c.counter, c.counted = n, err == nil
+		w, ok := s.sampler.AllocWindow(pid)
+		if !ok || w.Window != n || w.Refills == 0 {
+			continue
+		}
+		seen += int(w.Refills)
+		facts := allocWindowFacts{objects: float64(w.Objects), refills: float64(w.Refills), armed: armed, cycle: cycle}
+		trap := 0.0
+		if c.counted && before.counted && now >= before.n {
+			facts.counted = float64(now - before.n)
+			if len(c.windows) >= maxTrapFitWindows {
+				c.windows = append(c.windows[:0], c.windows[1:]...)
+			}
+			c.windows = append(c.windows, facts)
+			trap = trapFit(c.windows)
+			s.sum.AllocTrap = time.Duration(trap)
+		}
+		s.allocWeighed(pid, n, min(facts.weight(trap), maxAllocWeight))
 	}
+	return seen
 }
 
-// allocWindows returns what the program saw of each target in window n.
-func (s *session) allocWindows(n uint32) map[int]bpf.AllocWindow {
-	s.mu.Lock()
-	pids := make([]int, 0, len(s.targets))
-	for pid, t := range s.targets {
-		if t.refills != nil && !s.gone[pid] {
-			pids = append(pids, pid)
-		}
-	}
-	s.mu.Unlock()
-	out := map[int]bpf.AllocWindow{}
-	for _, pid := range pids {
-		if w, ok := s.sampler.AllocWindow(pid); ok && w.Window == n {
-			out[pid] = w
-		}
-	}
-	return out
-}
-
-// armRefills puts the uprobes on every target's refills, as window n,
-// each refill of pid standing for scales[pid] (scales[-1] when absent, or
-// 1), or takes them off. Attaching and detaching take milliseconds: not under the
+// armRefills puts the uprobes on every target's refills, as window n, or
+// ends the window and takes them off (in the background: bpf.Refills
+// Disarm). Attaching and detaching take milliseconds: not under the
 // session's lock.
-func (s *session) armRefills(on bool, n uint32, scales map[int]float64) {
+func (s *session) armRefills(on bool, n uint32) {
 	type armed struct {
 		pid int
 		r   *bpf.Refills
@@ -204,18 +179,12 @@ func (s *session) armRefills(on bool, n uint32, scales map[int]float64) {
 		if t.refills == nil || s.gone[pid] {
 			continue
 		}
-		if on {
-			scale, ok := scales[pid]
-			if !ok {
-				if scale, ok = scales[-1]; !ok {
-					scale = 1
-				}
-			}
-			t.Config.SetAllocScale(scale)
-			t.Config.SetAllocWindow(n)
-			if err := s.sampler.Reconfigure(pid, t.Config); err != nil {
-				continue
-			}
+		if !on {
+			n = 0 // the window ends here, before its uprobes are off
+		}
+		t.Config.SetAllocWindow(n)
+		if err := s.sampler.Reconfigure(pid, t.Config); err != nil && on {
+			continue
 		}
 		all = append(all, armed{pid, t.refills})
 	}
@@ -265,7 +234,7 @@ func (s *session) refillsOf(t *Target) (*bpf.Refills, error) {
 		// Once now, so that a kernel without uprobe_multi links (before
 		// Linux 6.6) is refused at the start, not in the first window.
 		if err = refills.Arm(); err == nil {
-			err = refills.Disarm()
+			refills.Disarm()
 		}
 		s.allocChecked = err == nil
 	}

@@ -130,7 +130,13 @@ type Summary struct {
 	OffCPU, OffCPUCut, OffCPUEndsUnmatched, OffCPUEndsLost, OffCPUUnknown uint64
 	// Refills counts the allocation-cache refills of targets seen
 	// (Options.Alloc), AllocSamples the allocation samples taken at them.
-	Refills, AllocSamples uint64
+	// AllocUnweighed counts those written with their target's latest
+	// window's weight, their own window's not known (it never ended, or
+	// too many were held).
+	Refills, AllocSamples, AllocUnweighed uint64
+	// AllocTrap is what a refill's trap was fitted to cost the program,
+	// at the last window weighed (0: not fitted, or nothing).
+	AllocTrap time.Duration
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
 	Urgent    uint64
@@ -228,6 +234,8 @@ type session struct {
 
 	// off holds off-CPU samples until their threads are back (Options.Wall).
 	off offCPU
+	// alloc holds allocation samples until their windows are weighed.
+	alloc allocHeld
 
 	// The last checkpoint (see checkpoint), and the symbol table's size
 	// when its copy beside the recording was written.
@@ -571,6 +579,9 @@ func (s *session) handle(rec bpf.Record) error {
 			s.sum.OffCPU++
 			return s.offCPUSample(p)
 		}
+		if p.Flags&payload.Alloc != 0 && p.AllocWindow != 0 {
+			return s.allocSample(p)
+		}
 	case *perfdata.Lost:
 		if rec.SideBand {
 			s.sum.LostSideBand += r.Lost
@@ -642,6 +653,9 @@ func (s *session) finish() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
+	if err := s.flushAlloc(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.flushOffCPU(); err != nil {
 		errs = append(errs, err)
 	}

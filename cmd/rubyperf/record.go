@@ -31,8 +31,8 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	freq := fs.Int("F", 99, "samples per second")
 	wall := fs.Bool("wall", false, "wall-clock time: also sample threads as they block (sleep, I/O, locks, the GVL), each weighed by the time it stays off the CPU")
 	var alloc allocFlag
-	fs.Var(&alloc, "alloc", "sample object allocations, a sample per N objects a thread allocates on average (--alloc=N; default "+
-		strconv.Itoa(bpf.DefaultAllocEvery)+"); CPU samples too only with -F")
+	fs.Var(&alloc, "alloc", "sample object allocations at the refills of Ruby's allocation caches (a heap page's free slots each); "+
+		"--alloc=N: a sample per N objects the refills a thread is seen to run hand out, not every refill; CPU samples too only with -F")
 	var dur seconds
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
 	out := fs.String("o", "rubyperf.data", "output file")
@@ -105,8 +105,18 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "rubyperf: %s\n", export.Printable(e)) // names a target chose
 		}
 		if opts.Alloc > 0 {
-			fmt.Fprintf(stderr, "rubyperf: %d allocation samples, one per %d objects a thread allocated, of %d allocation-cache refills\n",
-				sum.AllocSamples, opts.Alloc, sum.Refills)
+			every := "one at each"
+			if opts.Alloc > 1 {
+				every = fmt.Sprintf("one per %d objects of the", opts.Alloc)
+			}
+			fmt.Fprintf(stderr, "rubyperf: %d allocation samples, %s %d allocation-cache refills seen, each weighed by what its window of watched refills stands for\n",
+				sum.AllocSamples, every, sum.Refills)
+			if sum.AllocTrap > 0 {
+				fmt.Fprintf(stderr, "rubyperf: a refill's trap stalled the target about %s (fitted to Ruby's count of allocations)\n", sum.AllocTrap.Round(100*time.Nanosecond))
+			}
+			if sum.AllocUnweighed > 0 {
+				fmt.Fprintf(stderr, "rubyperf: %d of them weighed by an earlier window's weight: their own window never ended\n", sum.AllocUnweighed)
+			}
 		}
 		if opts.Wall {
 			fmt.Fprintf(stderr, "rubyperf: %d samples taken as threads left a CPU, weighed by the time they stayed off\n", sum.OffCPU)
