@@ -39,6 +39,44 @@ const (
 	WeightSamples
 )
 
+// Unit is what the stacks' Period counts.
+type Unit uint8
+
+const (
+	// UnitNanoseconds: time, CPU or wall-clock (the default).
+	UnitNanoseconds Unit = iota
+	// UnitObjects: objects allocated (allocation samples, merge.Stack.Alloc).
+	UnitObjects
+	// UnitBytes: bytes allocated (allocation samples weighed by bytes).
+	UnitBytes
+)
+
+// amount says n of unit u for a person: "1.25 ms", "12,345 objects",
+// "1.5 MiB".
+func (u Unit) amount(n uint64) string {
+	switch u {
+	case UnitObjects:
+		return strconv.FormatUint(n, 10) + " objects"
+	case UnitBytes:
+		return bytesAmount(n)
+	}
+	return duration(n)
+}
+
+// bytesAmount is n bytes in the largest binary unit it fills.
+func bytesAmount(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i:i+1] + "iB"
+}
+
 // Builder is one format built a stack at a time: Pprof, Folded,
 // FlameGraph or Speedscope.
 type Builder interface {

@@ -24,6 +24,10 @@ type SpeedscopeOptions struct {
 	// Exporter names the program that wrote the file, "name@version";
 	// "" gives "rubyperf".
 	Exporter string
+	// Unit is what the stacks' Period counts: time (the default), or
+	// objects or bytes allocated, which speedscope shows as counts
+	// ("none") and bytes, each profile spanning its weights from 0.
+	Unit Unit
 }
 
 // The speedscope file format (speedscope's src/lib/file-format-spec.ts).
@@ -78,7 +82,8 @@ func WriteSpeedscope(w io.Writer, stacks []merge.Stack, opts SpeedscopeOptions) 
 // period and the index of its distinct stack), never the stacks
 // themselves.
 type Speedscope struct {
-	opts    SpeedscopeOptions
+	// Options may change until Write (a unit known once every stack is read).
+	Options SpeedscopeOptions
 	frames  map[speedscopeFrame]int // in order of first sight
 	names   []speedscopeFrame
 	stacks  map[string]int // distinct stacks, frame IDs root first, by key
@@ -104,7 +109,7 @@ type speedscopeSample struct {
 
 // NewSpeedscope returns an empty speedscope file with opts.
 func NewSpeedscope(opts SpeedscopeOptions) *Speedscope {
-	return &Speedscope{opts: opts, frames: make(map[speedscopeFrame]int), stacks: make(map[string]int),
+	return &Speedscope{Options: opts, frames: make(map[speedscopeFrame]int), stacks: make(map[string]int),
 		threads: make(map[speedscopeThread]*speedscopeSamples)}
 }
 
@@ -148,8 +153,8 @@ func (sp *Speedscope) Add(s *merge.Stack) {
 func (sp *Speedscope) Write(w io.Writer) error {
 	f := speedscopeFile{
 		Schema:   speedscopeSchema,
-		Name:     cmp.Or(sp.opts.Name, "rubyperf"),
-		Exporter: cmp.Or(sp.opts.Exporter, "rubyperf"),
+		Name:     cmp.Or(sp.Options.Name, "rubyperf"),
+		Exporter: cmp.Or(sp.Options.Exporter, "rubyperf"),
 		Profiles: []speedscopeProfile{},
 		Shared:   speedscopeShared{Frames: []speedscopeFrame{}},
 	}
@@ -166,9 +171,14 @@ func (sp *Speedscope) Write(w io.Writer) error {
 	// Without periods, every sample weighs 1 and the unit is "none".
 	unit := "nanoseconds"
 	weightOf := func(s *speedscopeSample) uint64 { return s.period }
-	if !sp.periods {
+	switch {
+	case !sp.periods:
 		unit = "none"
 		weightOf = func(*speedscopeSample) uint64 { return 1 }
+	case sp.Options.Unit == UnitObjects:
+		unit = "none"
+	case sp.Options.Unit == UnitBytes:
+		unit = "bytes"
 	}
 
 	// Frames are numbered in the order the profiles first use them, so the
@@ -189,7 +199,7 @@ func (sp *Speedscope) Write(w io.Writer) error {
 			Samples: make([][]int, 0, len(ss)),
 			Weights: make([]uint64, 0, len(ss)),
 		}
-		if first := ss[0]; unit != "none" && first.time > first.period {
+		if first := ss[0]; unit == "nanoseconds" && first.time > first.period {
 			p.StartValue = first.time - first.period
 		}
 		var sum uint64

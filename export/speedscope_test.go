@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -209,5 +210,30 @@ func TestSpeedscopeSpanIsItsWeights(t *testing.T) {
 	p := f.Profiles[0]
 	if p.StartValue != 999_000_000 || p.EndValue-p.StartValue != 2_000_000 {
 		t.Errorf("startValue %d, endValue %d: want a span of the two samples' 2 ms from 999000000", p.StartValue, p.EndValue)
+	}
+}
+
+// TestSpeedscopeAllocUnits: allocation samples weigh their objects as a
+// count ("none") or their bytes ("bytes"), each profile spanning its
+// weights from 0, not a time.
+func TestSpeedscopeAllocUnits(t *testing.T) {
+	frames := rootFirst(ruby("<main>", "app.rb", 1))
+	stacks := []merge.Stack{
+		{PID: 1, TID: 1, Comm: "ruby", Time: 1_000_000_000, Period: 1638, Alloc: true, Frames: frames},
+		{PID: 1, TID: 1, Comm: "ruby", Time: 3_000_000_000, Period: 409, Alloc: true, Frames: frames},
+	}
+	for unit, want := range map[Unit]string{UnitObjects: "none", UnitBytes: "bytes"} {
+		var buf bytes.Buffer
+		if err := WriteSpeedscope(&buf, stacks, SpeedscopeOptions{Unit: unit}); err != nil {
+			t.Fatal(err)
+		}
+		var f speedscopeFile
+		if err := json.Unmarshal(buf.Bytes(), &f); err != nil {
+			t.Fatal(err)
+		}
+		p := f.Profiles[0]
+		if p.Unit != want || p.StartValue != 0 || p.EndValue != 2047 || !slices.Equal(p.Weights, []uint64{1638, 409}) {
+			t.Errorf("unit %d: %q from %d to %d, weights %v; want %q from 0 to 2047, weights [1638 409]", unit, p.Unit, p.StartValue, p.EndValue, p.Weights, want)
+		}
 	}
 }

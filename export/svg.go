@@ -29,6 +29,9 @@ type SVGOptions struct {
 	Subtitle string
 	Root     Root
 	Weight   Weight
+	// Unit is what the stacks' Period counts, as the frames' tooltips say
+	// it: time (the default), objects or bytes allocated.
+	Unit Unit
 	// Icicle draws the root at the top and the leaves below it.
 	Icicle bool
 	// Width is the image width in pixels; 0 gives 1200.
@@ -173,7 +176,7 @@ func (g *FlameGraph) Write(w io.Writer) error {
 	}
 
 	bw := bufio.NewWriter(w)
-	sw := svgWriter{bw}
+	sw := svgWriter{bw, opts.Unit}
 	fmt.Fprintf(bw, `<?xml version="1.0" standalone="no"?>
 <svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s">
 `, num(width), num(height), num(width), num(height))
@@ -231,7 +234,10 @@ text{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12px;fill
 }
 
 // svgWriter writes escaped text.
-type svgWriter struct{ *bufio.Writer }
+type svgWriter struct {
+	*bufio.Writer
+	unit Unit // what the stacks' Period counts
+}
 
 // frame writes one box: a group with a tooltip, a rectangle, and the
 // name when it fits.
@@ -251,7 +257,7 @@ func (sw svgWriter) frame(f svgFrame, y float64, tree *node, wt Weight) {
 		}
 	}
 	share := 100 * float64(n.weight(wt)) / float64(tree.weight(wt))
-	fmt.Fprintf(sw, "\n%d %s, %s, %.2f%%</title>", n.samples, plural(n.samples, "sample"), duration(n.time), share)
+	fmt.Fprintf(sw, "\n%d %s, %s, %.2f%%</title>", n.samples, plural(n.samples, "sample"), sw.unit.amount(n.time), share)
 	fmt.Fprintf(sw, `<rect x="%s" y="%s" width="%s" height="%s" fill="%s"/>`,
 		num(f.x0), num(y), num(round2(f.x1-f.x0)), num(svgFrameH-1), frameColor(n))
 	if label := fitLabel(n.name, f.x1-f.x0); label != "" {

@@ -329,3 +329,21 @@ func TestSVGScript(t *testing.T) {
 		t.Errorf("no setup line for svg.js")
 	}
 }
+
+// TestSVGAllocUnits: the tooltips of an allocation flame graph say
+// objects or bytes, not time.
+func TestSVGAllocUnits(t *testing.T) {
+	frames := rootFirst(ruby("Alloc#objects", "alloc.rb", 3))
+	stacks := []merge.Stack{{PID: 1, TID: 1, Comm: "ruby", Period: 3 << 20, Alloc: true, Frames: frames}}
+	for unit, want := range map[Unit]string{UnitObjects: "1 sample, 3145728 objects, 100.00%", UnitBytes: "1 sample, 3.0 MiB, 100.00%"} {
+		var buf bytes.Buffer
+		if err := WriteFlameGraphSVG(&buf, stacks, SVGOptions{Unit: unit}); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range parseSVG(t, buf.Bytes()) {
+			if b.name() == "Alloc#objects" && !strings.HasSuffix(b.title, want) {
+				t.Errorf("unit %d: tooltip %q, want it to end %q", unit, b.title, want)
+			}
+		}
+	}
+}

@@ -86,8 +86,19 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if pprof != nil && !stats.Start.IsZero() {
 		pprof.Options.TimeNanos = stats.Start.UnixNano()
 	}
+	unit, weighed := export.UnitNanoseconds, ""
+	if stats.Kind == readback.KindAlloc {
+		unit, weighed = export.UnitObjects, "; weighed by objects allocated"
+		if *in.weight == "bytes" {
+			unit, weighed = export.UnitBytes, "; weighed by bytes allocated"
+		}
+	}
+	if sp, ok := pw.(*export.Speedscope); ok {
+		sp.Options.Unit = unit
+	}
 	if graph != nil {
-		graph.Options.Subtitle = fmt.Sprintf("%d samples; %s", graph.Samples(), viewSubtitle[in.view()])
+		graph.Options.Unit = unit
+		graph.Options.Subtitle = fmt.Sprintf("%d samples%s; %s", graph.Samples(), weighed, viewSubtitle[in.view()])
 		if stats.Incomplete > 0 {
 			graph.Options.Subtitle += fmt.Sprintf("; %d under %s", stats.Incomplete, merge.IncompleteName)
 		}
