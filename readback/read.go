@@ -38,8 +38,9 @@ type ReadOptions struct {
 	// each mapped file refused (RefusedWarner).
 	Warn io.Writer
 	// Kind says which samples to read: CPU samples (with off-CPU ones), or
-	// allocation samples. KindAuto reads the CPU samples of a recording
-	// that took any, else its allocation samples; ReadStats.Kind says which.
+	// allocation samples, or all. KindAuto reads the CPU samples of a
+	// recording that took any, else its allocation samples; ReadStats.Kind
+	// says which.
 	Kind SampleKind
 }
 
@@ -50,6 +51,7 @@ const (
 	KindAuto  SampleKind = iota
 	KindCPU              // cpu-clock samples, and off-CPU ones (record --wall)
 	KindAlloc            // allocation samples (record --alloc)
+	KindAll              // every sample, in the file's order (Stack.Alloc tells them apart)
 )
 
 // ReadStats count what reading found.
@@ -201,7 +203,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 			}
 			before := rd.stats
 			st := rd.Stack(rec, nil) // (a compact payload must be expanded in order)
-			if st.Alloc != (rd.stats.Kind == KindAlloc) {
+			if rd.stats.Kind != KindAll && st.Alloc != (rd.stats.Kind == KindAlloc) {
 				rd.stats = before // counts are of the samples read
 				rd.stats.Other++
 				continue

@@ -103,13 +103,13 @@ func TestRecordAlloc(t *testing.T) {
 	}
 }
 
-// allocProfile converts a recording of allocations to pprof and reads it,
-// checking its sample types.
-func allocProfile(t *testing.T, data string) *profile.Profile {
+// allocProfile converts a recording of allocations to pprof (with convert
+// flags more) and reads it, checking its sample types.
+func allocProfile(t *testing.T, data string, more ...string) *profile.Profile {
 	t.Helper()
 	pb := data + ".pb.gz"
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"convert", "-i", data, "-f", "pprof", "--ruby-only", "-o", pb}, &stdout, &stderr); code != 0 {
+	if code := run(append([]string{"convert", "-i", data, "-f", "pprof", "--ruby-only", "-o", pb}, more...), &stdout, &stderr); code != 0 {
 		t.Fatalf("convert: exit %d: %s", code, stderr.String())
 	}
 	b, err := os.ReadFile(pb)

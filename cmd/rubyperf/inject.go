@@ -26,6 +26,7 @@ const maxPID = 4 << 20
 func runInject(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	in := addInputFlags(fs)
+	in.every = true // each sample of the recording is written, under its event
 	out := fs.String("o", "", "the perf.data to write")
 	mapDir := fs.String("map-dir", perfmap.DefaultDir, "where perf-PID.map files go (perf reads /tmp)")
 	if err := in.parse(fs, args); err != nil {
@@ -113,7 +114,8 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 		perfdata.SamplePeriod | perfdata.SampleCallchain
 	attr.SampleRegsUser, attr.SampleStackUser = 0, 0
 	attr.Flags &^= perfdata.FlagExcludeCallchainUser
-	if err := w.AddEvent(attr, src.Events()[0].Name, nil); err != nil {
+	events, err := injectEvents(w, attr, src.Events()[0].Name, stacks)
+	if err != nil {
 		return err
 	}
 	for _, feat := range src.Features() {
@@ -140,6 +142,9 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 		rec := &perfdata.Mmap2{Misc: perfdata.MiscUser, Pid: uint32(pid), Tid: uint32(pid), Addr: r.base, Len: r.span,
 			Prot: 5 /* PROT_READ|PROT_EXEC */, Flags: 2 /* MAP_PRIVATE */, Filename: "//anon",
 			Trailer: perfdata.Trailer{Pid: uint32(pid), Tid: uint32(pid), Time: at}}
+		if events.ids != nil {
+			rec.Trailer.ID = events.ids[0]
+		}
 		if err := w.Synthesize(0, rec); err != nil {
 			return err
 		}
@@ -151,12 +156,25 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 			if si >= len(stacks) {
 				return fmt.Errorf("%s: more samples than were read", *in.input)
 			}
-			if err := w.Synthesize(0, injectedSample(rec, stacks[si], names[int(rec.Pid)])); err != nil {
+			smp := injectedSample(rec, stacks[si], names[int(rec.Pid)])
+			event := events.of(stacks[si])
+			if events.ids != nil {
+				smp.ID = events.ids[event]
+			}
+			if err := w.Synthesize(event, smp); err != nil {
 				return fmt.Errorf("%s: %w", *out, err)
 			}
 			si++
 		case *perfdata.Comm, *perfdata.Mmap, *perfdata.Mmap2, *perfdata.Fork, *perfdata.Exit, *perfdata.Lost:
-			if err := w.WriteRecord(src.Raw()); err != nil {
+			var err error
+			if events.ids == nil {
+				err = w.WriteRecord(src.Raw())
+			} else {
+				// Their sample_id trailers gain the first event's id.
+				setTrailerID(rec, events.ids[0])
+				err = w.Synthesize(0, rec)
+			}
+			if err != nil {
 				return fmt.Errorf("%s: %w", *out, err)
 			}
 		}
@@ -168,6 +186,63 @@ func runInject(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s: %w", *out, err)
 	}
 	return dst.Commit()
+}
+
+// injectedEvents are the events of an injected perf.data: the
+// recording's, and for its allocation samples (record --alloc) a second,
+// ruby-alloc, whose samples' period is the objects they stand for, so that
+// perf reports them apart from CPU time. ids are the events' sample ids
+// when there are two (nil: one).
+type injectedEvents struct {
+	ids []uint64
+}
+
+// of is the index of the event of stack s's sample.
+func (e injectedEvents) of(s merge.Stack) int {
+	if s.Alloc && len(e.ids) > 1 {
+		return 1
+	}
+	return 0
+}
+
+// allocEventName is the event perf reports allocation samples under.
+const allocEventName = "ruby-alloc"
+
+// injectEvents adds to w the event attr named name, and, when any of
+// stacks is an allocation sample, the ruby-alloc event beside it.
+func injectEvents(w *perfdata.Writer, attr perfdata.Attr, name string, stacks []merge.Stack) (injectedEvents, error) {
+	alloc := slices.ContainsFunc(stacks, func(s merge.Stack) bool { return s.Alloc })
+	if !alloc {
+		return injectedEvents{}, w.AddEvent(attr, name, nil)
+	}
+	// Two events: each sample and each record's trailer says whose.
+	attr.SampleType |= perfdata.SampleIdentifier
+	allocAttr := attr
+	allocAttr.Flags &^= perfdata.FlagFreq
+	allocAttr.SamplePeriodOrFreq = 1
+	e := injectedEvents{ids: []uint64{1, 2}}
+	if err := w.AddEvent(attr, name, e.ids[:1]); err != nil {
+		return e, err
+	}
+	return e, w.AddEvent(allocAttr, allocEventName, e.ids[1:])
+}
+
+// setTrailerID sets the id in a side-band record's sample_id trailer.
+func setTrailerID(rec perfdata.Record, id uint64) {
+	switch r := rec.(type) {
+	case *perfdata.Comm:
+		r.Trailer.ID = id
+	case *perfdata.Mmap:
+		r.Trailer.ID = id
+	case *perfdata.Mmap2:
+		r.Trailer.ID = id
+	case *perfdata.Fork:
+		r.Trailer.ID = id
+	case *perfdata.Exit:
+		r.Trailer.ID = id
+	case *perfdata.Lost:
+		r.Trailer.ID = id
+	}
 }
 
 // recordablePID: pid can be a Ruby a recording sampled. rubyperf samples

@@ -17,6 +17,9 @@ type inputFlags struct {
 	rubyOnly   *bool
 	weight     *string
 	debugFiles *debugFiles
+	// every: read CPU and allocation samples alike (inject writes each
+	// sample of the recording).
+	every bool
 }
 
 func addInputFlags(fs *flag.FlagSet) inputFlags {
@@ -42,6 +45,9 @@ func (f inputFlags) readOptions(stderr io.Writer) readback.ReadOptions {
 		kind = readback.KindCPU
 	case "objects", "bytes":
 		kind = readback.KindAlloc
+	}
+	if f.every {
+		kind = readback.KindAll
 	}
 	return readback.ReadOptions{
 		Kind:      kind,
