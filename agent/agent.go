@@ -24,7 +24,10 @@ type Options struct {
 	StackSize int           // as recording.Options.StackSize
 	// NativeTables is recording.Options.NativeTables.
 	NativeTables bool
-	Merge        merge.Options // the view: which native frames profiles keep
+	// Alloc samples allocations too (recording.Options.Alloc): each
+	// process's interval then has an allocation profile beside its CPU one.
+	Alloc uint64
+	Merge merge.Options // the view: which native frames profiles keep
 	// Labels are resource attributes of every profile (--label); an
 	// attribute the agent sets itself (process.pid, ...) is not replaced.
 	Labels      map[string]string
@@ -181,7 +184,7 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 	}
 	recorded := make(chan result, 1)
 	go func() {
-		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, StackSize: opts.StackSize, NativeTables: opts.NativeTables,
+		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, Alloc: opts.Alloc, StackSize: opts.StackSize, NativeTables: opts.NativeTables,
 			Debuginfo: opts.Debuginfo, Warn: opts.Log, Merge: opts.Merge, Stacks: a.take, MemoryBudget: opts.MemoryBudget / 2,
 			Progress: func(p recording.Progress) {
 				if a.progress.Swap(&p) == nil {

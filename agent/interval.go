@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/binary"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -79,6 +80,10 @@ type Sample struct {
 	State  merge.State
 	Labels []merge.Label
 	Count  int64
+	// Alloc: allocation samples (record --alloc), which stand for Objects
+	// objects of Bytes bytes in all.
+	Alloc          bool
+	Objects, Bytes int64
 }
 
 // NewInterval starts an empty interval at start.
@@ -103,7 +108,7 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 	}
 	if iv.distinct >= maxSamples || len(iv.frameIDs)+len(st.Frames) > maxFrames ||
 		iv.maxBytes > 0 && iv.bytes+iv.stackBytes(st) > iv.maxBytes {
-		iv.overLimit(ps)
+		iv.overLimit(ps, st)
 		return
 	}
 	k, ids := iv.key[:0], iv.ids[:0]
@@ -115,6 +120,9 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 	k = append(k, 0)
 	k = append(k, st.Comm...)
 	k = append(k, 0, byte(st.State))
+	if st.Alloc {
+		k = append(k, 'a')
+	}
 	for _, l := range st.Labels {
 		k = append(k, 0)
 		k = append(k, l.Key...)
@@ -123,10 +131,11 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 	}
 	iv.key, iv.ids = k, ids
 	if s, ok := ps.Samples[string(k)]; ok {
-		s.Count++
+		s.count(st)
 		return
 	}
-	s := &Sample{Frames: slices.Clone(ids), Thread: strings.Clone(st.Comm), State: st.State, Count: 1}
+	s := &Sample{Frames: slices.Clone(ids), Thread: strings.Clone(st.Comm), State: st.State, Alloc: st.Alloc}
+	s.count(st)
 	for _, l := range st.Labels {
 		s.Labels = append(s.Labels, merge.Label{Key: strings.Clone(l.Key), Value: strings.Clone(l.Value)})
 	}
@@ -153,16 +162,31 @@ func (iv *Interval) stackBytes(st merge.Stack) int64 {
 	return n + frameOverhead*int64(len(st.Frames))
 }
 
-// overLimit counts a sample of ps under its OverLimitName stack.
-func (iv *Interval) overLimit(ps *ProcessSamples) {
+// count counts st in s: one sample more, and what an allocation sample
+// stands for.
+func (s *Sample) count(st merge.Stack) {
+	s.Count++
+	if st.Alloc {
+		s.Objects += int64(min(st.Period, math.MaxInt64/2))
+		s.Bytes += int64(min(st.AllocBytes, math.MaxInt64/2))
+	}
+}
+
+// overLimit counts st, a sample of ps, under its OverLimitName stack.
+func (iv *Interval) overLimit(ps *ProcessSamples, st merge.Stack) {
 	iv.OverLimit++
-	const key = "\xffover"
+	key := "\xffover"
+	if st.Alloc {
+		key += "-alloc"
+	}
 	if s, ok := ps.Samples[key]; ok {
-		s.Count++
+		s.count(st)
 		return
 	}
 	id := iv.frameID(merge.Frame{Kind: merge.KindState, Name: OverLimitName})
-	ps.Samples[key] = &Sample{Frames: []int32{id}, Count: 1}
+	s := &Sample{Frames: []int32{id}, Alloc: st.Alloc}
+	s.count(st)
+	ps.Samples[key] = s
 }
 
 // frameID is the id of frame f in the interval, added if new.

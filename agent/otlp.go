@@ -43,16 +43,23 @@ const (
 	sampleTypeUnit  = "count"
 	periodTypeType  = "cpu"
 	periodTypeUnit  = "nanoseconds"
-	serviceNameAttr = "service.name"
-	runtimeName     = "ruby"
-	processPIDAttr  = "process.pid"
-	containerIDAttr = "container.id"
-	hostNameAttr    = "host.name"
-	executableName  = "process.executable.name"
-	executablePath  = "process.executable.path"
-	runtimeNameAttr = "process.runtime.name"
-	runtimeVersion  = "process.runtime.version"
-	processNameAttr = "process.command"
+	// An allocation profile's, as Go's heap profiles name them.
+	allocObjectsType = "alloc_objects"
+	allocObjectsUnit = "count"
+	allocSpaceType   = "alloc_space"
+	allocSpaceUnit   = "bytes"
+	allocPeriodType  = "space"
+	allocPeriodUnit  = "bytes"
+	serviceNameAttr  = "service.name"
+	runtimeName      = "ruby"
+	processPIDAttr   = "process.pid"
+	containerIDAttr  = "container.id"
+	hostNameAttr     = "host.name"
+	executableName   = "process.executable.name"
+	executablePath   = "process.executable.path"
+	runtimeNameAttr  = "process.runtime.name"
+	runtimeVersion   = "process.runtime.version"
+	processNameAttr  = "process.command"
 )
 
 // dictionary builds the tables a request's profiles share, each entry once.
@@ -259,42 +266,72 @@ func (iv *Interval) profilesOf(res Resource, pids []int) pprofile.Profiles {
 		sp := rp.ScopeProfiles().AppendEmpty()
 		sp.Scope().SetName(scopeName)
 		sp.Scope().SetVersion(res.Version)
-		prof := sp.Profiles().AppendEmpty()
-		prof.SampleType().SetTypeStrindex(dict.str(sampleTypeType))
-		prof.SampleType().SetUnitStrindex(dict.str(sampleTypeUnit))
-		prof.PeriodType().SetTypeStrindex(dict.str(periodTypeType))
-		prof.PeriodType().SetUnitStrindex(dict.str(periodTypeUnit))
-		prof.SetPeriod(res.Period)
-		prof.SetTime(pcommon.NewTimestampFromTime(iv.Start))
-		prof.SetDurationNano(uint64(max(iv.End.Sub(iv.Start), 0)))
-		var id [16]byte
-		rand.Read(id[:])
-		prof.SetProfileID(pprofile.ProfileID(id))
-		// Samples in a stable order: by count, most first.
-		samples := make([]*Sample, 0, len(ps.Samples))
+		var cpu, alloc []*Sample
 		for _, s := range ps.Samples {
-			samples = append(samples, s)
+			if s.Alloc {
+				alloc = append(alloc, s)
+			} else {
+				cpu = append(cpu, s)
+			}
 		}
-		sort.SliceStable(samples, func(i, j int) bool { return samples[i].Count > samples[j].Count })
-		for _, s := range samples {
-			out := prof.Samples().AppendEmpty()
-			var si int32
-			si, key = dict.stack(iv, s.Frames, key)
-			out.SetStackIndex(si)
-			out.Values().Append(s.Count)
-			if s.Thread != "" {
-				out.AttributeIndices().Append(dict.attr(attrThreadName, s.Thread))
-			}
-			if s.State != merge.StateUnknown {
-				out.AttributeIndices().Append(dict.attr(attrThreadState, s.State.String()))
-			}
-			for _, l := range s.Labels {
-				out.AttributeIndices().Append(dict.attr(attrLabelPrefix+l.Key, l.Value))
-			}
+		if len(cpu) > 0 || len(alloc) == 0 {
+			key = iv.addProfile(sp, dict, cpu, profileKind{sampleTypeType, sampleTypeUnit, periodTypeType, periodTypeUnit, res.Period,
+				func(s *Sample) int64 { return s.Count }}, key)
+		}
+		if len(alloc) > 0 {
+			// As Go's heap profiles name them, one profile a value.
+			key = iv.addProfile(sp, dict, alloc, profileKind{allocObjectsType, allocObjectsUnit, allocPeriodType, allocPeriodUnit, 0,
+				func(s *Sample) int64 { return s.Objects }}, key)
+			key = iv.addProfile(sp, dict, alloc, profileKind{allocSpaceType, allocSpaceUnit, allocPeriodType, allocPeriodUnit, 0,
+				func(s *Sample) int64 { return s.Bytes }}, key)
 		}
 	}
 	dict.finish()
 	return pd
+}
+
+// profileKind is what a profile measures: its sample type and unit, its
+// period's, and each sample's value.
+type profileKind struct {
+	sampleType, sampleUnit, periodType, periodUnit string
+	period                                         int64
+	value                                          func(*Sample) int64
+}
+
+// addProfile adds to sp a profile of kind of samples, over dict; key is
+// scratch, returned for reuse.
+func (iv *Interval) addProfile(sp pprofile.ScopeProfiles, dict *dictionary, samples []*Sample, kind profileKind, key []byte) []byte {
+	prof := sp.Profiles().AppendEmpty()
+	prof.SampleType().SetTypeStrindex(dict.str(kind.sampleType))
+	prof.SampleType().SetUnitStrindex(dict.str(kind.sampleUnit))
+	prof.PeriodType().SetTypeStrindex(dict.str(kind.periodType))
+	prof.PeriodType().SetUnitStrindex(dict.str(kind.periodUnit))
+	prof.SetPeriod(kind.period)
+	prof.SetTime(pcommon.NewTimestampFromTime(iv.Start))
+	prof.SetDurationNano(uint64(max(iv.End.Sub(iv.Start), 0)))
+	var id [16]byte
+	rand.Read(id[:])
+	prof.SetProfileID(pprofile.ProfileID(id))
+	// Samples in a stable order: by value, most first.
+	samples = slices.Clone(samples)
+	sort.SliceStable(samples, func(i, j int) bool { return kind.value(samples[i]) > kind.value(samples[j]) })
+	for _, s := range samples {
+		out := prof.Samples().AppendEmpty()
+		var si int32
+		si, key = dict.stack(iv, s.Frames, key)
+		out.SetStackIndex(si)
+		out.Values().Append(kind.value(s))
+		if s.Thread != "" {
+			out.AttributeIndices().Append(dict.attr(attrThreadName, s.Thread))
+		}
+		if s.State != merge.StateUnknown {
+			out.AttributeIndices().Append(dict.attr(attrThreadState, s.State.String()))
+		}
+		for _, l := range s.Labels {
+			out.AttributeIndices().Append(dict.attr(attrLabelPrefix+l.Key, l.Value))
+		}
+	}
+	return key
 }
 
 // describeResource sets the attributes of a process's resource.

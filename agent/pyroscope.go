@@ -28,39 +28,52 @@ const ProtocolPyroscope = "pyroscope"
 // ingestPath is Pyroscope's ingest API.
 const ingestPath = "/ingest"
 
-// pyroscopeRequests encodes the interval as one request per process: a
-// pprof profile, and the query that names its series.
+// pyroscopeRequests encodes the interval as one request per process and
+// kind of sample (CPU, allocations): a pprof profile, and the query that
+// names its series.
 func (iv *Interval) pyroscopeRequests(res Resource) ([]Request, error) {
 	var out []Request
 	for _, pid := range iv.pids() {
 		ps := iv.Procs[pid]
-		p := export.NewPprof(export.PprofOptions{Period: res.Period, TimeNanos: iv.Start.UnixNano(),
-			DurationNanos: max(iv.End.Sub(iv.Start).Nanoseconds(), 0), NoIDs: true})
-		var n uint64
-		for _, key := range sortedKeys(ps.Samples) {
-			s := ps.Samples[key]
-			st := merge.Stack{PID: pid, Comm: s.Thread, State: s.State, Labels: s.Labels, Period: uint64(max(res.Period, 0)),
-				Frames: make([]merge.Frame, len(s.Frames))}
-			for i, id := range s.Frames {
-				st.Frames[i] = iv.Frames[id].merged()
+		for _, alloc := range []bool{false, true} {
+			p := export.NewPprof(export.PprofOptions{Period: res.Period, TimeNanos: iv.Start.UnixNano(),
+				DurationNanos: max(iv.End.Sub(iv.Start).Nanoseconds(), 0), NoIDs: true})
+			var n uint64
+			for _, key := range sortedKeys(ps.Samples) {
+				s := ps.Samples[key]
+				if s.Alloc != alloc {
+					continue
+				}
+				st := merge.Stack{PID: pid, Comm: s.Thread, State: s.State, Labels: s.Labels, Period: uint64(max(res.Period, 0)),
+					Frames: make([]merge.Frame, len(s.Frames))}
+				for i, id := range s.Frames {
+					st.Frames[i] = iv.Frames[id].merged()
+				}
+				count := s.Count
+				if alloc {
+					st.Alloc, st.Period, st.AllocBytes, count = true, uint64(s.Objects), uint64(s.Bytes), 1
+				}
+				p.AddN(&st, count)
+				n += uint64(s.Count)
 			}
-			p.AddN(&st, s.Count)
-			n += uint64(s.Count)
+			if n == 0 {
+				continue
+			}
+			var body bytes.Buffer
+			if err := p.Write(&body); err != nil {
+				return out, fmt.Errorf("pid %d: %w", pid, err)
+			}
+			q := url.Values{}
+			q.Set("name", seriesName(ps, res))
+			q.Set("from", strconv.FormatInt(iv.Start.Unix(), 10))
+			q.Set("until", strconv.FormatInt(max(iv.End.Unix(), iv.Start.Unix()+1), 10))
+			q.Set("format", "pprof")
+			q.Set("spyName", "rubyperf")
+			if res.Period > 0 && !alloc {
+				q.Set("sampleRate", strconv.FormatInt(1e9/res.Period, 10))
+			}
+			out = append(out, Request{Body: body.Bytes(), Samples: n, Query: q.Encode()})
 		}
-		var body bytes.Buffer
-		if err := p.Write(&body); err != nil {
-			return out, fmt.Errorf("pid %d: %w", pid, err)
-		}
-		q := url.Values{}
-		q.Set("name", seriesName(ps, res))
-		q.Set("from", strconv.FormatInt(iv.Start.Unix(), 10))
-		q.Set("until", strconv.FormatInt(max(iv.End.Unix(), iv.Start.Unix()+1), 10))
-		q.Set("format", "pprof")
-		q.Set("spyName", "rubyperf")
-		if res.Period > 0 {
-			q.Set("sampleRate", strconv.FormatInt(1e9/res.Period, 10))
-		}
-		out = append(out, Request{Body: body.Bytes(), Samples: n, Query: q.Encode()})
 	}
 	return out, nil
 }

@@ -47,6 +47,8 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	fs.Var(&flush, "flush-timeout", "how long a stopping agent tries to send what it holds")
 	native := fs.Bool("native", false, "every native frame, the interpreter's own between Ruby frames included")
 	rubyOnly := fs.Bool("ruby-only", false, "Ruby frames and C methods only")
+	var alloc allocFlag
+	fs.Var(&alloc, "alloc", "sample object allocations too: each process's interval has allocation profiles (alloc_objects, alloc_space) beside its CPU one (see record --alloc)")
 	match := fs.String("match", "", "sample only the Ruby processes whose command line matches this regular expression (e.g. 'puma|sidekiq')")
 	nativeStack := addNativeStackFlags(fs)
 	budget := byteSize(agent.DefaultMemoryBudget)
@@ -125,6 +127,7 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		Interval: time.Duration(interval), Frequency: *freq, Merge: merge.Options{View: view},
 		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
 		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: export.LineWriter{W: stderr}, Select: sel, MemoryBudget: int64(budget),
+		Alloc: uint64(alloc),
 	}
 	if opts.NativeTables, opts.StackSize, err = nativeStack.options(stderr); err != nil {
 		return err
