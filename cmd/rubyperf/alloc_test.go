@@ -46,7 +46,8 @@ func allocCountsNow(t *testing.T, pid int, file string) allocCounts {
 }
 
 // TestRecordAlloc: record --alloc of a running Ruby that allocates in known
-// proportions (testdata/ruby/alloc.rb, its methods 10 frames deep), for
+// proportions (testdata/ruby/alloc.rb, its methods 10 frames deep), on
+// every test Ruby, interpreted and with YJIT, for
 // 10 s (its windows see about 1000 refills a second: in 3 s a share strayed
 // 3.1 points once in 11 Rubies), gives
 // each allocating method its share within 3 points of what Ruby counted
@@ -55,11 +56,15 @@ func allocCountsNow(t *testing.T, pid int, file string) allocCounts {
 // alloc_space, as Go's heap profiles do.
 func TestRecordAlloc(t *testing.T) {
 	script, _ := filepath.Abs("../../testdata/ruby/alloc.rb")
+	runs := []testruby.JITRun{}
 	for _, r := range testruby.All(t) {
-		t.Run(r.Name, func(t *testing.T) {
+		runs = append(runs, testruby.JITRun{Ruby: r})
+	}
+	for _, r := range append(runs, testruby.WithJIT(t, "yjit")...) {
+		t.Run(r.Name(), func(t *testing.T) {
 			dir := t.TempDir()
 			countsFile := filepath.Join(dir, "counts.json")
-			cmd := testruby.Start(t, r, script, "10", countsFile)
+			cmd := testruby.Start(t, r.Ruby, append(r.Args[:len(r.Args):len(r.Args)], script, "10", countsFile)...)
 			pid := cmd.Process.Pid
 			out := filepath.Join(dir, "alloc.data")
 			before := allocCountsNow(t, pid, countsFile)

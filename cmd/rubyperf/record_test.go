@@ -63,6 +63,12 @@ func perfScript(t *testing.T, file string) []scriptSample {
 	return samples
 }
 
+// firstLines is the first n lines of s.
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
 func perfBinary(t *testing.T) string {
 	t.Helper()
 	return testskip.Command(t, "perf", "linux-perf")
@@ -732,7 +738,11 @@ func TestRecordFullOrReadOnlyDisk(t *testing.T) {
 		t.Errorf("report reads %d samples, record handled %d", samples, sum.samples)
 	}
 	if n := len(perfScript(t, out)); n != samples {
-		t.Errorf("perf script reads %d samples, report %d", n, samples)
+		// What perf said, for a failure seen once in CI and not here.
+		o, err := exec.Command(perfBinary(t), "script", "-F", "comm,pid,tid,event,ip,sym", "-i", out).CombinedOutput()
+		hdr, _ := exec.Command(perfBinary(t), "report", "--header-only", "-i", out).CombinedOutput()
+		t.Errorf("perf script reads %d samples, report %d; perf script (%v) began:\n%s\nperf report --header-only:\n%s",
+			n, samples, err, firstLines(string(o), 8), firstLines(string(hdr), 30))
 	}
 	if entries, _ := os.ReadDir(full); len(entries) > 2 { // the file, and perhaps its symbol table's copy
 		var names []string
