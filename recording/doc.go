@@ -10,8 +10,10 @@
 // generation, payload.Payload.Gen), a fork may add a target, an exit ends one.
 // With Options.Alloc it also samples allocations: it finds each target's
 // allocation-cache refills (rubybuild's RefillSites) and arms their uprobes
-// in windows that keep the traps within a budget, each refill seen
-// weighted for the time not watched (alloc.go).
+// in windows that keep the traps within a budget (alloc.go); it holds each
+// window's samples until the window ends and weighs them by what it stands
+// for, the traps' stalls taken out, their cost fitted to Ruby's own count of
+// allocations (allocweight.go, alloctrap.go).
 //
 // A frame is keyed by the addresses the program copied, and the GC frees
 // code and reuses its memory while recording. So a name read from memory
