@@ -51,30 +51,31 @@ const (
 	UnitBytes
 )
 
-// amount says n of unit u for a person: "1.25 ms", "12,345 objects",
+// amount says n of unit u for a person: "1.25 ms", "12345 objects",
 // "1.5 MiB".
 func (u Unit) amount(n uint64) string {
 	switch u {
 	case UnitObjects:
 		return strconv.FormatUint(n, 10) + " objects"
 	case UnitBytes:
-		return bytesAmount(n)
+		return HumanBytes(n)
 	}
 	return duration(n)
 }
 
-// bytesAmount is n bytes in the largest binary unit it fills.
-func bytesAmount(n uint64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return strconv.FormatUint(n, 10) + " B"
+// HumanBytes says n bytes with a binary unit: "512 bytes", "12.5 MiB".
+func HumanBytes(n uint64) string {
+	v, unit := float64(n), "bytes"
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
 	}
-	v, i := float64(n)/1024, 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
+	if unit == "bytes" {
+		return strconv.FormatUint(n, 10) + " bytes"
 	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i:i+1] + "iB"
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + unit
 }
 
 // Builder is one format built a stack at a time: Pprof, Folded,

@@ -381,7 +381,7 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 		h.AllocBytes = 0
 		h.Flags &^= Alloc
 	}
-	if h.Version < 12 && h.Version != CompactVersion {
+	if h.Version < 12 {
 		h.AllocWindow, h.Pad = 0, 0
 	}
 	compact := h.Flags&Compact != 0

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,7 +80,7 @@ func TestInjectAlloc(t *testing.T) {
 	cpu, okCPU := events["ruby-cpu"]
 	alloc, okAlloc := events["ruby-alloc"]
 	if !okCPU || !okAlloc {
-		t.Fatalf("perf report shows events %v, want ruby-cpu and ruby-alloc\n%s", keysOf(events), lastLines(string(rep), 30))
+		t.Fatalf("perf report shows events %v, want ruby-cpu and ruby-alloc\n%s", slices.Sorted(maps.Keys(events)), lastLines(string(rep), 30))
 	}
 	t.Logf("ruby-cpu: %s samples, count %d; ruby-alloc: %s samples, count %d (rubyperf: %d objects)",
 		cpu.samples, cpu.count, alloc.samples, alloc.count, objects)
@@ -104,13 +106,4 @@ func TestInjectAlloc(t *testing.T) {
 		perfReportEvents(string(rep2))["ruby-alloc"].count != alloc.count {
 		t.Errorf("perf report after perf inject: ruby-alloc count %d, want %d (%v)", perfReportEvents(string(rep2))["ruby-alloc"].count, alloc.count, err)
 	}
-}
-
-// keysOf is m's keys.
-func keysOf[V any](m map[string]V) []string {
-	var k []string
-	for n := range m {
-		k = append(k, n)
-	}
-	return k
 }

@@ -170,9 +170,9 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 	all, total := t.all, t.total
 	switch {
 	case t.allocs && t.bytes:
-		fmt.Fprintf(w, "\n# %s: %d allocation samples, %s allocated\n", title, t.samples, humanBytes(all))
+		fmt.Fprintf(w, "\n# %s: %d allocation samples, %s allocated\n", title, t.samples, export.HumanBytes(all))
 	case t.allocs:
-		fmt.Fprintf(w, "\n# %s: %d allocation samples, %d objects allocated (%s)\n", title, t.samples, all, humanBytes(t.allocBytes))
+		fmt.Fprintf(w, "\n# %s: %d allocation samples, %d objects allocated (%s)\n", title, t.samples, all, export.HumanBytes(t.allocBytes))
 	case t.offCPU > 0:
 		fmt.Fprintf(w, "\n# %s: %d samples, %.2fs of wall-clock time (%.2fs of it off the CPU)\n", title, t.samples,
 			float64(all)/1e9, float64(t.offCPU)/1e9)
@@ -268,21 +268,6 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 			}
 		}
 	}
-}
-
-// humanBytes writes n bytes with a binary unit ("12.5 MiB").
-func humanBytes(n uint64) string {
-	v, unit := float64(n), "bytes"
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		if v < 1024 {
-			break
-		}
-		v, unit = v/1024, u
-	}
-	if unit == "bytes" {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	return fmt.Sprintf("%.1f %s", v, unit)
 }
 
 // cutRight shortens s to n runes, marking the cut with "…".
