@@ -17,7 +17,8 @@ import (
 // for each process and interval, a CPU profile and allocation profiles
 // named as Go's heap profiles (alloc_objects/count, alloc_space/bytes),
 // in which testdata/ruby/alloc.rb's methods have their share of the
-// objects within 3 points of what Ruby counted.
+// objects within 3 points of what Ruby counted, and its classes (the
+// samples' ruby.object.class attribute) the same shares.
 func TestAgentAlloc(t *testing.T) {
 	col := otelcoltest.Start(t)
 	r := testruby.Get(t, testRuby)
@@ -69,6 +70,20 @@ func TestAgentAlloc(t *testing.T) {
 	for m, w := range want {
 		if d := got[m] - w; d > 0.03 || d < -0.03 {
 			t.Errorf("%s: %.1f%% of the objects in the agent's profiles, Ruby counted %.1f%%", m, 100*got[m], 100*w)
+		}
+	}
+	// Each method allocates one class: the samples' ruby.object.class
+	// attributes have its share.
+	classes := map[string]float64{}
+	for _, p := range byType["alloc_objects/count"] {
+		for _, s := range p.Samples {
+			classes[s.Attrs["ruby.object.class"]] += float64(s.Values[0]) / float64(max(objects, 1))
+		}
+	}
+	t.Logf("classes %v", classes)
+	for class, m := range map[string]string{"Object": "Alloc#objects", "Array": "Alloc#arrays", "String": "Alloc#strings", "Hash": "Alloc#hashes"} {
+		if d := classes[class] - want[m]; d > 0.03 || d < -0.03 {
+			t.Errorf("class %s: %.1f%% of the objects in the agent's profiles, Ruby counted %.1f%% for %s", class, 100*classes[class], 100*want[m], m)
 		}
 	}
 	if per := float64(bytes) / float64(max(objects, 1)); per < 39 || per > 52 {

@@ -35,6 +35,7 @@ const (
 	attrThreadName  = "thread.name"
 	attrThreadState = "ruby.thread.state" // merge.State
 	attrLabelPrefix = "ruby.label."       // a request label of the sample (ruby-profiler)
+	attrObjectClass = "ruby.object.class" // an allocation sample's object's class (merge.ClassLabel)
 	frameTypeRuby   = "ruby"
 	frameTypeNative = "native"
 	frameTypeKernel = "kernel"
@@ -328,7 +329,11 @@ func (iv *Interval) addProfile(sp pprofile.ScopeProfiles, dict *dictionary, samp
 			out.AttributeIndices().Append(dict.attr(attrThreadState, s.State.String()))
 		}
 		for _, l := range s.Labels {
-			out.AttributeIndices().Append(dict.attr(attrLabelPrefix+l.Key, l.Value))
+			key := attrLabelPrefix + l.Key
+			if l.Key == merge.ClassLabel {
+				key = attrObjectClass // no request label: the recording's own
+			}
+			out.AttributeIndices().Append(dict.attr(key, l.Value))
 		}
 	}
 	return key

@@ -25,12 +25,17 @@ func (cfg *ProcessConfig) SampleAllocations(every uint64) { cfg.AllocEvery = eve
 
 // Refill is one uprobe site of AttachRefills: the file offset of an
 // instruction that zeroes a heap page's free_slots, the register that
-// holds the page there (x86_64 numbering, 0 rax .. 15 r15), and where a
-// page keeps its 16-bit free_slots and slot_size.
+// holds the page there (x86_64 numbering, 0 rax .. 15 r15), where a page
+// keeps its 16-bit free_slots and slot_size, and its freelist where the
+// site still holds the head of the page's free list (-1: it does not):
+// the slot the allocation that ran the refill takes, which the sample
+// carries (payload.Payload.AllocSlot) and a later refill of its thread
+// reads (payload.AllocSeen).
 type Refill struct {
 	FileOffset          uint64
 	PageRegister        int
 	FreeSlots, SlotSize int64
+	FreeList            int64
 }
 
 // cookie packs what the program reads at a refill (REFILL_* in ruby.bpf.c).
@@ -38,10 +43,14 @@ func (r Refill) cookie() (uint64, error) {
 	if r.PageRegister < 0 || r.PageRegister > 15 || r.PageRegister == 4 {
 		return 0, fmt.Errorf("register %d cannot hold a heap page", r.PageRegister)
 	}
-	if r.FreeSlots < 0 || r.FreeSlots > 0xffff || r.SlotSize < 0 || r.SlotSize > 0xffff {
-		return 0, fmt.Errorf("heap_page offsets %d and %d: beyond the 16 bits the program takes", r.FreeSlots, r.SlotSize)
+	if r.FreeSlots < 0 || r.FreeSlots > 0xffff || r.SlotSize < 0 || r.SlotSize > 0xffff || r.FreeList >= 0xffff {
+		return 0, fmt.Errorf("heap_page offsets %d, %d and %d: beyond the 16 bits the program takes", r.FreeSlots, r.SlotSize, r.FreeList)
 	}
-	return uint64(r.PageRegister) | uint64(r.FreeSlots)<<8 | uint64(r.SlotSize)<<24, nil
+	c := uint64(r.PageRegister) | uint64(r.FreeSlots)<<8 | uint64(r.SlotSize)<<24
+	if r.FreeList >= 0 {
+		c |= uint64(r.FreeList+1) << 40
+	}
+	return c, nil
 }
 
 // Refills are the uprobes of one process's refill sites, armed only

@@ -58,7 +58,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define LABEL_EXT 48
 
 #define PAYLOAD_MAGIC 0x46504252 // "RBPF" little-endian
-#define PAYLOAD_VERSION 12 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD; 8: native frames; (9: user space's compact form of 8); 10: allocation samples; (11: compact 10); 12: their window
+#define PAYLOAD_VERSION 14 // 2: cme_flags may hold an svar (struct frame); 3: the header has gen; 4: GC stamps; 5: thread state; 6: labels; 7: PC_*_OLD; 8: native frames; (9: user space's compact form of 8); 10: allocation samples; (11: compact 10); 12: their window; (13: compact 12); 14: the slot the allocation took, and its class as named
 
 // payload_header.flags
 #define PAYLOAD_TRUNCATED (1 << 0) // more than MAX_FRAMES frames
@@ -231,7 +231,17 @@ struct payload_header {
 	// The window of armed uprobes it was taken in (version 12;
 	// proc_config.alloc_window).
 	__u32 alloc_window;
-	__u32 pad;
+	// Version 14. The thread's allocation samples are numbered
+	// (alloc_seq, from 1), and each carries the slot the allocation that
+	// ran its refill takes: the head of the page's free list at the refill
+	// (0: the site does not hold it). A slot comes back within a window
+	// once a GC has swept it: the number tells its samples apart.
+	__u32 alloc_seq;
+	__u64 alloc_slot;
+	// The id of the allocated object's class's name: 0 as the program
+	// writes it; user space sets it once it has learned what the slot held
+	// (struct alloc_seen).
+	__u64 alloc_class;
 };
 
 // label: one key/value pair of the fiber's state when sampled.
@@ -274,6 +284,7 @@ struct sample_buf {
 	__u8 envs[ENV_CHUNK];   // a part of the VM stack holding environments (not output)
 	__u8 gc[GC_SPAN];       // the GC's counters and flags (not output)
 	__u8 th[TH_SPAN];       // the thread's fields (not output)
+	__u64 ec[EC_SPAN / 8];  // the execution context's fields (not output; off the stack, which is full)
 	// The addresses envs holds. They live in the map value, not in struct
 	// walk_ctx on the stack: the verifier does not track values in a map,
 	// so the walk's states still converge from one frame to the next.
@@ -403,7 +414,8 @@ static __always_inline int known(struct frame_key *key, __u64 epoch, __u64 inter
 #define COUNT_WAKE_ERRORS 7 // their ends not told to user space (ring full)
 #define COUNT_REFILLS 8 // allocation-cache refills of targets seen (record --alloc)
 #define COUNT_ALLOCS 9 // allocation samples taken of them
-#define COUNT_MAX 10
+#define COUNT_SEEN_ERRORS 10 // what their slots held not told to user space (ring full)
+#define COUNT_MAX 11
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNT_MAX);
@@ -436,12 +448,23 @@ struct task_struct___arm64 {
 #include "labels.h"
 #include "native.h"
 
+// alloc_acc: a thread's allocation refills since its last allocation
+// sample (see alloc_refill).
+struct alloc_acc {
+	__u64 objects, bytes;
+	// The slot of the thread's last allocation sample, its window and
+	// its number: what it holds is read at the thread's next refill
+	// (alloc_seen).
+	__u64 slot;
+	__u32 window, seq;
+};
+
 // sample writes one sample of the current task, a thread of target
 // process tgid: period is its weight (ns), or for a sample taken as the
 // thread leaves the CPU (flags PAYLOAD_OFFCPU) the time it left, which user
 // space turns into the time it stayed off. It returns 0 when it wrote one.
 static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tgid, __u64 period, __u32 flags,
-				  __u64 alloc_bytes)
+				  const struct alloc_acc *alloc)
 {
 	__u32 tgid = pid_tgid >> 32;
 	__u32 cpu = bpf_get_smp_processor_id();
@@ -466,9 +489,11 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	buf->h.label_size = sizeof(struct label);
 	buf->h.nnatives = 0;
 	buf->h.native_stop = NATIVE_OFF;
-	buf->h.alloc_bytes = alloc_bytes;
+	buf->h.alloc_bytes = alloc ? alloc->bytes : 0;
 	buf->h.alloc_window = (flags & PAYLOAD_ALLOC) ? c->alloc_window : 0;
-	buf->h.pad = 0;
+	buf->h.alloc_seq = alloc ? alloc->seq : 0;
+	buf->h.alloc_slot = alloc ? alloc->slot : 0;
+	buf->h.alloc_class = 0;
 	buf->env_lo = buf->env_hi = 0;
 	buf->ustack_lo = ~0ULL;
 
@@ -495,7 +520,7 @@ static __always_inline int sample(void *ctx, struct proc_config *c, __u64 pid_tg
 	if (ec) {
 		if (c->gc_span)
 			stamp_gc(c, buf);
-		__u64 fields[EC_SPAN / 8];
+		__u64 *fields = buf->ec;
 		__u32 span = c->ec_span;
 		if (span == 0 || span > EC_SPAN ||
 		    bpf_probe_read_user(fields, span, (void *)(ec + c->ec_start))) {
@@ -593,7 +618,7 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
 	if (!c)
 		return 0; // not a target: the cpu-clock event records nothing either
-	sample(ctx, c, pid_tgid, ctx->sample_period, 0, 0);
+	sample(ctx, c, pid_tgid, ctx->sample_period, 0, NULL);
 	return 0;
 }
 
@@ -608,9 +633,6 @@ int sample_ruby(struct bpf_perf_event_data *ctx)
 // sample at refills is unbiased. A thread's refills add up in alloc_acc
 // until they reach its process's alloc_every: then the thread's stacks
 // are sampled, weighed by the objects and bytes that add up to it.
-struct alloc_acc {
-	__u64 objects, bytes;
-};
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1 << 14);
@@ -659,6 +681,54 @@ struct {
 	__type(value, struct alloc_pool);
 } alloc_pools SEC(".maps");
 
+// alloc_seen: what the slot of an allocation sample holds at its thread's
+// next refill, a page of allocations later: the object is built by then
+// (the allocation returned long before), and a GC sweep that could have
+// freed it and a later allocation that could have reused its slot are
+// rare that soon. At the refill itself the slot is still free. User space
+// gives the sample (found by pid, tid, window, number and slot) the
+// object's class. Refills after a window ended, while its uprobes are being
+// taken off, still report the slots of its last samples.
+struct alloc_seen {
+	__u32 pid, tid;
+	__u32 window, seq;
+	__u64 slot;
+	__u64 flags, klass; // struct RBasic
+};
+// Its type goes into BTF for bpf2go's -type alloc_seen: no map names it.
+const struct alloc_seen *alloc_seen_type __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} alloc_seens SEC(".maps");
+
+// see_slot reports what the slot of the thread's last allocation sample
+// holds now, and forgets it.
+static __always_inline void see_slot(struct alloc_acc *acc, __u32 tgid, __u32 tid)
+{
+	__u64 slot = acc->slot;
+	if (!slot)
+		return;
+	acc->slot = 0;
+	// Built in the ring, not on the stack: the sample's walk has that.
+	struct alloc_seen *e = bpf_ringbuf_reserve(&alloc_seens, sizeof(*e), 0);
+	if (!e) {
+		count(COUNT_SEEN_ERRORS);
+		return;
+	}
+	e->pid = tgid;
+	e->tid = tid;
+	e->window = acc->window;
+	e->seq = acc->seq;
+	e->slot = slot;
+	if (bpf_probe_read_user(&e->flags, 2 * sizeof(__u64), (void *)slot)) {
+		bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
+		return;
+	}
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 // refill_weight is the objects a refill of page stands for, free_slots
 // free (see alloc_pools).
 static __always_inline __u64 refill_weight(struct proc_config *c, __u32 tgid, __u64 page, __u64 free)
@@ -682,11 +752,13 @@ static __always_inline __u64 refill_weight(struct proc_config *c, __u32 tgid, __
 }
 
 // The attach cookie of a refill uprobe: the page's register (as x86_64
-// numbers them, 0 rax .. 15 r15), and the offsets of heap_page free_slots
-// and slot_size (16-bit fields).
+// numbers them, 0 rax .. 15 r15), the offsets of heap_page free_slots
+// and slot_size (16-bit fields), and one more than the offset of its
+// freelist where the site still holds the free list's head (0: not).
 #define REFILL_REG(c) ((c) & 0xff)
 #define REFILL_FREE_SLOTS(c) (((c) >> 8) & 0xffff)
 #define REFILL_SLOT_SIZE(c) (((c) >> 24) & 0xffff)
+#define REFILL_FREELIST(c) (((c) >> 40) & 0xffff)
 
 // refill_page reads the register the cookie names.
 static __always_inline __u64 refill_page(struct pt_regs *ctx, __u64 cookie)
@@ -721,8 +793,13 @@ int alloc_refill(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
 	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
-	if (!c || !c->alloc_every || !c->alloc_window)
+	if (!c || !c->alloc_every)
 		return 0;
+	struct alloc_acc *acc = bpf_map_lookup_elem(&alloc_accs, &tid);
+	if (acc)
+		see_slot(acc, tgid, tid);
+	if (!c->alloc_window)
+		return 0; // between windows, its uprobes being taken off
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 page = refill_page(ctx, cookie);
 	__s16 free = 0, size = 0;
@@ -741,7 +818,6 @@ int alloc_refill(struct pt_regs *ctx)
 		struct alloc_window w = {.window = c->alloc_window, .refills = 1, .first = now, .last = now, .objects = objects};
 		bpf_map_update_elem(&alloc_windows, &tgid, &w, BPF_ANY);
 	}
-	struct alloc_acc *acc = bpf_map_lookup_elem(&alloc_accs, &tid);
 	if (!acc) {
 		struct alloc_acc zero = {};
 		bpf_map_update_elem(&alloc_accs, &tid, &zero, BPF_NOEXIST);
@@ -753,11 +829,17 @@ int alloc_refill(struct pt_regs *ctx)
 	acc->bytes += objects * size;
 	if (acc->objects < c->alloc_every)
 		return 0;
-	objects = acc->objects;
-	__u64 bytes = acc->bytes;
-	acc->objects = acc->bytes = 0;
-	if (sample(ctx, c, pid_tgid, objects, PAYLOAD_ALLOC, bytes) == 0)
+	// Read where it is kept, not onto the stack: the sample's walk has that.
+	if (!REFILL_FREELIST(cookie) ||
+	    bpf_probe_read_user(&acc->slot, sizeof(acc->slot), (void *)(page + REFILL_FREELIST(cookie) - 1)))
+		acc->slot = 0;
+	acc->window = c->alloc_window;
+	acc->seq++;
+	if (sample(ctx, c, pid_tgid, acc->objects, PAYLOAD_ALLOC, acc) == 0)
 		count(COUNT_ALLOCS);
+	else
+		acc->slot = 0;
+	acc->objects = acc->bytes = 0;
 	return 0;
 }
 
@@ -815,7 +897,7 @@ int BPF_PROG(offcpu, bool preempt, struct task_struct *prev, struct task_struct 
 	__u32 flags = PAYLOAD_OFFCPU;
 	if (preempt || BPF_CORE_READ(prev, __state) == 0)
 		flags |= PAYLOAD_PREEMPTED;
-	if (sample(ctx, c, pid_tgid, now, flags, 0) == 0) {
+	if (sample(ctx, c, pid_tgid, now, flags, NULL) == 0) {
 		count(COUNT_OFFCPU);
 		bpf_map_update_elem(&offcpu_since, &tid, &now, BPF_ANY);
 	}

@@ -17,6 +17,9 @@ type rubyAllocAcc struct {
 	_       structs.HostLayout
 	Objects uint64
 	Bytes   uint64
+	Slot    uint64
+	Window  uint32
+	Seq     uint32
 }
 
 type rubyAllocPool struct {
@@ -181,7 +184,9 @@ type rubySampleBuf struct {
 		NativeStop  uint32
 		AllocBytes  uint64
 		AllocWindow uint32
-		Pad         uint32
+		AllocSeq    uint32
+		AllocSlot   uint64
+		AllocClass  uint64
 	}
 	Frames [2262]struct {
 		_        structs.HostLayout
@@ -202,6 +207,7 @@ type rubySampleBuf struct {
 	Envs     [1024]uint8
 	Gc       [2048]uint8
 	Th       [512]uint8
+	Ec       [8]uint64
 	EnvLo    uint64
 	EnvHi    uint64
 	Ustack   [1032]uint8
@@ -228,6 +234,7 @@ type rubyUnwindRow struct {
 const (
 	rubyMapAllocAccs     = "alloc_accs"
 	rubyMapAllocPools    = "alloc_pools"
+	rubyMapAllocSeens    = "alloc_seens"
 	rubyMapAllocWindows  = "alloc_windows"
 	rubyMapCounts        = "counts"
 	rubyMapEvents        = "events"
@@ -246,6 +253,7 @@ const (
 	rubyProgSampleRuby   = "sample_ruby"
 	rubyProgTargetExec   = "target_exec"
 	rubyProgTargetFork   = "target_fork"
+	rubyVarAllocSeenType = "alloc_seen_type"
 	rubyVarOffcpuEndType = "offcpu_end_type"
 )
 
@@ -304,6 +312,7 @@ type rubyProgramSpecs struct {
 type rubyMapSpecs struct {
 	AllocAccs    *ebpf.MapSpec `ebpf:"alloc_accs"`
 	AllocPools   *ebpf.MapSpec `ebpf:"alloc_pools"`
+	AllocSeens   *ebpf.MapSpec `ebpf:"alloc_seens"`
 	AllocWindows *ebpf.MapSpec `ebpf:"alloc_windows"`
 	Counts       *ebpf.MapSpec `ebpf:"counts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
@@ -323,6 +332,7 @@ type rubyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rubyVariableSpecs struct {
+	AllocSeenType *ebpf.VariableSpec `ebpf:"alloc_seen_type"`
 	OffcpuEndType *ebpf.VariableSpec `ebpf:"offcpu_end_type"`
 }
 
@@ -348,6 +358,7 @@ func (o *rubyObjects) Close() error {
 type rubyMaps struct {
 	AllocAccs    *ebpf.Map `ebpf:"alloc_accs"`
 	AllocPools   *ebpf.Map `ebpf:"alloc_pools"`
+	AllocSeens   *ebpf.Map `ebpf:"alloc_seens"`
 	AllocWindows *ebpf.Map `ebpf:"alloc_windows"`
 	Counts       *ebpf.Map `ebpf:"counts"`
 	Events       *ebpf.Map `ebpf:"events"`
@@ -367,6 +378,7 @@ func (m *rubyMaps) Close() error {
 	return _RubyClose(
 		m.AllocAccs,
 		m.AllocPools,
+		m.AllocSeens,
 		m.AllocWindows,
 		m.Counts,
 		m.Events,
@@ -387,6 +399,7 @@ func (m *rubyMaps) Close() error {
 //
 // It can be passed to loadRubyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rubyVariables struct {
+	AllocSeenType *ebpf.Variable `ebpf:"alloc_seen_type"`
 	OffcpuEndType *ebpf.Variable `ebpf:"offcpu_end_type"`
 }
 

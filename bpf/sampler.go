@@ -138,6 +138,8 @@ type Sampler struct {
 	links []link.Link
 	// offCPUEnds reads the ends of off-CPU intervals (Options.Wall)
 	offCPUEnds *ringbuf.Reader
+	// allocSeens reads what allocation samples' slots held (Options.Alloc)
+	allocSeens *ringbuf.Reader
 	// how many of the program's unwind rows are taken, and where each
 	// object's are (LoadRows)
 	rowsUsed uint32
@@ -157,6 +159,9 @@ type Record struct {
 	// OffCPUEnd, when set, is no perf record: a thread sampled as it left a
 	// CPU is back on one (Options.Wall).
 	OffCPUEnd *payload.OffCPUEnd
+	// AllocSeen, when set, is no perf record: what the slot of an
+	// allocation sample held at its thread's next refill (Options.Alloc).
+	AllocSeen *payload.AllocSeen
 }
 
 // Open loads the program and starts sampling on every online CPU. No
@@ -231,6 +236,11 @@ func Open(opts Options) (_ *Sampler, err error) {
 			return nil, fmt.Errorf("attach BPF program to sched_switch: %w", err)
 		}
 		s.links = append(s.links, l)
+	}
+	if opts.Alloc {
+		if s.allocSeens, err = ringbuf.NewReader(s.objs.AllocSeens); err != nil {
+			return nil, fmt.Errorf("allocation ring: %w", err)
+		}
 	}
 	s.cpus, err = onlineCPUs()
 	if err != nil {
@@ -471,6 +481,9 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		if err := s.drainOffCPUEnds(fn); err != nil {
 			return err
 		}
+		if err := s.drainAllocSeens(fn); err != nil {
+			return err
+		}
 		for _, r := range rings {
 			for n := 0; n < limit && r.ev.HasRecord(); n++ {
 				if err := r.ev.ReadRawRecord(context.Background(), &raw); err != nil {
@@ -559,27 +572,39 @@ func pollNow(epfd uintptr, events []unix.EpollEvent) (int, error) {
 // drainOffCPUEnds hands fn the ends of off-CPU intervals the ring holds,
 // without waiting for more.
 func (s *Sampler) drainOffCPUEnds(fn func(Record) error) error {
-	if s.offCPUEnds == nil {
+	return drainRing(s.offCPUEnds, "off-CPU ring", func(e *payload.OffCPUEnd) Record { return Record{OffCPUEnd: e} }, fn)
+}
+
+// drainAllocSeens hands fn what the program read of allocation samples'
+// slots, without waiting for more.
+func (s *Sampler) drainAllocSeens(fn func(Record) error) error {
+	return drainRing(s.allocSeens, "allocation ring", func(e *payload.AllocSeen) Record { return Record{AllocSeen: e} }, fn)
+}
+
+// drainRing hands fn each T the ring r holds (nil: none), as a Record,
+// without waiting for more. A record too short for a T is skipped.
+func drainRing[T any](r *ringbuf.Reader, what string, record func(*T) Record, fn func(Record) error) error {
+	if r == nil {
 		return nil
 	}
-	s.offCPUEnds.SetDeadline(time.Unix(1, 0))
+	r.SetDeadline(time.Unix(1, 0))
 	var rec ringbuf.Record
 	for {
-		err := s.offCPUEnds.ReadInto(&rec)
+		err := r.ReadInto(&rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("off-CPU ring: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		var e payload.OffCPUEnd
-		if len(rec.RawSample) < int(unsafe.Sizeof(e)) {
+		e := new(T)
+		if len(rec.RawSample) < int(unsafe.Sizeof(*e)) {
 			continue
 		}
-		if _, err := binary.Decode(rec.RawSample, binary.LittleEndian, &e); err != nil {
+		if _, err := binary.Decode(rec.RawSample, binary.LittleEndian, e); err != nil {
 			continue
 		}
-		if err := fn(Record{OffCPUEnd: &e}); err != nil {
+		if err := fn(record(e)); err != nil {
 			return err
 		}
 	}
@@ -624,13 +649,14 @@ type Counts struct {
 	OffCPUEndsLost uint64 // ends of off-CPU intervals the ring could not take
 	Refills        uint64 // allocation-cache refills of targets seen (Options.Alloc)
 	AllocSamples   uint64 // allocation samples taken at them
+	AllocSeensLost uint64 // what their slots held, not passed on (ring full)
 }
 
 // Counts sums the program's per-CPU counters.
 func (s *Sampler) Counts() (Counts, error) {
 	var c Counts
 	for i, dst := range []*uint64{&c.Samples, &c.OutputErrors, &c.Truncated, &c.Urgent, &c.Execs, &c.Forks,
-		&c.OffCPU, &c.OffCPUEndsLost, &c.Refills, &c.AllocSamples} {
+		&c.OffCPU, &c.OffCPUEndsLost, &c.Refills, &c.AllocSamples, &c.AllocSeensLost} {
 		var per []uint64
 		if err := s.objs.Counts.Lookup(uint32(i), &per); err != nil {
 			return c, err
@@ -650,6 +676,9 @@ func (s *Sampler) Close() error {
 	}
 	for _, l := range s.links {
 		l.Close()
+	}
+	if s.allocSeens != nil {
+		s.allocSeens.Close()
 	}
 	if s.offCPUEnds != nil {
 		s.offCPUEnds.Close()

@@ -86,6 +86,11 @@ type Stack struct {
 // Label is one request label of a sample: "request_id" = "r42".
 type Label struct{ Key, Value string }
 
+// ClassLabel is the label an allocation sample carries its object's class
+// in: "object.class" = "String", "(T_IMEMO)" for an object Ruby code
+// never sees.
+const ClassLabel = "object.class"
+
 // NoLabel is the value of a label a sample does not have.
 const NoLabel = "[none]"
 

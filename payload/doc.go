@@ -1,7 +1,9 @@
 // Package payload owns what the eBPF program writes for user space: the
 // Ruby payload in each sample's RAW field (Payload: decoded, named,
 // weighed; its flags, frames, labels, GC stamp and thread facts), the end
-// of an off-CPU interval (OffCPUEnd), and the spans of samples a frame's
+// of an off-CPU interval (OffCPUEnd), what an allocation sample's slot
+// held a page of allocations later (AllocSeen, joined to its sample by
+// AllocKey), and the spans of samples a frame's
 // name holds for (Span, NamedFrame), which the recorder tells the program.
 // Each sample carries the process's GC stamp (GCStamp: how many GCs it had
 // started, and when its last major GC did), so that a name read from

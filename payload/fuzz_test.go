@@ -177,6 +177,8 @@ func allocSeed(n int, objects, bytes uint64, window uint32) []byte {
 	le.PutUint64(b[unsafe.Offsetof(cPayloadHeader{}.Period):], objects)
 	le.PutUint64(b[unsafe.Offsetof(cPayloadHeader{}.AllocBytes):], bytes)
 	le.PutUint32(b[unsafe.Offsetof(cPayloadHeader{}.AllocWindow):], window)
+	le.PutUint32(b[unsafe.Offsetof(cPayloadHeader{}.AllocSeq):], 5)
+	le.PutUint64(b[unsafe.Offsetof(cPayloadHeader{}.AllocSlot):], 0x7f0000200028)
 	return b
 }
 
@@ -190,28 +192,53 @@ func asVersion(b []byte, v uint16, size int) []byte {
 	return out
 }
 
-// TestDecodeAllocVersions: an allocation sample of version 12 has its
-// window; one of version 10 (no window in its header) has its objects and
-// bytes and window 0; WeighAlloc multiplies objects and bytes, rounding,
-// and refuses a sample that is not of allocations.
+// TestDecodeAllocVersions: an allocation sample of version 14 has its
+// window, slot and number, and once SetAllocClass named its class, the
+// class; one of version 12 has its window and no slot; one of version 10
+// (no window in its header) has its objects and bytes and window 0;
+// WeighAlloc multiplies objects and bytes, rounding, and refuses a sample
+// that is not of allocations.
 func TestDecodeAllocVersions(t *testing.T) {
-	v12 := allocSeed(2, 1638, 1638*40, 7)
-	p, err := Decode(v12)
-	if err != nil || p.Flags&Alloc == 0 || p.Period != 1638 || p.AllocBytes != 1638*40 || p.AllocWindow != 7 || len(p.Frames) != 2 {
+	v14 := allocSeed(2, 1638, 1638*40, 7)
+	p, err := Decode(v14)
+	if err != nil || p.Flags&Alloc == 0 || p.Period != 1638 || p.AllocBytes != 1638*40 || p.AllocWindow != 7 || len(p.Frames) != 2 ||
+		p.AllocSlot != 0x7f0000200028 || p.AllocSeq != 5 || p.AllocClass != 0 || p.Flags&AllocClassed != 0 {
+		t.Fatalf("version 14: %+v, %v", p, err)
+	}
+	if k, err := AllocKeyOf(v14); err != nil || k != (AllocKey{Window: 7, Seq: 5, Slot: 0x7f0000200028}) {
+		t.Errorf("key %+v, %v", k, err)
+	}
+	if err := SetAllocClass(v14, 99); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = Decode(v14); err != nil || p.Flags&AllocClassed == 0 || p.AllocClass != 99 || p.Period != 1638 {
+		t.Fatalf("version 14 with its class: %+v, %v", p, err)
+	}
+	if err := SetAllocClass(payloadSeed(1), 99); err == nil {
+		t.Error("a CPU sample given a class: no error")
+	}
+	v12 := asVersion(v14, 12, headerSizeV12)
+	if p, err = Decode(v12); err != nil || p.AllocWindow != 7 || p.AllocSlot != 0 || p.AllocSeq != 0 || p.Flags&AllocClassed != 0 || p.AllocClass != 0 {
 		t.Fatalf("version 12: %+v, %v", p, err)
 	}
-	v10 := asVersion(v12, 10, headerSizeV10)
+	if err := SetAllocClass(v12, 99); err == nil {
+		t.Error("a version 12 sample given a class: no error")
+	}
+	v10 := asVersion(v14, 10, headerSizeV10)
 	p, err = Decode(v10)
 	if err != nil || p.Flags&Alloc == 0 || p.Period != 1638 || p.AllocBytes != 1638*40 || p.AllocWindow != 0 || p.Frames[1].PC != 0x7f0000100008 {
 		t.Fatalf("version 10: %+v, %v", p, err)
 	}
-	v8 := asVersion(v12, 8, headerSizeV8)
+	v8 := asVersion(v14, 8, headerSizeV8)
 	if p, err = Decode(v8); err != nil || p.Flags&Alloc != 0 || p.AllocBytes != 0 {
 		t.Fatalf("version 8: %+v, %v", p, err)
 	}
-	short := asVersion(v12, 12, headerSizeV10)
+	short := asVersion(v14, 12, headerSizeV10)
 	if _, err := Decode(short); err == nil {
 		t.Error("version 12 with version 10's header: no error")
+	}
+	if _, err := Decode(asVersion(v14, 14, headerSizeV12)); err == nil {
+		t.Error("version 14 with version 12's header: no error")
 	}
 	objects, err := WeighAlloc(v12, 2.5)
 	if p, _ = Decode(v12); err != nil || objects != 4095 || p.Period != 4095 || p.AllocBytes != 163800 || p.AllocWindow != 7 {

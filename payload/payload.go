@@ -23,10 +23,11 @@ const (
 	// a frame's pc had no PC_*_OLD bits; before version 8 no native frames
 	// (the header 8 bytes shorter); before version 10 no allocation
 	// samples (the header 8 bytes shorter); before version 12 no
-	// allocation window (the header 8 bytes shorter). Versions 9 and 11
-	// are the compact forms of versions 8 and 10 (CompactVersionV8,
-	// CompactVersionV10).
-	Version = 12
+	// allocation window (the header 8 bytes shorter); before version 14
+	// no allocated slot, number or class (the header 20 bytes shorter).
+	// Versions 9, 11 and 13 are the compact forms of versions 8, 10 and
+	// 12 (CompactVersionV8, CompactVersionV10, CompactVersionV12).
+	Version = 14
 
 	// MaxLabels is the most request labels one sample carries (MAX_LABELS).
 	MaxLabels = 8
@@ -86,6 +87,10 @@ const (
 	// refilled its Ractor's allocation cache: Period is the objects it
 	// stands for, AllocBytes their bytes. (1 << 23 is Compact.)
 	Alloc = 1 << 24
+	// AllocClassed is set by the recorder, never by the program: an
+	// allocation sample's AllocType and AllocClass say what its slot held
+	// (SetAllocClass).
+	AllocClassed = 1 << 25
 )
 
 // GCPhase is the phase of a GC under way (GC_PHASE_* in ruby.bpf.c).
@@ -157,9 +162,17 @@ type Payload struct {
 	// taken in (version 12): the recorder weighs the window's samples
 	// when it ends.
 	AllocWindow uint32
-	GC          GCStamp
-	Thread      ThreadFacts
-	Frames      []Frame
+	// AllocSlot is the slot the sample's allocation took (version 14; 0:
+	// not known), AllocSeq the sample's number among its thread's. Once
+	// the recorder has learned what the slot held (flag AllocClassed),
+	// AllocClass is the id of the object's class's name in the
+	// recording's symbol table.
+	AllocSlot  uint64
+	AllocSeq   uint32
+	AllocClass uint64
+	GC         GCStamp
+	Thread     ThreadFacts
+	Frames     []Frame
 	// EnvsLeft counts the frames whose environment chain the program left
 	// to user space (Frame.Env).
 	EnvsLeft int
@@ -269,6 +282,9 @@ var (
 	// headerSizeV10 is the header of version 10 (and of its compact form,
 	// version 11): without alloc_window.
 	headerSizeV10 = int(unsafe.Offsetof(cPayloadHeader{}.AllocWindow))
+	// headerSizeV12 is the header of version 12 (and of its compact form,
+	// version 13): without alloc_seq, alloc_slot and alloc_class.
+	headerSizeV12 = int(unsafe.Offsetof(cPayloadHeader{}.AllocSeq))
 )
 
 // Decode reads a sample's RAW bytes. It trusts nothing in them.
@@ -297,7 +313,10 @@ func DecodeInto(p *Payload, raw []byte) error {
 	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
 		Frames: frames[:h.Nframes], NativeStop: NativeStop(h.NativeStop)}
 	if h.Flags&Alloc != 0 {
-		p.AllocBytes, p.AllocWindow = h.AllocBytes, h.AllocWindow
+		p.AllocBytes, p.AllocWindow, p.AllocSlot, p.AllocSeq = h.AllocBytes, h.AllocWindow, h.AllocSlot, h.AllocSeq
+		if h.Flags&AllocClassed != 0 {
+			p.AllocClass = h.AllocClass
+		}
 	}
 	if h.Nnatives > 0 {
 		nb := raw[int(h.HeaderSize)+int(h.Nframes)*frameSize+int(h.Nlabels)*labelSize:]
@@ -382,7 +401,11 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 		h.Flags &^= Alloc
 	}
 	if h.Version < 12 {
-		h.AllocWindow, h.Pad = 0, 0
+		h.AllocWindow = 0
+	}
+	if h.Version < 14 {
+		h.AllocSeq, h.AllocSlot, h.AllocClass = 0, 0, 0
+		h.Flags &^= AllocClassed
 	}
 	compact := h.Flags&Compact != 0
 	switch {
@@ -403,7 +426,7 @@ func decodeHeader(raw []byte) (cPayloadHeader, error) {
 		return h, nil
 	case int(h.HeaderSize) < headerSizeV5 || h.Version >= 6 && int(h.HeaderSize) < headerSizeV7 ||
 		h.Version >= 8 && int(h.HeaderSize) < headerSizeV8 || h.Version >= 10 && int(h.HeaderSize) < headerSizeV10 ||
-		h.Version >= 12 && int(h.HeaderSize) < headerSize ||
+		h.Version >= 12 && int(h.HeaderSize) < headerSizeV12 || h.Version >= 14 && int(h.HeaderSize) < headerSize ||
 		int(h.HeaderSize) > len(raw):
 		return h, fmt.Errorf("payload: header size %d", h.HeaderSize)
 	case h.Nlabels > MaxLabels || h.Nlabels > 0 && int(h.LabelSize) != labelSize:
@@ -429,6 +452,8 @@ func compactHeaderSize(v uint16) int {
 		return headerSizeV8
 	case CompactVersionV10:
 		return headerSizeV10
+	case CompactVersionV12:
+		return headerSizeV12
 	case CompactVersion:
 		return headerSize
 	}
@@ -464,6 +489,22 @@ func WeighAlloc(raw []byte, weight float64) (uint64, error) {
 	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.Period):], objects)
 	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.AllocBytes):], bytes)
 	return objects, nil
+}
+
+// SetAllocClass writes into an allocation sample's RAW payload (as the
+// program wrote it) the id of the name of the class of the object its slot
+// held.
+func SetAllocClass(raw []byte, class uint64) error {
+	h, err := decodeHeader(raw)
+	if err != nil {
+		return err
+	}
+	if h.Version < 14 || h.Flags&Alloc == 0 || h.Flags&Compact != 0 {
+		return errors.New("payload: not an allocation sample as the program writes it")
+	}
+	binary.LittleEndian.PutUint64(raw[unsafe.Offsetof(h.AllocClass):], class)
+	binary.LittleEndian.PutUint32(raw[unsafe.Offsetof(h.Flags):], h.Flags|AllocClassed)
+	return nil
 }
 
 // scaleCount is n times weight, rounded, within a uint64.

@@ -36,12 +36,14 @@ import (
 // sample means nothing without the samples before it.
 const (
 	// CompactVersion is the version of a compact payload; the program's
-	// payloads are of Version. CompactVersionV8 and CompactVersionV10, of
-	// older recordings', whose program wrote version 8 (a header without
-	// alloc_bytes) or 10 (without alloc_window).
-	CompactVersion    = 13
+	// payloads are of Version. CompactVersionV8, CompactVersionV10 and
+	// CompactVersionV12, of older recordings', whose program wrote
+	// version 8 (a header without alloc_bytes), 10 (without alloc_window)
+	// or 12 (without alloc_seq, alloc_slot and alloc_class).
+	CompactVersion    = 15
 	CompactVersionV8  = 9
 	CompactVersionV10 = 11
+	CompactVersionV12 = 13
 	// Compact: the payload's frames are references into its file's
 	// trees (TreeDecoder.Expand). Set by the recorder, never by the
 	// program.

@@ -219,11 +219,15 @@ func BenchmarkCompact(b *testing.B) {
 }
 
 // TestTreeAlloc: an allocation sample made compact expands to itself,
-// window and all; one of an older recording's compact form (version 11,
-// whose program wrote version 10) expands with its objects and bytes, and
-// window 0.
+// window, slot and class and all; one of an older recording's compact form
+// (version 13, whose program wrote version 12) expands with its window and
+// no slot; one of version 11 (version 10's) with its objects and bytes,
+// and window 0.
 func TestTreeAlloc(t *testing.T) {
 	raw := allocSeed(3, 409, 409*160, 42)
+	if err := SetAllocClass(raw, 7); err != nil {
+		t.Fatal(err)
+	}
 	var e TreeEncoder
 	c, err := e.Compact(nil, raw, 1<<16)
 	if err != nil {
@@ -234,8 +238,20 @@ func TestTreeAlloc(t *testing.T) {
 	if err != nil || !bytes.Equal(got, raw) {
 		t.Fatalf("expanded %x, %v; want %x", got, err, raw)
 	}
-	v11 := append(append([]byte(nil), c[:headerSizeV10]...), c[headerSize:]...)
 	le := binary.LittleEndian
+	v13 := append(append([]byte(nil), c[:headerSizeV12]...), c[headerSize:]...)
+	le.PutUint16(v13[4:], CompactVersionV12)
+	le.PutUint16(v13[6:], uint16(headerSizeV12))
+	le.PutUint32(v13[8:], uint32(len(v13)))
+	var d13 TreeDecoder
+	if got, err = d13.Expand(v13); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Decode(got)
+	if err != nil || p.AllocWindow != 42 || p.AllocSlot != 0 || p.AllocClass != 0 || p.Flags&AllocClassed != 0 || len(p.Frames) != 3 {
+		t.Fatalf("version 13: %+v, %v", p, err)
+	}
+	v11 := append(append([]byte(nil), c[:headerSizeV10]...), c[headerSize:]...)
 	le.PutUint16(v11[4:], CompactVersionV10)
 	le.PutUint16(v11[6:], uint16(headerSizeV10))
 	le.PutUint32(v11[8:], uint32(len(v11)))
@@ -244,7 +260,7 @@ func TestTreeAlloc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Decode(got)
+	p, err = Decode(got)
 	if err != nil || p.Flags&Alloc == 0 || p.Period != 409 || p.AllocBytes != 409*160 || p.AllocWindow != 0 || len(p.Frames) != 3 {
 		t.Fatalf("version 11: %+v, %v", p, err)
 	}

@@ -4,7 +4,7 @@ package payload
 
 import "structs"
 
-// cPayloadHeader is struct payload_header: 104 bytes; magic at 0 version at 4 header_size at 6 length at 8 nframes at 12 flags at 16 pid at 20 tid at 24 gen at 28 ec at 32 cfp at 40 period at 48 gc_count at 56 gc_epoch at 64 nlabels at 72 label_size at 76 nnatives at 80 native_stop at 84 alloc_bytes at 88 alloc_window at 96 pad at 100.
+// cPayloadHeader is struct payload_header: 120 bytes; magic at 0 version at 4 header_size at 6 length at 8 nframes at 12 flags at 16 pid at 20 tid at 24 gen at 28 ec at 32 cfp at 40 period at 48 gc_count at 56 gc_epoch at 64 nlabels at 72 label_size at 76 nnatives at 80 native_stop at 84 alloc_bytes at 88 alloc_window at 96 alloc_seq at 100 alloc_slot at 104 alloc_class at 112.
 type cPayloadHeader struct {
 	_           structs.HostLayout
 	Magic       uint32
@@ -27,7 +27,9 @@ type cPayloadHeader struct {
 	NativeStop  uint32
 	AllocBytes  uint64
 	AllocWindow uint32
-	Pad         uint32
+	AllocSeq    uint32
+	AllocSlot   uint64
+	AllocClass  uint64
 }
 
 // cFrame is struct frame: 24 bytes; iseq at 0 pc at 8 cme_flags at 16.
@@ -54,4 +56,16 @@ type cOffcpuEnd struct {
 	Tid  uint32
 	Left uint64
 	End  uint64
+}
+
+// cAllocSeen is struct alloc_seen: 40 bytes; pid at 0 tid at 4 window at 8 seq at 12 slot at 16 flags at 24 klass at 32.
+type cAllocSeen struct {
+	_      structs.HostLayout
+	Pid    uint32
+	Tid    uint32
+	Window uint32
+	Seq    uint32
+	Slot   uint64
+	Flags  uint64
+	Klass  uint64
 }

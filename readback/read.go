@@ -466,6 +466,16 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 		rd.labels = rd.labelsOf(p, rd.labels)
 		st.Labels = rd.labels
 	}
+	if perr == nil && p.Flags&payload.Alloc != 0 && p.Flags&payload.AllocClassed != 0 {
+		// The allocated object's class rides as a label: pprof shows it
+		// as one, and flame graphs split by it (--group-by object.class).
+		name := UnknownLabelValue
+		if n, _, ok := rd.symtab.FrameName(p.AllocClass); ok {
+			name = n.Label
+		}
+		rd.labels = append(rd.labels[:len(st.Labels)], merge.Label{Key: merge.ClassLabel, Value: name})
+		st.Labels = rd.labels
+	}
 	if st.Fallback {
 		rd.stats.Fallbacks++
 	}

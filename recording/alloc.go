@@ -161,6 +161,8 @@ func (s *session) weighWindow(n uint32, counts map[int]*allocCounter, armed, cyc
 		}
 		s.allocWeighed(pid, n, min(facts.weight(trap), maxAllocWeight))
 	}
+	// Samples whose slots no later refill told of: written without.
+	s.flushAllocClasses(allocClassWait)
 	return seen
 }
 
@@ -227,7 +229,12 @@ func (s *session) refillsOf(t *Target) (*bpf.Refills, error) {
 	sites := make([]bpf.Refill, len(r.Sites))
 	for i, site := range r.Sites {
 		sites[i] = bpf.Refill{FileOffset: site.FileOffset, PageRegister: site.Page,
-			FreeSlots: r.FreeSlots.Offset, SlotSize: r.SlotSize.Offset}
+			FreeSlots: r.FreeSlots.Offset, SlotSize: r.SlotSize.Offset, FreeList: -1}
+		// The program reads an object's flags and klass as the first 16
+		// bytes of its slot: where struct RBasic has them there.
+		if b := t.Reader.Layout.Basic; site.HeadInPage && b.Flags == 0 && b.Klass == 8 {
+			sites[i].FreeList = r.FreeList.Offset
+		}
 	}
 	refills, err := s.sampler.Refills(t.PID, t.Process.Binary.File(), sites)
 	if err == nil && !s.allocChecked {

@@ -44,7 +44,7 @@ func (s *session) allocSample(p *payload.Payload) error {
 	k := allocKey{p.PID, p.AllocWindow}
 	if w, ok := s.alloc.weights[k]; ok {
 		s.weighAlloc(s.raw, w)
-		return s.write(s.raw)
+		return s.classAlloc(s.raw)
 	}
 	if s.alloc.held == nil {
 		s.alloc.held = map[allocKey][][]byte{}
@@ -85,7 +85,7 @@ func (s *session) releaseAlloc(k allocKey, weight float64) error {
 	s.alloc.n -= len(recs)
 	for _, rec := range recs {
 		s.weighAlloc(rec, weight)
-		if err := s.write(rec); err != nil {
+		if err := s.classAlloc(rec); err != nil {
 			return err
 		}
 	}
@@ -134,12 +134,22 @@ func (s *session) flushAlloc() error {
 // weighAlloc multiplies an allocation sample record's (header and data)
 // objects and bytes by weight: its period, and its payload's.
 func (s *session) weighAlloc(rec []byte, weight float64) {
+	raw := s.allocRaw(rec)
+	if raw == nil {
+		return
+	}
+	if objects, err := payload.WeighAlloc(raw, weight); err == nil {
+		perfdata.SetSamplePeriod(rec, &s.attr, objects)
+	}
+}
+
+// allocRaw is the payload of an allocation sample record (header and
+// data), where it lies in rec; nil if rec is no sample.
+func (s *session) allocRaw(rec []byte) []byte {
 	r, err := perfdata.DecodeRecordInto(rec, &s.attr, &s.alloc.record)
 	smp, ok := r.(*perfdata.Sample)
 	if err != nil || !ok {
-		return
+		return nil
 	}
-	if objects, err := payload.WeighAlloc(smp.Raw, weight); err == nil {
-		perfdata.SetSamplePeriod(rec, &s.attr, objects)
-	}
+	return smp.Raw
 }

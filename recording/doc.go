@@ -13,7 +13,9 @@
 // in windows that keep the traps within a budget (alloc.go); it holds each
 // window's samples until the window ends and weighs them by what it stands
 // for, the traps' stalls taken out, their cost fitted to Ruby's own count of
-// allocations (allocweight.go, alloctrap.go).
+// allocations (allocweight.go, alloctrap.go); then until the program tells
+// what each sample's slot held a page of allocations later, to name the
+// object's class (allocclass.go).
 //
 // A frame is keyed by the addresses the program copied, and the GC frees
 // code and reuses its memory while recording. So a name read from memory

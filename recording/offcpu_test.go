@@ -24,19 +24,20 @@ func offCPURecord(tid uint32, left uint64) []byte {
 // event writes it without a stack copy, of thread tid at time, whose
 // payload has flags and period, and what set does to its header.
 func sampleRecord(flags, tid uint32, time, period uint64, set func(header []byte)) []byte {
-	// The header of version 12 (104 bytes), and the kernel's padding to
+	// The header of version 14 (120 bytes), and the kernel's padding to
 	// make the raw data with its size a multiple of 8.
-	raw := make([]byte, 108)
+	const header = 120
+	raw := make([]byte, header+4)
 	binary.LittleEndian.PutUint32(raw[0:], payload.Magic)
 	binary.LittleEndian.PutUint16(raw[4:], payload.Version)
-	binary.LittleEndian.PutUint16(raw[6:], 104)
-	binary.LittleEndian.PutUint32(raw[8:], 104)
+	binary.LittleEndian.PutUint16(raw[6:], header)
+	binary.LittleEndian.PutUint32(raw[8:], header)
 	binary.LittleEndian.PutUint32(raw[16:], flags)
 	binary.LittleEndian.PutUint32(raw[20:], tid) // pid
 	binary.LittleEndian.PutUint32(raw[24:], tid)
 	binary.LittleEndian.PutUint64(raw[48:], period)
 	if set != nil {
-		set(raw[:104])
+		set(raw[:header])
 	}
 	d := make([]byte, 0, 160)
 	d = binary.LittleEndian.AppendUint64(d, 0x401000)                    // ip

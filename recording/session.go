@@ -137,6 +137,11 @@ type Summary struct {
 	// AllocTrap is what a refill's trap was fitted to cost the program,
 	// at the last window weighed (0: not fitted, or nothing).
 	AllocTrap time.Duration
+	// AllocClassed counts the allocation samples written with their
+	// object's class; AllocUnclassed those without (the slot was not
+	// seen again in time, held no object then, or its class could not be
+	// read: their class reads as unknown).
+	AllocClassed, AllocUnclassed uint64
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
 	Urgent    uint64
@@ -234,8 +239,10 @@ type session struct {
 
 	// off holds off-CPU samples until their threads are back (Options.Wall).
 	off offCPU
-	// alloc holds allocation samples until their windows are weighed.
-	alloc allocHeld
+	// alloc holds allocation samples until their windows are weighed,
+	// allocClass until their objects' classes are known.
+	alloc      allocHeld
+	allocClass allocClasses
 
 	// The last checkpoint (see checkpoint), and the symbol table's size
 	// when its copy beside the recording was written.
@@ -559,6 +566,9 @@ func (s *session) handle(rec bpf.Record) error {
 	if rec.OffCPUEnd != nil {
 		return s.offCPUEnd(rec.OffCPUEnd)
 	}
+	if rec.AllocSeen != nil {
+		return s.allocSeen(rec.AllocSeen)
+	}
 	// The record whole, as it is written: decoded where it lies, so that
 	// what the sample's payload is given (names, its period) is written.
 	s.raw = appendRawRecord(s.raw[:0], rec)
@@ -654,6 +664,9 @@ func (s *session) finish() error {
 	defer s.mu.Unlock()
 	var errs []error
 	if err := s.flushAlloc(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.flushAllocClasses(0); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.flushOffCPU(); err != nil {

@@ -38,6 +38,10 @@ type RefillSite struct {
 	// x86_64 encodes it (0 rax, 1 rcx, 2 rdx, 3 rbx, 4 rsp, 5 rbp, 6 rsi,
 	// 7 rdi, 8-15 r8-r15).
 	Page int
+	// HeadInPage: page->freelist is cleared after the site, so there it
+	// still holds the head of the page's free list, the slot the
+	// allocation that ran the refill takes.
+	HeadInPage bool
 }
 
 // Refill is how allocations are sampled in a build: the sites, and the
@@ -46,6 +50,7 @@ type Refill struct {
 	Sites     []RefillSite
 	FreeSlots Member // heap_page free_slots: objects the refill hands out
 	SlotSize  Member // heap_page slot_size: bytes of each
+	FreeList  Member // heap_page freelist: the head of the page's free slots
 	How       string // how the sites were found
 }
 
@@ -78,6 +83,7 @@ func (b *Binary) findRefill(l *Layout) (*Refill, error) {
 	page := l.Structs["heap_page"]
 	r := &Refill{FreeSlots: page.Members["free_slots"], SlotSize: page.Members["slot_size"]}
 	freelist, ok := page.Members["freelist"]
+	r.FreeList = freelist
 	switch {
 	case len(page.Members) == 0:
 		return nil, fmt.Errorf("%w: layout %s has no struct heap_page", ErrNoRefill, l.Source)
@@ -149,7 +155,7 @@ func findRefills(code []byte, base uint64, freeSlots, freelist int64) []RefillSi
 		if !ok {
 			return
 		}
-		load, clear := false, false
+		load, clearBefore, clearAfter := false, false, false
 		// Back: the load of page->freelist, and maybe the store of NULL.
 		for k := 1; k <= refillWindow && ci-k >= 0; k++ {
 			d := ring[(ci-k)%len(ring)]
@@ -157,7 +163,7 @@ func findRefills(code []byte, base uint64, freeSlots, freelist int64) []RefillSi
 				load = true
 			}
 			if r, ok := zeroStore(d, 8, freelist); ok && r == reg {
-				clear = true
+				clearBefore = true
 			}
 			if writes(d.inst, reg) {
 				break // before this, reg held something else
@@ -167,14 +173,14 @@ func findRefills(code []byte, base uint64, freeSlots, freelist int64) []RefillSi
 		for k := 1; k <= refillWindow && ci+k < n; k++ {
 			d := ring[(ci+k)%len(ring)]
 			if r, ok := zeroStore(d, 8, freelist); ok && r == reg {
-				clear = true
+				clearAfter = true
 			}
 			if writes(d.inst, reg) || isBranch(d.inst) {
 				break
 			}
 		}
-		if load && clear && len(sites) < maxRefillSites+1 {
-			sites = append(sites, RefillSite{Addr: c.pc, Page: reg})
+		if load && (clearBefore || clearAfter) && len(sites) < maxRefillSites+1 {
+			sites = append(sites, RefillSite{Addr: c.pc, Page: reg, HeadInPage: clearAfter && !clearBefore})
 		}
 	}
 	for pos := 0; pos < len(code); {

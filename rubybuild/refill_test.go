@@ -17,8 +17,9 @@ var refillFuncs = map[string]bool{"ractor_set_cache": true, "ractor_cache_set_pa
 
 // TestRefillSites: on every test Ruby, stripped or not, the refill of the
 // allocation cache is found by disassembly; where the build has DWARF, the
-// sites are exactly one in each copy of the refill function DWARF lists
-// (inlined or not), and none elsewhere.
+// sites are one (or two, where the compiler duplicated its tail) in each
+// copy of the refill function DWARF lists (inlined or not), and none
+// elsewhere.
 func TestRefillSites(t *testing.T) {
 	for _, r := range testruby.All(t) {
 		t.Run(r.Name, func(t *testing.T) {
@@ -72,9 +73,11 @@ func TestRefillSites(t *testing.T) {
 					t.Errorf("site %#x is in no copy of the refill function", s.Addr)
 				}
 			}
+			// A compiler may duplicate the store within a copy (4.0.5's
+			// gcc reaches it on two paths): each path is a site.
 			for i, n := range in {
-				if n != 1 {
-					t.Errorf("copy %d of the refill function (%#x) holds %d sites, want 1", i, copies[i], n)
+				if n < 1 || n > 2 {
+					t.Errorf("copy %d of the refill function (%#x) holds %d sites, want 1 or 2", i, copies[i], n)
 				}
 			}
 		})
@@ -162,8 +165,15 @@ var refillBytes = []byte{
 // store of NULL taken away, it is not.
 func TestFindRefills(t *testing.T) {
 	got := findRefills(refillBytes, 0xda2c8, 4, 40)
-	if want := []RefillSite{{Addr: 0xda2ec, Page: 0}}; !slices.Equal(got, want) {
+	if want := []RefillSite{{Addr: 0xda2ec, Page: 0, HeadInPage: true}}; !slices.Equal(got, want) {
 		t.Fatalf("sites %+v, want %+v", got, want)
+	}
+	// The store of NULL before the store of zero: the site is found, but
+	// the page no longer holds the head of its free list there.
+	n := len(refillBytes)
+	early := slices.Concat(refillBytes[:n-12], refillBytes[n-8:], refillBytes[n-12:n-8])
+	if want := []RefillSite{{Addr: 0xda2f4, Page: 0}}; !slices.Equal(findRefills(early, 0xda2c8, 4, 40), want) {
+		t.Errorf("with the store of NULL first: sites %+v, want %+v", findRefills(early, 0xda2c8, 4, 40), want)
 	}
 	if got := findRefills(refillBytes, 0xda2c8, 6, 40); len(got) != 0 {
 		t.Errorf("free_slots at +6: sites %+v, want none", got)

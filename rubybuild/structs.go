@@ -128,4 +128,9 @@ var wantedConstants = map[string]bool{
 	"HEAP_PAGE_ALIGN": true, "HEAP_PAGE_OBJ_LIMIT": true, "HEAP_PAGE_BITMAP_LIMIT": true,
 	// A static Symbol as a VALUE (a request label's value).
 	"RUBY_SYMBOL_FLAG": true, "RUBY_SPECIAL_SHIFT": true, "RUBY_T_SYMBOL": true,
+	// The other types an allocated object may have (record --alloc names
+	// an object without a class by its type).
+	"RUBY_T_NONE": true, "RUBY_T_FLOAT": true, "RUBY_T_REGEXP": true, "RUBY_T_HASH": true,
+	"RUBY_T_STRUCT": true, "RUBY_T_BIGNUM": true, "RUBY_T_FILE": true, "RUBY_T_MATCH": true,
+	"RUBY_T_COMPLEX": true, "RUBY_T_RATIONAL": true, "RUBY_T_NODE": true, "RUBY_T_ZOMBIE": true,
 }

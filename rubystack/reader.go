@@ -32,6 +32,7 @@ type Reader struct {
 	iseqs      map[uint64]*iseq
 	cmes       map[uint64]*methodEntry
 	classes    map[uint64]classEntry
+	typeNames  map[uint64]string // RUBY_T_* by value (ObjectClass)
 
 	// shapesStruct: shapes is the tree itself (rb_shape_tree, 4.0+), not a
 	// pointer to it (rb_shape_tree_ptr, 3.3 and 3.4).

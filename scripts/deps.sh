@@ -13,6 +13,7 @@ pkgs=(
   libc6-dbg          # libc's debug file: native frames in libc are named from it (the goldens show them)
   clang-14 llvm libbpf-dev  # compile bpf/ruby.bpf.c (make generate; make test checks it is fresh)
   debuginfod iproute2  # elfutils' debuginfod server, run by the debuginfo tests in a network namespace
+  ruby3.1-dev        # its headers: the tests build a C extension into it (Ruby's own count of allocations by class)
   ruby-stackprof     # the in-process profiler make bench compares with
   ruby-memory-profiler  # the in-process allocation profiler make bench compares --alloc with
   chromium           # headless, for the browser tests of the SVG and speedscope views

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/export"
+	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/recording"
 	"github.com/rubyperf/rubyperf/rubystack"
 	"github.com/rubyperf/rubyperf/symtab"
@@ -116,6 +117,10 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			}
 			if sum.AllocUnweighed > 0 {
 				fmt.Fprintf(stderr, "rubyperf: %d of them weighed by an earlier window's weight: their own window never ended\n", sum.AllocUnweighed)
+			}
+			if n := sum.AllocClassed + sum.AllocUnclassed; n > 0 {
+				fmt.Fprintf(stderr, "rubyperf: %d of %d allocation samples (%.1f%%) name their object's class (pprof label %s)\n",
+					sum.AllocClassed, n, 100*float64(sum.AllocClassed)/float64(n), merge.ClassLabel)
 			}
 		}
 		if opts.Wall {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -107,12 +108,16 @@ type reportTable struct {
 	// counts objects, or bytes (in bytes).
 	allocs, bytes bool
 	allocBytes    uint64 // of the allocation samples, whatever the weight
+	// classes: of the allocation samples, by their object's class
+	// (merge.ClassLabel); classBy, by the Ruby method that allocated them.
+	classes map[string]uint64
+	classBy map[string]map[string]uint64
 }
 
 func newReportTable(bytes bool) *reportTable {
 	return &reportTable{bytes: bytes, rubySelf: map[reportKey]uint64{}, nativeSelf: map[reportKey]uint64{},
 		total: map[reportKey]uint64{}, lines: map[reportKey]map[int64]uint64{}, seen: map[reportKey]bool{},
-		states: map[merge.State]uint64{}}
+		states: map[merge.State]uint64{}, classes: map[string]uint64{}, classBy: map[string]map[string]uint64{}}
 }
 
 func (t *reportTable) add(s *merge.Stack) {
@@ -125,6 +130,18 @@ func (t *reportTable) add(s *merge.Stack) {
 	t.states[s.State] += s.Period
 	if s.OffCPU {
 		t.offCPU += s.Period
+	}
+	if class := s.LabelValue(merge.ClassLabel); s.Alloc && class != merge.NoLabel {
+		t.classes[class] += s.Period
+		if t.classBy[class] == nil {
+			t.classBy[class] = map[string]uint64{}
+		}
+		for _, f := range s.Frames {
+			if f.Kind == merge.KindRuby {
+				t.classBy[class][f.Name] += s.Period
+				break
+			}
+		}
 	}
 	clear(t.seen)
 	rubySeen := false
@@ -258,6 +275,7 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 		func(reportKey) string { return "" })
 	table(nativeHeading, "object", t.nativeSelf, merge.KindNative,
 		func(k reportKey) string { return filepath.Base(k.file) })
+	t.writeClasses(w, top, pct)
 	// What the threads were doing, when the recording says (its GC share
 	// is also in the title).
 	if t.states[merge.StateUnknown] < all {
@@ -267,6 +285,33 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 				fmt.Fprintf(w, "  %6.2f%%  %s\n", pct(v), st.Description())
 			}
 		}
+	}
+}
+
+// writeClasses prints the allocated objects' classes, top of them, each
+// with its share and the Ruby method that allocated most of it.
+func (t *reportTable) writeClasses(w io.Writer, top int, pct func(uint64) float64) {
+	if len(t.classes) == 0 {
+		return
+	}
+	classes := slices.SortedFunc(maps.Keys(t.classes), func(a, b string) int {
+		if c := cmp.Compare(t.classes[b], t.classes[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	fmt.Fprintf(w, "\n## allocated classes (as the object was built; %s)\n%7s  %-30s  %s\n", merge.ClassLabel, "share", "class", "allocated most by")
+	for _, c := range classes[:min(top, len(classes))] {
+		by, most := "", uint64(0)
+		for m, v := range t.classBy[c] {
+			if v > most || v == most && m < by {
+				by, most = m, v
+			}
+		}
+		if by != "" {
+			by = fmt.Sprintf("%s (%.0f%%)", export.Printable(by), 100*float64(most)/float64(t.classes[c]))
+		}
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("%6.2f%%  %-30s  %s", pct(t.classes[c]), export.Printable(c), by), " "))
 	}
 }
 

@@ -6,12 +6,14 @@
  *
  *   RubyperfOracle.frames(max) -> [[full_label, path, line], ...], leaf first
  *   RubyperfOracle.object_at(address) -> the object at address
+ *   RubyperfOracle.count_classes { ... } -> {class name => objects allocated in the block}
  *
  * It returns what oracle.rb reads through Fiddle: rb_profile_frames with
  * rb_profile_frame_full_label and rb_profile_frame_path.
  */
 #include <ruby.h>
 #include <ruby/debug.h>
+#include <ruby/st.h>
 
 #define ORACLE_MAX_FRAMES 8192
 
@@ -42,10 +44,127 @@ oracle_object_at(VALUE self, VALUE address)
     return (VALUE)NUM2ULL(address);
 }
 
+/*
+ * Allocations by class, as the allocator's own event (RUBY_INTERNAL_EVENT_NEWOBJ,
+ * which ObjectSpace's allocation tracing uses) sees every object built. The
+ * hook may not allocate: it counts by klass, or by type for an object
+ * without one (klass 0), and the names are made once the block is done.
+ * The classes counted are kept alive (marked) until then: a singleton or
+ * anonymous class may die first.
+ */
+static st_table *class_counts; /* klass, or type tag << 1 | 1 for klass 0, to objects */
+
+static int
+mark_class(st_data_t key, st_data_t n, st_data_t arg)
+{
+    if (!(key & 1)) {
+        rb_gc_mark((VALUE)key);
+    }
+    return ST_CONTINUE;
+}
+
+static void
+mark_counts(void *p)
+{
+    if (class_counts) {
+        st_foreach(class_counts, mark_class, 0);
+    }
+}
+
+static const rb_data_type_t counts_type = {"rubyperf_oracle_counts", {mark_counts, NULL, NULL}, 0, 0, 0};
+
+static void
+count_newobj(VALUE tpval, void *data)
+{
+    VALUE obj = rb_tracearg_object(rb_tracearg_from_tracepoint(tpval));
+    VALUE klass = RBASIC_CLASS(obj);
+    int t = BUILTIN_TYPE(obj);
+    /* An imemo's, a node's or an iclass's klass is no class of its own. */
+    if (t == T_IMEMO || t == T_NODE || t == T_ICLASS) {
+        klass = 0;
+    }
+    st_data_t key = klass ? (st_data_t)klass : ((st_data_t)t << 1 | 1);
+    st_data_t n = 0;
+    st_lookup(class_counts, key, &n);
+    st_insert(class_counts, key, n + 1);
+}
+
+/* The name rubyperf gives a type: "T_STRING". */
+static const char *
+type_name(int t)
+{
+    switch (t) {
+    case T_OBJECT: return "T_OBJECT";
+    case T_CLASS: return "T_CLASS";
+    case T_MODULE: return "T_MODULE";
+    case T_FLOAT: return "T_FLOAT";
+    case T_STRING: return "T_STRING";
+    case T_REGEXP: return "T_REGEXP";
+    case T_ARRAY: return "T_ARRAY";
+    case T_HASH: return "T_HASH";
+    case T_STRUCT: return "T_STRUCT";
+    case T_BIGNUM: return "T_BIGNUM";
+    case T_FILE: return "T_FILE";
+    case T_DATA: return "T_DATA";
+    case T_MATCH: return "T_MATCH";
+    case T_COMPLEX: return "T_COMPLEX";
+    case T_RATIONAL: return "T_RATIONAL";
+    case T_SYMBOL: return "T_SYMBOL";
+    case T_IMEMO: return "T_IMEMO";
+    case T_NODE: return "T_NODE";
+    case T_ICLASS: return "T_ICLASS";
+    }
+    return "T_OTHER";
+}
+
+static int
+name_count(st_data_t key, st_data_t n, st_data_t out)
+{
+    VALUE name;
+    if (key & 1) {
+        name = rb_sprintf("(%s)", type_name((int)(key >> 1)));
+    } else {
+        VALUE klass = (VALUE)key;
+        if (FL_TEST(klass, FL_SINGLETON)) {
+            name = rb_str_new_cstr("Class"); /* a class's own singleton: Class.new */
+        } else {
+            name = rb_class_path(klass);
+        }
+    }
+    VALUE had = rb_hash_lookup2((VALUE)out, name, INT2FIX(0));
+    rb_hash_aset((VALUE)out, name, SIZET2NUM(NUM2SIZET(had) + (size_t)n));
+    return ST_CONTINUE;
+}
+
+static VALUE
+oracle_count_classes(VALUE self)
+{
+    if (class_counts) {
+        rb_raise(rb_eRuntimeError, "count_classes does not nest");
+    }
+    class_counts = st_init_numtable();
+    VALUE keeper = TypedData_Wrap_Struct(0, &counts_type, NULL);
+    VALUE tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, count_newobj, NULL);
+    rb_tracepoint_enable(tp);
+    int state = 0;
+    rb_protect(rb_yield, Qnil, &state);
+    rb_tracepoint_disable(tp);
+    VALUE out = rb_hash_new();
+    st_foreach(class_counts, name_count, (st_data_t)out);
+    st_free_table(class_counts);
+    class_counts = NULL;
+    RB_GC_GUARD(keeper);
+    if (state) {
+        rb_jump_tag(state);
+    }
+    return out;
+}
+
 void
 Init_rubyperf_oracle(void)
 {
     VALUE m = rb_define_module("RubyperfOracle");
     rb_define_singleton_method(m, "frames", oracle_frames, 1);
     rb_define_singleton_method(m, "object_at", oracle_object_at, 1);
+    rb_define_singleton_method(m, "count_classes", oracle_count_classes, 0);
 }
