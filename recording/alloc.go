@@ -2,11 +2,15 @@ package recording
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/rubyperf/rubyperf/bpf"
+	"github.com/rubyperf/rubyperf/rubybuild"
+	"github.com/rubyperf/rubyperf/rubystack"
 )
 
 // Allocations (record --alloc) are sampled at the refills of the targets'
@@ -250,3 +254,51 @@ func (s *session) refillsOf(t *Target) (*bpf.Refills, error) {
 	}
 	return refills, nil
 }
+
+// warmRefills finds, in the background, the refill sites of the Ruby that
+// pid is becoming (record --alloc -- CMD) while it boots: the sweep of a
+// build's code takes a few hundred milliseconds, which after the attach
+// would leave that much of the program's start unwatched. The session's
+// rubybuild.Cache keeps the sites for the attach. The returned stop waits
+// for a sweep under way (the attach would otherwise start its own) and
+// ends the tries to open the process.
+func (s *session) warmRefills(pid int, opts rubybuild.OpenOptions) (stop func()) {
+	if s.opts.Alloc == 0 || opts.Cache == nil {
+		return func() {}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		timer := time.NewTimer(warmWait)
+		defer timer.Stop()
+		for end := time.Now().Add(warmFor); time.Now().Before(end); {
+			p, err := rubystack.OpenProcess(pid, opts)
+			if err == nil {
+				if l, err := p.Binary.Layout(); err == nil {
+					p.Binary.RefillSites(l) // kept in the Cache
+				}
+				p.Close()
+				return
+			}
+			if !errors.Is(err, rubystack.ErrNotRuby) && !goneFromProc(err) {
+				return // not a Ruby it can read: the attach says why
+			}
+			timer.Reset(warmWait)
+			select {
+			case <-done:
+				return
+			case <-timer.C:
+			}
+		}
+	}()
+	return sync.OnceFunc(func() {
+		close(done)
+		<-finished
+	})
+}
+
+// warmRefills tries to open the process every warmWait, for at most warmFor.
+const (
+	warmWait = 5 * time.Millisecond
+	warmFor  = 10 * time.Second
+)

@@ -30,8 +30,8 @@ const FreedClassLabel = "[freed before its class was read]"
 const allocClassWait = 500 * time.Millisecond
 
 // maxAllocWaiting bounds the samples waiting and the slots' reports kept
-// for samples not yet weighed. Past it the oldest samples are written
-// without a class, or the reports forgotten.
+// for samples not yet weighed. Past it the samples waiting are written
+// without a class, or the reports kept are forgotten.
 const maxAllocWaiting = 1 << 12
 
 type allocClasses struct {

@@ -415,6 +415,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		}
 		s.command = cmd.Process.Pid
 		stopPreparing := s.tables.prepare(s.command) // while it starts and is attached
+		stopWarming := s.warmRefills(s.command, s.openOptions(opts.DebugFile))
 		// Wait for the command only after attaching: attaching stops its
 		// main thread with ptrace, and as its parent a concurrent wait
 		// would take that stop for itself.
@@ -422,6 +423,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		t, err := AttachWhenReady(actx, cmd.Process.Pid, s.openOptions(opts.DebugFile), s.files)
 		cancel()
 		stopPreparing()
+		stopWarming()
 		go func() {
 			// Wait only once it has exited: attaching it again after an
 			// exec stops it with ptrace, and a wait of its parent (this

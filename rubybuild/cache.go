@@ -39,6 +39,7 @@ type cachedBuild struct {
 	elfPath, debugPath string
 	layout             *Layout
 	anchors            *Anchors // nil until found; under the Cache's lock
+	refill             *Refill  // nil until found; under the Cache's lock
 }
 
 func identify(f *os.File) fileID {
@@ -115,6 +116,20 @@ func (c *Cache) putAnchors(cb *cachedBuild, a Anchors) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cb.anchors = &a
+}
+
+// refill is the refill sites found with cb's layout, or nil.
+func (c *Cache) refill(cb *cachedBuild) *Refill {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cb.refill
+}
+
+// putRefill records the refill sites found with cb's layout.
+func (c *Cache) putRefill(cb *cachedBuild, r *Refill) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cb.refill = r
 }
 
 // renamed is a with the layout source from in each anchor's How and Why

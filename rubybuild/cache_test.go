@@ -10,7 +10,7 @@ import (
 )
 
 // TestCache: a second Binary of the same file, opened by another name, is
-// given the Layout and Anchors the first worked out, its Source naming the
+// given the Layout, Anchors and refill sites the first worked out, its Source naming the
 // second's path; a copy of the file (another inode) and a file touched since
 // are worked out again, to the same result.
 func TestCache(t *testing.T) {
@@ -55,6 +55,12 @@ func TestCache(t *testing.T) {
 			}
 			if !reflect.DeepEqual(l2, l0) || !reflect.DeepEqual(a2, a0) || !reflect.DeepEqual(a1.renamed(l1.Source, l0.Source), a0) {
 				t.Errorf("cached layout or anchors differ from those worked out afresh:\n%+v\n%+v", a2, a0)
+			}
+			// The refill sites too: the second is given the first's sweep.
+			r1, err1 := b1.RefillSites(l1)
+			r2, err2 := b2.RefillSites(l2)
+			if err1 != nil || err2 != nil || r2 != r1 {
+				t.Errorf("refill sites %p (%v), then %p (%v): the second not the first's", r1, err1, r2, err2)
 			}
 
 			b3, l3, a3 := open(copied, &c)

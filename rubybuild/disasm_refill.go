@@ -65,13 +65,26 @@ const (
 var ErrNoRefill = errors.New("the allocation cache refill was not found")
 
 // RefillSites locates the allocation cache refills of b's code, with the
-// heap_page members of l, once for each layout.
+// heap_page members of l, once for each layout; once for each build, where
+// b shares a Cache and l is the layout b handed out (the sweep takes a few
+// hundred milliseconds: every process of one Ruby, and every attempt to
+// attach to one still booting, share it).
 func (b *Binary) RefillSites(l *Layout) (*Refill, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.refillFor != l || b.refill == nil && b.refillErr == nil {
+		shared := b.shared != nil && l == b.layout
+		if shared {
+			if r := b.cache.refill(b.shared); r != nil {
+				b.refill, b.refillErr, b.refillFor = r, nil, l
+				return r, nil
+			}
+		}
 		b.refill, b.refillErr = b.findRefill(l)
 		b.refillFor = l
+		if shared && b.refillErr == nil {
+			b.cache.putRefill(b.shared, b.refill)
+		}
 	}
 	return b.refill, b.refillErr
 }
@@ -104,7 +117,7 @@ func (b *Binary) findRefill(l *Layout) (*Refill, error) {
 		if err != nil {
 			return nil, fmt.Errorf("section %s: %w", s.Name, err)
 		}
-		found := findRefills(code, s.Addr, r.FreeSlots.Offset, freelist.Offset)
+		found := findRefillsNear(code, s.Addr, r.FreeSlots.Offset, freelist.Offset)
 		for i := range found {
 			// In a section of code, which a loadable segment holds.
 			found[i].FileOffset = found[i].Addr - s.Addr + s.Offset
@@ -122,6 +135,55 @@ func (b *Binary) findRefill(l *Layout) (*Refill, error) {
 	r.How = fmt.Sprintf("disassembly: %d stores of zero to heap_page free_slots (+%d) beside a load and a store of zero of freelist (+%d), layout %s",
 		len(sites), r.FreeSlots.Offset, freelist.Offset, l.Source)
 	return r, nil
+}
+
+// Around a candidate, findRefillsNear decodes refillBefore bytes before it
+// and refillAfter after: more than refillWindow instructions of the
+// longest common encodings each way, so that the decoding has found the
+// instructions' boundaries well before the candidate (x86 code
+// resynchronises within a few instructions) and sees the whole window.
+const (
+	refillBefore = 512
+	refillAfter  = 256
+)
+
+// findRefillsNear is findRefills, decoding only around the bytes that can
+// start a 16-bit store (the operand-size prefix 0x66, then at most one REX
+// prefix, then MOV's opcode 0x89 or 0xc7): a sweep of a whole libruby
+// decodes some million instructions, a few hundred milliseconds that the
+// start of record --alloc -- CMD waited for. Only sites at such a byte
+// are kept: elsewhere the window may have been cut.
+func findRefillsNear(code []byte, base uint64, freeSlots, freelist int64) []RefillSite {
+	var sites []RefillSite
+	cands := map[int]bool{}
+	var spans [][2]int
+	for i := 0; i+2 < len(code); i++ {
+		if code[i] != 0x66 {
+			continue
+		}
+		op := code[i+1]
+		if op&0xf0 == 0x40 { // REX
+			op = code[i+2]
+		}
+		if op != 0x89 && op != 0xc7 {
+			continue
+		}
+		cands[i] = true
+		lo, hi := max(0, i-refillBefore), min(len(code), i+refillAfter)
+		if n := len(spans); n > 0 && lo <= spans[n-1][1] {
+			spans[n-1][1] = hi
+		} else {
+			spans = append(spans, [2]int{lo, hi})
+		}
+	}
+	for _, sp := range spans {
+		for _, site := range findRefills(code[sp[0]:sp[1]], base+uint64(sp[0]), freeSlots, freelist) {
+			if cands[int(site.Addr-base)] && len(sites) <= maxRefillSites {
+				sites = append(sites, site)
+			}
+		}
+	}
+	return sites
 }
 
 // decoded is one instruction of a sweep.

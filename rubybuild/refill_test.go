@@ -2,6 +2,7 @@ package rubybuild
 
 import (
 	"debug/dwarf"
+	"debug/elf"
 	"errors"
 	"slices"
 	"sort"
@@ -188,8 +189,9 @@ func TestFindRefills(t *testing.T) {
 	}
 }
 
-// FuzzFindRefills: any bytes are swept without a panic, and every site
-// found is in the code, at most maxRefillSites+1 of them.
+// FuzzFindRefills: any bytes are swept without a panic, whole or around
+// the candidates, and every site found is in the code, at most
+// maxRefillSites+1 of them.
 func FuzzFindRefills(f *testing.F) {
 	f.Add(refillBytes, int64(4), int64(40))
 	f.Add(slices.Concat(refillBytes, refillBytes), int64(4), int64(40))
@@ -199,10 +201,44 @@ func FuzzFindRefills(f *testing.F) {
 		if len(sites) > maxRefillSites+1 {
 			t.Fatalf("%d sites", len(sites))
 		}
+		if near := findRefillsNear(code, base, freeSlots, freelist); len(near) > maxRefillSites+1 {
+			t.Fatalf("%d sites around candidates", len(near))
+		}
 		for _, s := range sites {
 			if s.Addr < base || s.Addr >= base+uint64(len(code)) || s.Page < 0 || s.Page > 15 {
 				t.Fatalf("site %+v outside the code [%#x, %#x) or no register", s, base, base+len(code))
 			}
 		}
 	})
+}
+
+// TestRefillsNearEqualSweep: decoding only around the bytes that can start
+// a 16-bit store finds exactly the sites a sweep of all the code finds, on
+// every test Ruby's executable sections.
+func TestRefillsNearEqualSweep(t *testing.T) {
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			b, l := openLayout(t, r.VM)
+			page := l.Structs["heap_page"]
+			freeSlots, freelist := page.Members["free_slots"].Offset, page.Members["freelist"].Offset
+			found := 0
+			for _, s := range b.elf.f.Sections {
+				if s.Type != elf.SHT_PROGBITS || s.Flags&elf.SHF_EXECINSTR == 0 || s.Size == 0 {
+					continue
+				}
+				code, err := b.elf.sectionData(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all, near := findRefills(code, s.Addr, freeSlots, freelist), findRefillsNear(code, s.Addr, freeSlots, freelist)
+				if !slices.Equal(all, near) {
+					t.Errorf("section %s: the sweep finds %+v, around the candidates %+v", s.Name, all, near)
+				}
+				found += len(near)
+			}
+			if found == 0 {
+				t.Error("no site in any section")
+			}
+		})
+	}
 }
