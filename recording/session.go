@@ -140,8 +140,9 @@ type Summary struct {
 	// AllocClassed counts the allocation samples written with their
 	// object's class; AllocUnclassed those without (the slot was not
 	// seen again in time, held no object then, or its class could not be
-	// read: their class reads as unknown).
-	AllocClassed, AllocUnclassed uint64
+	// read: their class reads as unknown). AllocSeensLost counts the
+	// reports of what a slot held that the program's ring could not take.
+	AllocClassed, AllocUnclassed, AllocSeensLost uint64
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
 	Urgent    uint64
@@ -551,7 +552,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		s.sum.Truncated = c.Truncated
 		s.sum.Urgent = c.Urgent
 		s.sum.OffCPUEndsLost = c.OffCPUEndsLost
-		s.sum.Refills, s.sum.AllocSamples = c.Refills, c.AllocSamples
+		s.sum.Refills, s.sum.AllocSamples, s.sum.AllocSeensLost = c.Refills, c.AllocSamples, c.AllocSeensLost
 		s.sum.Lost = max(s.sum.Lost, c.OutputErrors)
 	}
 	finErr := s.finish()

@@ -14,10 +14,10 @@ var ErrNoObject = errors.New("the slot holds no object")
 // and klass, as the allocation it was seen at made it: the class's path
 // (classPath), or, for an object Ruby hides from Ruby code (klass 0: an
 // internal String or Array; an imemo, a node, an iclass), its type in
-// parentheses, "(T_IMEMO)". An object whose singleton class is its klass (a Class made
-// by Class.new) is named by its type's class, Class or Module. It fails
-// for a slot that holds no object (freed, or moved by compaction) and for
-// flags whose type is not one the layout names.
+// parentheses, "(T_IMEMO)". A class or module whose klass is its own
+// singleton class (Class.new makes one) is named Class or Module. It
+// fails for a slot that holds no object (ErrNoObject: freed, or moved by
+// compaction) and for flags whose type the layout does not name.
 func (r *Reader) ObjectClass(flags, klass uint64) (string, error) {
 	typ := flags & r.o.tMask
 	name, ok := r.typeName(typ)

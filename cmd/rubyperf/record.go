@@ -121,6 +121,9 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			if n := sum.AllocClassed + sum.AllocUnclassed; n > 0 {
 				fmt.Fprintf(stderr, "rubyperf: %d of %d allocation samples (%.1f%%) name their object's class (pprof label %s)\n",
 					sum.AllocClassed, n, 100*float64(sum.AllocClassed)/float64(n), merge.ClassLabel)
+				if sum.AllocSeensLost > 0 {
+					fmt.Fprintf(stderr, "rubyperf: %d reports of what a slot held were lost (the program's ring was full)\n", sum.AllocSeensLost)
+				}
 			}
 		}
 		if opts.Wall {
