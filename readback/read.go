@@ -287,6 +287,17 @@ func (rd *Reader) Apply(rec perfdata.Record) {
 	}
 }
 
+// threadName is what thread tid of process pid is called: its own name,
+// or, before any record named it (a sample can come before its thread's
+// FORK record: they come from different rings), its process's, which a
+// thread has at clone unless its creator had renamed itself.
+func (rd *Reader) threadName(pid, tid uint32) string {
+	if c, ok := rd.comms[tid]; ok {
+		return c
+	}
+	return rd.comms[pid]
+}
+
 // Reader merges a recording's samples one at a time, as they are read:
 // the side-band records taken so far (Apply) say what each process maps
 // and each thread is called; the symbol table names the Ruby frames, and
@@ -383,7 +394,7 @@ func (rd *Reader) Stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 // stack merges sample s; p is its payload, decoded (and named) by a live
 // recording, or nil: decoded here from s.Raw.
 func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
-	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.comms[s.Tid], Time: s.Time, CPU: s.CPU, Period: s.Period}
+	st := merge.Stack{PID: int(s.Pid), TID: int(s.Tid), Comm: rd.threadName(s.Pid, s.Tid), Time: s.Time, CPU: s.CPU, Period: s.Period}
 	var perr error
 	if p == nil {
 		p = &rd.payload

@@ -31,15 +31,16 @@ func TestReadStockPerfCallchain(t *testing.T) {
 
 // TestThreadNameAtFork: a thread that never names itself has the name of
 // the thread that created it (the kernel copies it at clone), and one that
-// does keeps its own.
+// does keeps its own; one no record has named yet (its sample came before
+// its FORK record) has its process's.
 func TestThreadNameAtFork(t *testing.T) {
 	rd := NewReader(ReadOptions{}, symtab.New(), nil, &native.Objects{})
 	rd.Apply(&perfdata.Comm{Pid: 10, Tid: 10, Comm: "puma"})
 	rd.Apply(&perfdata.Fork{Pid: 10, PPid: 10, Tid: 11, PTid: 10})
 	rd.Apply(&perfdata.Comm{Pid: 10, Tid: 12, Comm: "worker 1"})
 	rd.Apply(&perfdata.Fork{Pid: 10, PPid: 10, Tid: 12, PTid: 10})
-	for tid, want := range map[uint32]string{10: "puma", 11: "puma", 12: "worker 1"} {
-		if got := rd.comms[tid]; got != want {
+	for tid, want := range map[uint32]string{10: "puma", 11: "puma", 12: "worker 1", 13: "puma"} {
+		if got := rd.threadName(10, tid); got != want {
 			t.Errorf("thread %d is %q, want %q", tid, got, want)
 		}
 	}
