@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
@@ -48,13 +49,17 @@ func oneLine(s string) string {
 			space = b.Len() > 0
 			continue
 		}
+		n := utf8.RuneLen(r)
+		if space {
+			n++
+		}
+		if n < 0 || b.Len()+n > maxRefusalBytes {
+			b.WriteString("…")
+			break
+		}
 		if space {
 			b.WriteByte(' ')
 			space = false
-		}
-		if b.Len()+len(string(r)) > maxRefusalBytes {
-			b.WriteString("…")
-			break
 		}
 		b.WriteRune(r)
 	}

@@ -146,6 +146,7 @@ func FuzzResponseMessage(f *testing.F) {
 	f.Add("application/x-protobuf", st)
 	f.Add("application/json", []byte(`{"message":"bad\nlabel"}`))
 	f.Add("text/plain", []byte("invalid label name ''\n"))
+	f.Add("text/plain", []byte(strings.Repeat("a", maxRefusalBytes)+" b")) // a space at the bound
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		m := responseMessage(contentType, body)
 		if len(m) > maxRefusalBytes+len("…") || strings.ContainsAny(m, "\n\r\x00") {
