@@ -42,6 +42,10 @@ type Anchors struct {
 	// ShapeTreeIsStruct: ShapeTree is the rb_shape_tree struct itself (4.0+
 	// exports it), not a pointer to it.
 	ShapeTreeIsStruct bool
+	// FrozenCore is rb_mRubyVMFrozenCore, a class the VM hides from
+	// ObjectSpace (4.0 made it a T_CLASS): a heap census leaves it out of
+	// the classes as Ruby does. No use requires it.
+	FrozenCore Anchor
 
 	// GCRunning is not a symbol: it says where the layout's flags.during_gc
 	// came from (its source, or the disassembly of rb_during_gc for a table
@@ -62,7 +66,7 @@ type Anchors struct {
 // List returns the anchors in a stable order.
 func (a *Anchors) List() []*Anchor {
 	return []*Anchor{&a.CurrentEC, &a.VMPtr, &a.SingleMainRactor, &a.GlobalSymbols, &a.VMExec, &a.VMExecCore, &a.ShapeTree,
-		&a.GCRunning, &a.SymbolID}
+		&a.FrozenCore, &a.GCRunning, &a.SymbolID}
 }
 
 // anchorSymbols are the symbols the binary is searched for.
@@ -75,7 +79,7 @@ var anchorSymbols = map[string]bool{
 	"rb_shape_tree_ptr": true, "rb_shape_tree": true, "rb_shape_get_shape_by_id": true, "rb_shape_id": true,
 	"rb_block_given_p": true, "rb_keyword_given_p": true, "rb_errinfo": true,
 	"rb_gc_count": true, "rb_gc_latest_gc_info": true, "rb_gc_get_objspace": true,
-	"rb_sym_immortal_count": true, "rb_sym2id": true,
+	"rb_sym_immortal_count": true, "rb_sym2id": true, "rb_mRubyVMFrozenCore": true,
 }
 
 // findAnchors locates each anchor: from symbols first (dynsym, symtab, a debug
@@ -95,6 +99,7 @@ func (b *Binary) findAnchors(l *Layout) Anchors {
 	plain(&a.VMExec, "rb_vm_exec")
 	plain(&a.VMExecCore, "vm_exec_core")
 	plain(&a.ShapeTree, "rb_shape_tree_ptr")
+	plain(&a.FrozenCore, "rb_mRubyVMFrozenCore")
 
 	env := newELFEnv(b)
 	a.CurrentEC.Name = "ruby_current_ec"

@@ -399,6 +399,13 @@ func flattenMembers(st *dwarf.StructType, prefix string, base int64, depth int, 
 		if depth >= maxMemberDepth {
 			continue
 		}
+		if pointee, ok := anonymousPointee(f.Type); ok && f.Name != "" {
+			// rb_darray(T): a pointer to an anonymous struct of a length
+			// and the elements; its members are named after "->", from
+			// the pointee's start.
+			flattenMembers(pointee, name+"->", 0, depth+1, out)
+			continue
+		}
 		if inner, ok := underlyingStruct(f.Type); ok && !inner.Incomplete {
 			p := prefix
 			if f.Name != "" {
@@ -407,6 +414,32 @@ func flattenMembers(st *dwarf.StructType, prefix string, base int64, depth int, 
 			flattenMembers(inner, p, off, depth+1, out)
 		}
 	}
+}
+
+// anonymousPointee is the struct t points to when t is a pointer to a
+// struct with no name of its own (rb_darray's), which no other member
+// could lead to by name.
+func anonymousPointee(t dwarf.Type) (*dwarf.StructType, bool) {
+	for range 8 {
+		switch v := t.(type) {
+		case *dwarf.PtrType:
+			st, ok := underlyingStruct(v.Type)
+			if !ok || st.Incomplete || st.StructName != "" {
+				return nil, false
+			}
+			if _, typedef := v.Type.(*dwarf.TypedefType); typedef {
+				return nil, false
+			}
+			return st, true
+		case *dwarf.TypedefType:
+			t = v.Type
+		case *dwarf.QualType:
+			t = v.Type
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // cName is a struct's name as Ruby's source spells it in `struct X` or a typedef.

@@ -194,6 +194,22 @@ type Layout struct {
 		PagePool int64
 	}
 
+	// Heap is where the GC lists its heap pages, sorted by address, and
+	// where each page's slots are: what a census of the live heap walks.
+	// Offsets of Pages and Count are from the objspace; -1 when the layout
+	// does not say (Heap.Pages < 0).
+	Heap struct {
+		// Pages is rb_objspace heap_pages.sorted: an array of struct
+		// heap_page pointers, Count (heap_pages.allocated_pages) long; or,
+		// where Darray, a pointer to an rb_darray of them, its length at
+		// DarrayLen and its elements from DarrayData.
+		Pages, Count          int64
+		Darray                bool
+		DarrayLen, DarrayData int64
+		Start                 int64  // heap_page start: the first slot's address
+		TotalSlots, SlotSize  Member // heap_page total_slots and slot_size (2-byte counts)
+	}
+
 	// Constants are the enumerator values read with the layout (flag bits,
 	// type tags, frame magics), by their C names.
 	Constants map[string]int64
@@ -414,6 +430,12 @@ func (l *Layout) fields() []field {
 		f(new(int64), "heap_page", "slot_size", opt),
 		f(new(int64), "heap_page", "size_pool|heap", opt),
 		f(new(int64), "heap_page_header", "page", opt),
+		f(new(int64), "heap_page", "start", opt),
+		f(new(int64), "heap_page", "total_slots", opt),
+		f(new(int64), "rb_objspace", "heap_pages.sorted", opt),
+		f(new(int64), "rb_objspace", "heap_pages.allocated_pages", opt),
+		f(new(int64), "rb_objspace", "heap_pages.sorted->meta.size", opt),
+		f(new(int64), "rb_objspace", "heap_pages.sorted->data", opt),
 		f(new(int64), "rb_objspace", "total_allocated_objects", opt),
 		f(new(int64), "rb_objspace", "size_pools|heaps", opt),
 		f(new(int64), "rb_size_pool_struct", "", opt),
@@ -570,6 +592,7 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	}
 	l.resolveHeapPage()
 	l.resolveAllocated()
+	l.resolveHeap()
 	l.Capabilities.GCPhase = l.hasGCPhase()
 	l.Capabilities.BlockingRegion = l.Thread.UnblockFunc >= 0 &&
 		l.Structs["rb_thread_struct"].Members["unblock.func"].Size == 8
@@ -652,6 +675,35 @@ func (l *Layout) resolveAllocated() {
 		a.Pools, a.Count, a.Stride, a.PoolCounter = arr.Offset, arr.Size/elem.Size, elem.Size, counter.Offset
 		return
 	}
+}
+
+// resolveHeap finds where the GC lists its heap pages (Layout.Heap), when
+// the layout has every piece, each of a plausible size: the pages as an
+// array with its length beside it (up to 3.3) or as an rb_darray (3.4+).
+func (l *Layout) resolveHeap() {
+	h := &l.Heap
+	h.Pages, h.Count, h.DarrayLen, h.DarrayData, h.Start = -1, -1, -1, -1, -1
+	objspace, page := l.Structs["rb_objspace"].Members, l.Structs["heap_page"].Members
+	sorted, okSorted := objspace["heap_pages.sorted"]
+	start, okStart := page["start"]
+	total, okTotal := page["total_slots"]
+	slot, okSlot := page["slot_size"]
+	if !okSorted || sorted.Size != 8 || !okStart || start.Size != 8 || !okTotal || total.Size != 2 ||
+		total.BitSize != 0 || !okSlot || slot.Size != 2 || slot.BitSize != 0 {
+		return
+	}
+	n, okLen := objspace["heap_pages.sorted->meta.size"]
+	data, okData := objspace["heap_pages.sorted->data"]
+	count, okCount := objspace["heap_pages.allocated_pages"]
+	switch {
+	case okLen && okData && n.Size == 8 && data.Offset >= n.Offset+8:
+		h.Darray, h.DarrayLen, h.DarrayData = true, n.Offset, data.Offset
+	case !okLen && okCount && count.Size == 8:
+		h.Count = count.Offset
+	default:
+		return
+	}
+	h.Pages, h.Start, h.TotalSlots, h.SlotSize = sorted.Offset, start.Offset, total, slot
 }
 
 // resolveHeapPage finds where heap pages keep ages (Layout.HeapPage), when

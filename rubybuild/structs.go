@@ -22,6 +22,10 @@ type Member struct {
 	BitSize   int64 // for a bit-field: its width; 0 otherwise
 }
 
+// A member named after "->" ("heap_pages.sorted->meta.size") is one of the
+// anonymous struct a pointer member points to (rb_darray(T)): its Offset is
+// from that struct's start, not the outer struct's.
+
 // Names returns the struct names in order.
 func (s Structs) Names() []string {
 	out := make([]string, 0, len(s))

@@ -111,8 +111,14 @@ func TestBuiltinTables(t *testing.T) {
 			t.Errorf("%s: tableRow finds nothing", key)
 			continue
 		}
-		if _, err := resolveLayout(v, arch, "table", row.Structs, row.Constants); err != nil {
+		l, err := resolveLayout(v, arch, "table", row.Structs, row.Constants)
+		if err != nil {
 			t.Logf("%s: not resolvable by this walker yet: %v", key, err)
+			continue
+		}
+		// A heap census needs the page list: an rb_darray from 3.4.
+		if h := l.Heap; h.Pages < 0 || h.Darray != !v.Less(Version{3, 4, 0}) {
+			t.Errorf("%s: heap pages %+v", key, h)
 		}
 	}
 	for _, key := range []string{"3.1.2/x86_64", "3.3.8/x86_64"} {

@@ -337,6 +337,18 @@ func (r *Reader) classOf(obj uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	c, err := r.classOfKlass(k)
+	if err != nil {
+		return 0, fmt.Errorf("object %#x: %w", obj, err)
+	}
+	return c, nil
+}
+
+// classOfKlass is the class of an object whose klass is k: k, or the
+// first of its superclasses that is neither a singleton class nor an
+// ICLASS.
+func (r *Reader) classOfKlass(klass uint64) (uint64, error) {
+	k := klass
 	singleton := uint64(r.Layout.Constants["RUBY_FL_SINGLETON"])
 	for i := 0; i < maxClassDepth*8 && k != 0; i++ {
 		f, err := r.o.flags(k)
@@ -350,7 +362,7 @@ func (r *Reader) classOf(obj uint64) (uint64, error) {
 			return 0, err
 		}
 	}
-	return 0, fmt.Errorf("%w: no class for object %#x", errTorn, obj)
+	return 0, fmt.Errorf("%w: no class for klass %#x", errTorn, klass)
 }
 
 // methodOwner resolves a method entry's defined_class the way

@@ -37,6 +37,8 @@ type Reader struct {
 	// shapesStruct: shapes is the tree itself (rb_shape_tree, 4.0+), not a
 	// pointer to it (rb_shape_tree_ptr, 3.3 and 3.4).
 	shapesStruct bool
+	// frozenCore is the address of rb_mRubyVMFrozenCore, or 0.
+	frozenCore uint64
 
 	// Stats counts work and trouble since the Reader was made.
 	Stats ReaderStats
@@ -76,6 +78,7 @@ func NewReaderFor(p *Process, mem Memory, use rubybuild.Use) (*Reader, error) {
 	}
 	r := newReader(p.PID, mem, l, at(a.GlobalSymbols), at(a.VMPtr), shapes)
 	r.shapesStruct = shapesStruct
+	r.frozenCore = at(a.FrozenCore)
 	if !l.FromDWARF() {
 		if err := r.CheckLayout(); err != nil {
 			if errors.Is(err, ErrVMNotReady) {

@@ -62,6 +62,11 @@ func TestOffsetsMatchPahole(t *testing.T) {
 					t.Errorf("%s: size %d, pahole says %d", sname, st.Size, size)
 				}
 				for m, off := range st.Members {
+					if strings.Contains(m, "->") {
+						// A pointee's member (rb_darray), which pahole -C
+						// does not expand; the heap census tests read them.
+						continue
+					}
 					poff, ok := members[m]
 					if !ok {
 						t.Errorf("%s.%s: pahole has no such member", sname, m)

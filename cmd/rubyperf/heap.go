@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rubyperf/rubyperf/export"
+	"github.com/rubyperf/rubyperf/rubybuild"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// maxDiffWait bounds --diff's wait between the two censuses.
+const maxDiffWait = 24 * time.Hour
+
+func runHeap(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("heap", flag.ContinueOnError)
+	target := addRubyTargetFlags(fs, "text", "json")
+	pid, format, debugFile := target.pid, target.format, target.debugFile
+	stop := fs.Bool("stop", false, "stop the process while its heap is counted, for counts exactly as ObjectSpace's")
+	stopLimit := fs.Duration("stop-limit", 10*time.Second, "with --stop, resume the process and fail if counting takes longer")
+	top := fs.Int("n", 0, "classes to list (0: as many as fit the terminal, or 30 into a pipe)")
+	diff := fs.Duration("diff", 0, "take a second census this long after the first and show what grew, by class")
+	if err := parseFlagsOnly(fs, args); err != nil {
+		return err
+	}
+	if *pid == 0 {
+		return usageError{"give -p PID"}
+	}
+	if err := target.checkFormat(); err != nil {
+		return err
+	}
+	if *diff < 0 || *diff > maxDiffWait || *top < 0 || *stopLimit <= 0 {
+		return usageError{fmt.Sprintf("--diff between 0 and %v, -n ≥ 0 and --stop-limit > 0", maxDiffWait)}
+	}
+	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
+	if err != nil {
+		return err
+	}
+	defer proc.Close()
+	mem := &rubystack.ProcessMemory{PID: *pid}
+	defer mem.Close()
+	r, err := rubystack.NewReaderFor(proc, mem, rubybuild.UseSnapshot)
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", *pid, err)
+	}
+	census := func() (*rubystack.HeapCensus, time.Duration, error) {
+		return takeCensus(r, *pid, *stop, *stopLimit)
+	}
+	first, took, err := census()
+	if err != nil {
+		return err
+	}
+	doc := heapDoc{PID: *pid, Version: r.Layout.Version.String(), Stopped: *stop, Census: first, TookMS: ms(took)}
+	if *diff > 0 {
+		time.Sleep(*diff)
+		second, took2, err := census()
+		if err != nil {
+			return err
+		}
+		doc.Before, doc.Census, doc.TookMS = first, second, ms(took2)
+		doc.AfterSeconds = diff.Seconds()
+		doc.Growth = growth(first, second)
+	}
+	if *format == "json" {
+		return writeJSON(stdout, doc)
+	}
+	n := *top
+	if n == 0 {
+		n = fitRows(stdout, 30)
+	}
+	writeHeapText(stdout, doc, n)
+	return nil
+}
+
+// takeCensus counts r's heap, the process stopped for the count when stop
+// (and resumed, the census failed, past limit).
+func takeCensus(r *rubystack.Reader, pid int, stop bool, limit time.Duration) (*rubystack.HeapCensus, time.Duration, error) {
+	ctx := context.Background()
+	thaw := func() {}
+	if stop {
+		var err error
+		if thaw, err = rubystack.Freeze(pid); err != nil {
+			return nil, 0, err
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	began := time.Now()
+	c, err := r.HeapCensus(ctx)
+	thaw()
+	took := time.Since(began)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, took, fmt.Errorf("pid %d: counting its heap took longer than --stop-limit %v; it was resumed: raise the limit, or drop --stop to count while it runs", pid, limit)
+	case errors.Is(err, rubystack.ErrNoHeapLayout):
+		return nil, took, fmt.Errorf("pid %d: %w: this Ruby's layout lacks it; give its debug file (--debug-file)", pid, err)
+	case err != nil:
+		return nil, took, fmt.Errorf("pid %d: heap: %w", pid, err)
+	}
+	return c, took, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// heapDoc is what `rubyperf heap` prints: one census, or with --diff the
+// second one (Census), the first (Before) and what grew between them.
+type heapDoc struct {
+	PID          int                   `json:"pid"`
+	Version      string                `json:"version"`
+	Stopped      bool                  `json:"stopped"`
+	TookMS       float64               `json:"took_ms"`
+	Census       *rubystack.HeapCensus `json:"census"`
+	Before       *rubystack.HeapCensus `json:"before,omitempty"`
+	AfterSeconds float64               `json:"after_seconds,omitempty"`
+	Growth       []classGrowth         `json:"growth,omitempty"`
+}
+
+// classGrowth is how one class's count changed between two censuses.
+type classGrowth struct {
+	Class   string `json:"class"`
+	Objects int64  `json:"objects"` // after minus before
+	Bytes   int64  `json:"bytes"`
+	Now     uint64 `json:"now"` // objects after
+}
+
+// growth is every class whose count changed, the most grown first.
+func growth(before, after *rubystack.HeapCensus) []classGrowth {
+	var out []classGrowth
+	for name, a := range after.ByClass {
+		b := before.ByClass[name]
+		if a.Objects != b.Objects || a.Bytes != b.Bytes {
+			out = append(out, classGrowth{name, int64(a.Objects) - int64(b.Objects), int64(a.Bytes) - int64(b.Bytes), a.Objects})
+		}
+	}
+	for name, b := range before.ByClass {
+		if _, ok := after.ByClass[name]; !ok {
+			out = append(out, classGrowth{name, -int64(b.Objects), -int64(b.Bytes), 0})
+		}
+	}
+	slices.SortFunc(out, func(x, y classGrowth) int {
+		if x.Objects != y.Objects {
+			if x.Objects > y.Objects {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.Class, y.Class)
+	})
+	return out
+}
+
+// namedCount is one row of a census table.
+type namedCount struct {
+	name string
+	rubystack.Count
+}
+
+// byObjects is counts' rows, the most objects first.
+func byObjects(counts map[string]rubystack.Count) []namedCount {
+	rows := make([]namedCount, 0, len(counts))
+	for n, c := range counts {
+		rows = append(rows, namedCount{n, c})
+	}
+	slices.SortFunc(rows, func(x, y namedCount) int {
+		if x.Objects != y.Objects {
+			if x.Objects > y.Objects {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.name, y.name)
+	})
+	return rows
+}
+
+func writeHeapText(w io.Writer, d heapDoc, top int) {
+	c := d.Census
+	live := c.Slots - c.FreeSlots
+	how := "while it ran"
+	if d.Stopped {
+		how = "stopped"
+	}
+	fmt.Fprintf(w, "pid %d, Ruby %s: %s live objects in %s slots of %d heap pages (%s), %s free; counted %s in %.0f ms\n",
+		d.PID, d.Version, thousands(live), thousands(c.Slots), c.Pages, sizeText(c.HeapBytes), thousands(c.FreeSlots), how, d.TookMS)
+	if c.GCRead {
+		fmt.Fprintf(w, "GC: %d runs", c.GC.Count)
+		if c.MajorGCsKnown {
+			fmt.Fprintf(w, ", %d major", c.MajorGCs)
+		}
+		fmt.Fprintln(w)
+	}
+	if c.UnreadPages > 0 || c.UnnamedClass > 0 {
+		fmt.Fprintf(w, "not read: %d pages (freed or reused under the read), %s objects' classes\n", c.UnreadPages, thousands(c.UnnamedClass))
+	}
+	if d.Before != nil {
+		fmt.Fprintf(w, "\nwhat grew in %v, by class (objects, slot bytes, objects now):\n", time.Duration(d.AfterSeconds*float64(time.Second)))
+		shown := 0
+		for _, g := range d.Growth {
+			if shown == top || g.Objects <= 0 && shown > 0 {
+				break
+			}
+			fmt.Fprintf(w, "  %+12d %12s %12s  %s\n", g.Objects, signedSize(g.Bytes), thousands(g.Now), export.Printable(g.Class))
+			shown++
+		}
+		if shown == 0 {
+			fmt.Fprintln(w, "  nothing")
+		}
+	}
+	fmt.Fprintf(w, "\nby class (objects, share of live objects, slot bytes):\n")
+	rows := byObjects(c.ByClass)
+	for i, row := range rows {
+		if i == top {
+			fmt.Fprintf(w, "  … %d classes more (-n, or --format json)\n", len(rows)-top)
+			break
+		}
+		fmt.Fprintf(w, "  %12s %6.2f%% %10s  %s\n", thousands(row.Objects), pct(row.Objects, live), sizeText(row.Bytes), export.Printable(row.name))
+	}
+	fmt.Fprintf(w, "\nby type:\n")
+	for _, row := range byObjects(c.ByType) {
+		fmt.Fprintf(w, "  %12s %6.2f%% %10s  %s\n", thousands(row.Objects), pct(row.Objects, live), sizeText(row.Bytes), row.name)
+	}
+}
+
+func pct(n, of uint64) float64 {
+	if of == 0 {
+		return 0
+	}
+	return 100 * float64(n) / float64(of)
+}
+
+// thousands is n with commas: 1,234,567.
+func thousands(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// sizeText is n bytes in the largest binary unit that keeps it ≥ 1.
+func sizeText(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func signedSize(n int64) string {
+	if n < 0 {
+		return "-" + sizeText(uint64(-n))
+	}
+	return "+" + sizeText(uint64(n))
+}
+
+// fitRows is how many rows of a table fit the terminal w is, leaving room
+// for the census's header and its table by type; def into a pipe or file.
+func fitRows(w io.Writer, def int) int {
+	if l, err := strconv.Atoi(os.Getenv("LINES")); err == nil && l > 0 {
+		return max(10, l-30)
+	}
+	if f, ok := w.(*os.File); ok && isTerminal(f) {
+		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 {
+			return max(10, int(ws.Row)-30)
+		}
+	}
+	return def
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/internal/testskip"
+)
+
+// rubyCounts is what testdata/ruby/heap.rb writes: ObjectSpace's counts by
+// type (count_objects) and by class name (each_object, Object#class).
+type rubyCounts struct {
+	Types   map[string]uint64 `json:"types"`
+	Classes map[string]uint64 `json:"classes"`
+}
+
+// heapJSON runs `rubyperf heap` with args on pid and decodes its document.
+func heapJSON(t *testing.T, pid int, args ...string) heapDoc {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append([]string{"heap", "-p", strconv.Itoa(pid), "--format", "json"}, args...)
+	if code := run(args, &stdout, &stderr); code != 0 {
+		testskip.Privileged(t, fmt.Errorf("exit %d: %w", code, reportedError(stderr.String())))
+	}
+	var doc heapDoc
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+		t.Fatalf("heap --format json: %v\n%s", err, stdout.String())
+	}
+	return doc
+}
+
+// TestHeapCensusEqualsObjectSpace: on every test Ruby, a census of a
+// stopped process counts each type as ObjectSpace.count_objects and each
+// of the top 50 classes as ObjectSpace.each_object does, counted by the
+// process itself just before and just after the census. Between the two it
+// allocates nothing but what its pause costs; where its counts agree, the
+// census must equal them, and otherwise lie between them.
+func TestHeapCensusEqualsObjectSpace(t *testing.T) {
+	script, err := testruby.RepoPath("testdata/ruby/heap.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "counts.json")
+			cmd := exec.Command(r.Exe, script, out)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd, _ = testruby.StartCommand(t, cmd)
+			doc := heapJSON(t, cmd.Process.Pid, "--stop")
+			stdin.Write([]byte{'x'})
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("the Ruby after the census: %v", err)
+			}
+			var counts struct{ Before, After rubyCounts }
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &counts); err != nil {
+				t.Fatalf("%s: %v", out, err)
+			}
+			c := doc.Census
+			t.Logf("Ruby %s: %d pages, %d slots, %d free, %d classes, %.1f ms stopped", doc.Version, c.Pages, c.Slots,
+				c.FreeSlots, len(c.ByClass), doc.TookMS)
+			if c.UnreadPages != 0 || c.UnnamedClass != 0 {
+				t.Errorf("a stopped process: %d pages unread, %d objects' classes unnamed", c.UnreadPages, c.UnnamedClass)
+			}
+			census := func(k string) uint64 {
+				switch k {
+				case "TOTAL":
+					return c.Slots
+				case "FREE":
+					return c.FreeSlots
+				}
+				return c.ByType[k].Objects
+			}
+			for k, before := range counts.Before.Types {
+				checkBetween(t, "count_objects "+k, census(k), before, counts.After.Types[k])
+			}
+			for k, n := range c.ByType {
+				if _, ok := counts.Before.Types[k]; !ok {
+					t.Errorf("census type %s (%d objects): count_objects has none", k, n.Objects)
+				}
+			}
+			type named struct {
+				name string
+				n    uint64
+			}
+			var top []named
+			for k, n := range counts.Before.Classes {
+				top = append(top, named{k, n})
+			}
+			slices.SortFunc(top, func(x, y named) int { return int(y.n) - int(x.n) })
+			top = top[:min(50, len(top))]
+			for _, k := range top {
+				checkBetween(t, "class "+k.name, c.ByClass[k.name].Objects, k.n, counts.After.Classes[k.name])
+			}
+			for k, want := range map[string]uint64{"HeapLeaf": 20000, "HeapNode": 10000, "HeapPoint": 4000, "HeapBasic": 1819} {
+				if got := c.ByClass[k].Objects; got != want {
+					t.Errorf("class %s: %d objects, the script made %d", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+// checkBetween: got equals before where before and after agree, else lies
+// between them.
+func checkBetween(t *testing.T, what string, got, before, after uint64) {
+	t.Helper()
+	lo, hi := min(before, after), max(before, after)
+	if got < lo || got > hi {
+		t.Errorf("%s: census %d, Ruby %d before and %d after", what, got, before, after)
+	}
+}
+
+// TestHeapCensusRunning: without --stop, a census of a process churning
+// garbage counts the objects it keeps within 1%, and says what it could
+// not read.
+func TestHeapCensusRunning(t *testing.T) {
+	script, err := testruby.RepoPath("testdata/ruby/heap.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "counts.json")
+			cmd, _ := testruby.StartCommand(t, exec.Command(r.Exe, script, out, "churn"))
+			time.Sleep(200 * time.Millisecond)
+			doc := heapJSON(t, cmd.Process.Pid)
+			var counts rubyCounts
+			if b, err := os.ReadFile(out); err != nil {
+				t.Fatal(err)
+			} else if err := json.Unmarshal(b, &counts); err != nil {
+				t.Fatalf("%s: %v", out, err)
+			}
+			c := doc.Census
+			t.Logf("%d pages (%d unread), %d slots, %d classes unnamed, %.1f ms", c.Pages, c.UnreadPages, c.Slots, c.UnnamedClass, doc.TookMS)
+			for _, k := range []string{"HeapLeaf", "HeapNode", "HeapPoint", "HeapBasic", "Float"} {
+				want, got := float64(counts.Classes[k]), float64(c.ByClass[k].Objects)
+				if want == 0 || got < want*0.99 || got > want*1.01 {
+					t.Errorf("class %s: %.0f objects while the process ran, %.0f before", k, got, want)
+				}
+			}
+			if c.UnreadPages > c.Pages/100 {
+				t.Errorf("%d of %d pages unread", c.UnreadPages, c.Pages)
+			}
+		})
+	}
+}
+
+// TestHeapText: the text form leads with the census's totals and lists
+// classes by count, as many as -n says.
+func TestHeapText(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1-bookworm")
+	script, err := testruby.RepoPath("testdata/ruby/heap.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, _ := testruby.StartCommand(t, exec.Command(r.Exe, script, filepath.Join(t.TempDir(), "c.json"), "churn"))
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"heap", "-p", strconv.Itoa(cmd.Process.Pid), "-n", "3"}, &stdout, &stderr); code != 0 {
+		testskip.Privileged(t, fmt.Errorf("exit %d: %w", code, reportedError(stderr.String())))
+	}
+	text := stdout.String()
+	first, _, _ := strings.Cut(text, "\n")
+	if !strings.HasPrefix(first, fmt.Sprintf("pid %d, Ruby %s: ", cmd.Process.Pid, r.Version)) || !strings.Contains(first, "live objects") {
+		t.Errorf("first line %q", first)
+	}
+	_, classes, ok := strings.Cut(text, "by class")
+	classes, _, _ = strings.Cut(classes, "by type")
+	if !ok || !strings.Contains(classes, "HeapLeaf") || !strings.Contains(classes, "classes more") ||
+		strings.Count(classes, "\n") != 6 {
+		t.Errorf("by class, -n 3:\n%s", classes)
+	}
+}
+
+func TestHeapErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no pid", []string{"heap"}, 2, "give -p PID"},
+		{"bad format", []string{"heap", "-p", "1", "--format", "yaml"}, 2, `--format "yaml"`},
+		{"negative diff", []string{"heap", "-p", "1", "--diff", "-1s"}, 2, "--diff"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(c.args, &stdout, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr.String(), c.code, c.want)
+			}
+		})
+	}
+}

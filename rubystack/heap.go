@@ -1,0 +1,279 @@
+package rubystack
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Bounds on a census of the heap: everything in it is read from the
+// target, so the page list, each page and the classes named are bounded.
+const (
+	maxHeapPages   = 1 << 22  // pages listed (256 GiB of 64 KiB pages)
+	maxPageBytes   = 1 << 20  // one page's slots (64 KiB in every Ruby so far)
+	maxPageSlots   = 1 << 16  // total_slots is a 16-bit count
+	minSlotSize    = 16       // RBasic: flags and klass
+	pageListChunk  = 64 << 10 // bytes of the page list read at a time
+	maxCensusNames = 1 << 16  // distinct classes named; the rest are counted unnamed
+)
+
+// ErrNoHeapLayout says the layout does not say where the GC lists its heap
+// pages (Layout.Heap), so the heap cannot be counted.
+var ErrNoHeapLayout = errors.New("the layout does not say where the GC lists its heap pages")
+
+// Count is a number of objects and the slot bytes they occupy.
+type Count struct {
+	Objects uint64 `json:"objects"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+func (c *Count) add(bytes uint64) { c.Objects++; c.Bytes += bytes }
+
+// HeapCensus is the live heap of a process as its heap pages held it when
+// read: every slot, counted by the object's type and by its class as
+// ObjectSpace would name it (Object#class). Objects Ruby hides from Ruby
+// code (ObjectSpace.each_object skips them: internal strings and arrays,
+// imemos, iclasses, a class's internal singleton class) are counted under
+// their type in parentheses, "(T_IMEMO)".
+type HeapCensus struct {
+	Pages     int    `json:"pages"`
+	Slots     uint64 `json:"slots"`      // slots in every page
+	FreeSlots uint64 `json:"free_slots"` // slots holding no object (flags 0)
+	HeapBytes uint64 `json:"heap_bytes"` // bytes of every page's slots
+	// ByType counts objects by type tag, as ObjectSpace.count_objects
+	// does ("T_STRING"; a free slot is no object).
+	ByType map[string]Count `json:"by_type"`
+	// ByClass counts objects by class path ("String", "Foo::Bar") or, for
+	// hidden objects, "(T_X)".
+	ByClass map[string]Count `json:"by_class"`
+	// Unread counts what could not be read consistently: pages that went
+	// away under the read, objects whose class could not be named (their
+	// slots are in Slots, their objects in ByType and under
+	// UnnamedClassLabel).
+	UnreadPages   int    `json:"unread_pages"`
+	UnnamedClass  uint64 `json:"unnamed_class"`
+	GC            GCStamp
+	GCRead        bool `json:"-"` // GC holds the stamp read before the census
+	MajorGCs      uint64
+	MajorGCsKnown bool `json:"-"`
+}
+
+// UnnamedClassLabel is ByClass's key for objects whose class could not be
+// read (a class freed or moved under a census of a running process).
+const UnnamedClassLabel = "[class not read]"
+
+// HeapCensus counts the live heap of the process, page by page. It reads
+// while the process runs unless the caller stopped it (Freeze): then its
+// counts are exactly ObjectSpace's. A running process's pages may be freed
+// or reused under the read; what could not be read is counted as such.
+func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
+	h := &r.Layout.Heap
+	if h.Pages < 0 {
+		return nil, ErrNoHeapLayout
+	}
+	if r.Layout.Basic.Flags != 0 || r.Layout.Basic.Klass != 8 {
+		return nil, fmt.Errorf("%w: RBasic is not flags then klass", ErrNoHeapLayout)
+	}
+	objs, err := r.vmPointer(r.Layout.VM.ObjSpace, "vm->objspace")
+	if err != nil {
+		return nil, err
+	}
+	c := &HeapCensus{ByType: map[string]Count{}, ByClass: map[string]Count{}}
+	if s, err := r.GCStamp(); err == nil {
+		c.GC, c.GCRead = s, true
+	}
+	pages, err := r.heapPages(objs)
+	if err != nil {
+		return nil, err
+	}
+	cr := censusReader{r: r, names: map[uint64]string{}}
+	if r.frozenCore != 0 {
+		cr.frozenCore, _ = r.direct.word(r.frozenCore)
+	}
+	buf := make([]byte, maxPageBytes)
+	var hdr [64]byte
+	hdrLen := int(max(h.Start+8, h.TotalSlots.Offset+2, h.SlotSize.Offset+2))
+	if hdrLen > len(hdr) {
+		return nil, fmt.Errorf("%w: heap_page start at %d", ErrNoHeapLayout, h.Start)
+	}
+	for i, p := range pages {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		if err := r.direct.mem.ReadAt(hdr[:hdrLen], p); err != nil {
+			c.UnreadPages++
+			continue
+		}
+		start := binary.LittleEndian.Uint64(hdr[h.Start:])
+		total := uint64(binary.LittleEndian.Uint16(hdr[h.TotalSlots.Offset:]))
+		size := uint64(binary.LittleEndian.Uint16(hdr[h.SlotSize.Offset:]))
+		if total == 0 {
+			c.Pages++ // an empty page, kept for reuse (4.0 zeroes it)
+			continue
+		}
+		if start == 0 || start%8 != 0 || size < minSlotSize || size%8 != 0 || total > maxPageSlots ||
+			total*size > maxPageBytes {
+			c.UnreadPages++
+			continue
+		}
+		body := buf[:total*size]
+		if err := r.direct.mem.ReadAt(body, start); err != nil {
+			c.UnreadPages++
+			continue
+		}
+		c.Pages++
+		c.Slots += total
+		c.HeapBytes += total * size
+		for off := uint64(0); off < total*size; off += size {
+			cr.slot(c, start+off, le64(body[off:]), le64(body[off+8:]), size)
+		}
+	}
+	if c.GCRead && r.Layout.GC.MajorCount >= 0 {
+		if n, err := r.direct.word(objs + uint64(r.Layout.GC.MajorCount)); err == nil {
+			c.MajorGCs, c.MajorGCsKnown = n, true
+		}
+	}
+	return c, nil
+}
+
+// heapPages reads the GC's list of heap pages: their struct heap_page
+// addresses.
+func (r *Reader) heapPages(os uint64) ([]uint64, error) {
+	h := &r.Layout.Heap
+	list, err := r.direct.word(os + uint64(h.Pages))
+	if err != nil {
+		return nil, fmt.Errorf("heap page list: %w", err)
+	}
+	var n uint64
+	if h.Darray {
+		if list == 0 {
+			return nil, nil // no page yet
+		}
+		if n, err = r.direct.word(list + uint64(h.DarrayLen)); err != nil {
+			return nil, fmt.Errorf("heap page list length: %w", err)
+		}
+		list += uint64(h.DarrayData)
+	} else if n, err = r.direct.word(os + uint64(h.Count)); err != nil {
+		return nil, fmt.Errorf("heap page count: %w", err)
+	}
+	if n > maxHeapPages {
+		return nil, fmt.Errorf("%w: %d heap pages, more than %d", errTorn, n, maxHeapPages)
+	}
+	if n > 0 && (list == 0 || list%8 != 0) {
+		return nil, fmt.Errorf("%w: heap page list at %#x", errTorn, list)
+	}
+	pages := make([]uint64, 0, n)
+	buf := make([]byte, min(n*8, pageListChunk))
+	for at := uint64(0); at < n*8; at += uint64(len(buf)) {
+		b := buf[:min(uint64(len(buf)), n*8-at)]
+		if err := r.direct.mem.ReadAt(b, list+at); err != nil {
+			return nil, fmt.Errorf("heap page list at %#x: %w", list+at, err)
+		}
+		for i := 0; i+8 <= len(b); i += 8 {
+			if p := le64(b[i:]); p != 0 && p%8 == 0 {
+				pages = append(pages, p)
+			}
+		}
+	}
+	return pages, nil
+}
+
+// censusReader names the objects of a census, a class once per klass.
+type censusReader struct {
+	r          *Reader
+	names      map[uint64]string // klass → the name of its objects' class
+	frozenCore uint64            // RubyVM::FrozenCore, which Ruby hides, or 0
+}
+
+// slot counts the slot at addr, whose RBasic is flags and klass, as
+// count_objects and each_object would.
+func (cr *censusReader) slot(c *HeapCensus, addr, flags, klass, size uint64) {
+	if flags == 0 {
+		c.FreeSlots++
+		return
+	}
+	r := cr.r
+	typ := flags & r.o.tMask
+	tn, ok := r.typeName(typ)
+	if !ok {
+		tn = fmt.Sprintf("T_%#x", typ)
+	}
+	tc := c.ByType[tn]
+	tc.add(size)
+	c.ByType[tn] = tc
+	name := cr.className(addr, flags, klass, tn)
+	cc := c.ByClass[name]
+	cc.add(size)
+	c.ByClass[name] = cc
+	if name == UnnamedClassLabel {
+		c.UnnamedClass++
+	}
+}
+
+// className is what the census counts an object under: its class's path
+// as Object#class names it, or "(T_X)" for an object ObjectSpace hides
+// (internal_object_p in gc.c).
+func (cr *censusReader) className(addr, flags, klass uint64, typeName string) string {
+	r := cr.r
+	switch typeName {
+	case "T_NONE", "T_MOVED", "T_IMEMO", "T_ICLASS", "T_ZOMBIE", "T_NODE":
+		return "(" + typeName + ")"
+	}
+	if klass == 0 || addr == cr.frozenCore {
+		return "(" + typeName + ")"
+	}
+	if flags&r.o.tMask == r.o.tClass && flags&uint64(r.Layout.Constants["RUBY_FL_SINGLETON"]) != 0 {
+		internal, err := r.internalSingleton(addr, klass)
+		switch {
+		case err != nil:
+			return UnnamedClassLabel
+		case internal:
+			return "(" + typeName + ")"
+		}
+	}
+	if name, ok := cr.names[klass]; ok {
+		return name
+	}
+	name := UnnamedClassLabel
+	if k, err := r.classOfKlass(klass); err == nil {
+		if p, err := r.classPath(k); err == nil {
+			name = p
+		}
+	}
+	if len(cr.names) < maxCensusNames {
+		cr.names[klass] = name
+	}
+	return name
+}
+
+// internalSingleton is rb_singleton_class_internal_p: a singleton class
+// attached to a class, which has no singleton class of its own, is
+// internal to the VM (each_object skips it).
+func (r *Reader) internalSingleton(sklass, meta uint64) (bool, error) {
+	attached, err := r.attached(sklass)
+	if err != nil {
+		return false, err
+	}
+	if r.o.special(attached) {
+		return false, nil
+	}
+	t, err := r.o.typeOf(attached)
+	if err != nil || t != r.o.tClass {
+		return false, err
+	}
+	mf, err := r.o.flags(meta)
+	if err != nil {
+		return false, err
+	}
+	if mf&r.o.tMask != r.o.tClass || mf&uint64(r.Layout.Constants["RUBY_FL_SINGLETON"]) == 0 {
+		return true, nil
+	}
+	back, err := r.attached(meta)
+	if err != nil {
+		return false, err
+	}
+	return back != sklass, nil
+}

@@ -1,0 +1,70 @@
+# frozen_string_literal: true
+# A heap of known shape, and Ruby's own counts of it around a pause, for
+# `rubyperf heap`'s tests.
+#
+#   ruby heap.rb OUT.json         counts, prints "ready", waits for a byte on
+#                                 stdin, counts again, writes both to OUT
+#   ruby heap.rb OUT.json churn   the same heap, then churns garbage forever
+#                                 (after "ready"); OUT gets the first counts
+#
+# Between "ready" and the byte it allocates nothing, so a census taken then
+# must equal the counts before and after wherever the two agree.
+require "json"
+
+class HeapLeaf; end
+class HeapNode
+  def initialize(v) = @v = v
+end
+class HeapBasic < BasicObject; end
+HeapPoint = Struct.new(:x, :y)
+
+$keep = []
+20_000.times do |i|
+  $keep << HeapLeaf.new
+  $keep << HeapNode.new(i) if i % 2 == 0
+  $keep << "str#{i}" if i % 3 == 0
+  $keep << [i, i] if i % 4 == 0
+  $keep << { i => i } if i % 7 == 0
+  $keep << HeapPoint.new(i, i) if i % 5 == 0
+  $keep << HeapBasic.new if i % 11 == 0
+  $keep << (i.to_f + 0.5) * 1e300 if i % 13 == 0 # heap floats
+end
+single = Object.new
+def single.only_me = 1 # an object with a singleton class: still an Object
+$keep << single << Class.new(HeapLeaf).new << Module.new
+
+KLASS = Kernel.instance_method(:class)
+def tally(into)
+  ObjectSpace.each_object { |o| into[KLASS.bind_call(o)] += 1 }
+end
+
+before_types = {}
+after_types = {}
+before_classes = Hash.new(0)
+after_classes = Hash.new(0)
+buf = String.new(capacity: 16)
+out = File.open(ARGV.fetch(0), "w")
+churn = ARGV[1] == "churn"
+names = ->(h) { h.each_with_object(Hash.new(0)) { |(k, n), o| o[k.name] += n if k.name } }
+
+GC.start
+GC.disable unless churn
+ObjectSpace.count_objects(after_types) # the keys, made before the pause
+tally(before_classes)
+ObjectSpace.count_objects(before_types)
+STDOUT.syswrite("ready\n")
+
+if churn
+  out.write(JSON.generate({ types: before_types, classes: names.(before_classes) }))
+  out.close
+  loop { 200.times.map { |i| "garbage #{i}" * 2 }; [1] * 100 }
+end
+
+STDIN.sysread(1, buf)
+ObjectSpace.count_objects(after_types)
+tally(after_classes)
+out.write(JSON.generate({
+  before: { types: before_types, classes: names.(before_classes) },
+  after: { types: after_types, classes: names.(after_classes) },
+}))
+out.close
