@@ -10,12 +10,11 @@ import (
 // Bounds on a census of the heap: everything in it is read from the
 // target, so the page list, each page and the classes named are bounded.
 const (
-	maxHeapPages   = 1 << 22  // pages listed (256 GiB of 64 KiB pages)
-	maxPageBytes   = 1 << 20  // one page's slots (64 KiB in every Ruby so far)
-	maxPageSlots   = 1 << 16  // total_slots is a 16-bit count
-	minSlotSize    = 16       // RBasic: flags and klass
-	pageListChunk  = 64 << 10 // bytes of the page list read at a time
-	maxCensusNames = 1 << 16  // distinct classes named; the rest are counted unnamed
+	maxHeapPages  = 1 << 22  // pages listed (256 GiB of 64 KiB pages)
+	maxPageBytes  = 1 << 20  // one page's slots (64 KiB in every Ruby so far)
+	maxPageSlots  = 1 << 16  // total_slots is a 16-bit count
+	minSlotSize   = 16       // RBasic: flags and klass
+	pageListChunk = 64 << 10 // bytes of the page list read at a time
 )
 
 // ErrNoHeapLayout says the layout does not say where the GC lists its heap
@@ -26,9 +25,19 @@ var ErrNoHeapLayout = errors.New("the layout does not say where the GC lists its
 type Count struct {
 	Objects uint64 `json:"objects"`
 	Bytes   uint64 `json:"bytes"`
+	// Old counts the objects in the old generation (RUBY_FL_PROMOTED:
+	// they survived three GCs), which only a major GC frees: what a
+	// leak accumulates, and garbage seldom reaches.
+	Old uint64 `json:"old"`
 }
 
-func (c *Count) add(bytes uint64) { c.Objects++; c.Bytes += bytes }
+func (c *Count) add(bytes uint64, old bool) {
+	c.Objects++
+	c.Bytes += bytes
+	if old {
+		c.Old++
+	}
+}
 
 // HeapCensus is the live heap of a process as its heap pages held it when
 // read: every slot, counted by the object's type and by its class as
@@ -87,7 +96,13 @@ func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
 	if err != nil {
 		return nil, err
 	}
-	cr := censusReader{r: r, names: map[uint64]string{}}
+	cr := censusReader{r: r, byKlass: map[censusKey]*Count{}, promoted: uint64(r.Layout.Constants["RUBY_FL_PROMOTED"]),
+		singleton: uint64(r.Layout.Constants["RUBY_FL_SINGLETON"])}
+	for _, name := range hiddenTypes {
+		if v, ok := r.Layout.Constants["RUBY_"+name]; ok && v >= 0 && v < 32 {
+			cr.hidden[v] = true
+		}
+	}
 	if r.frozenCore != 0 {
 		cr.frozenCore, _ = r.direct.word(r.frozenCore)
 	}
@@ -131,6 +146,7 @@ func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
 			cr.slot(c, start+off, le64(body[off:]), le64(body[off+8:]), size)
 		}
 	}
+	cr.finish(c)
 	if c.GCRead && r.Layout.GC.MajorCount >= 0 {
 		if n, err := r.direct.word(objs + uint64(r.Layout.GC.MajorCount)); err == nil {
 			c.MajorGCs, c.MajorGCsKnown = n, true
@@ -181,12 +197,31 @@ func (r *Reader) heapPages(os uint64) ([]uint64, error) {
 	return pages, nil
 }
 
-// censusReader names the objects of a census, a class once per klass.
+// censusReader counts the objects of a census by type and by (klass,
+// type), and names the classes once the pages are read.
 type censusReader struct {
 	r          *Reader
-	names      map[uint64]string // klass → the name of its objects' class
-	frozenCore uint64            // RubyVM::FrozenCore, which Ruby hides, or 0
+	frozenCore uint64 // RubyVM::FrozenCore, which Ruby hides, or 0
+	promoted   uint64 // RUBY_FL_PROMOTED
+	singleton  uint64 // RUBY_FL_SINGLETON
+	types      [32]Count
+	byKlass    map[censusKey]*Count
+	hidden     [32]bool  // by type: hidden from ObjectSpace (hiddenTypes)
+	last       censusKey // the key of the slot before, and its count:
+	lastCount  *Count    // neighbours are often of one class
 }
+
+// censusKey is what names an object's class: its klass and type (hidden
+// types are keyed with klass 0); a class's internal singleton class is
+// keyed by its own address, with internalSingleton set.
+type censusKey struct {
+	klass, typ        uint64
+	internalSingleton bool
+}
+
+// maxCensusKeys bounds the (klass, type) pairs a census keeps apart; past
+// it, objects are counted unnamed.
+const maxCensusKeys = 1 << 18
 
 // slot counts the slot at addr, whose RBasic is flags and klass, as
 // count_objects and each_object would.
@@ -197,55 +232,92 @@ func (cr *censusReader) slot(c *HeapCensus, addr, flags, klass, size uint64) {
 	}
 	r := cr.r
 	typ := flags & r.o.tMask
-	tn, ok := r.typeName(typ)
-	if !ok {
-		tn = fmt.Sprintf("T_%#x", typ)
+	old := flags&cr.promoted == cr.promoted && cr.promoted != 0
+	cr.types[typ&31].add(size, old)
+	k := censusKey{klass: klass, typ: typ}
+	switch {
+	case klass == 0 || cr.hidden[typ&31] || addr == cr.frozenCore:
+		k.klass = 0
+	case typ == r.o.tClass && flags&cr.singleton != 0:
+		if internal, err := r.internalSingleton(addr, klass); err != nil {
+			k = censusKey{klass: 1, typ: typ} // unnamed
+		} else if internal {
+			k = censusKey{typ: typ, internalSingleton: true}
+		}
 	}
-	tc := c.ByType[tn]
-	tc.add(size)
-	c.ByType[tn] = tc
-	name := cr.className(addr, flags, klass, tn)
-	cc := c.ByClass[name]
-	cc.add(size)
-	c.ByClass[name] = cc
-	if name == UnnamedClassLabel {
-		c.UnnamedClass++
+	if k != cr.last || cr.lastCount == nil {
+		n, ok := cr.byKlass[k]
+		if !ok {
+			if len(cr.byKlass) >= maxCensusKeys {
+				k = censusKey{klass: 1, typ: typ}
+				n = cr.byKlass[k]
+			}
+			if n == nil {
+				n = new(Count)
+				cr.byKlass[k] = n
+			}
+		}
+		cr.last, cr.lastCount = k, n
+	}
+	cr.lastCount.add(size, old)
+}
+
+// hiddenTypes are the types ObjectSpace hides every object of
+// (internal_object_p): free, moved, imemo, iclass, zombie, node.
+var hiddenTypes = []string{"T_NONE", "T_MOVED", "T_IMEMO", "T_ICLASS", "T_ZOMBIE", "T_NODE"}
+
+// finish names what was counted into c.
+func (cr *censusReader) finish(c *HeapCensus) {
+	r := cr.r
+	for typ, n := range cr.types {
+		if n.Objects == 0 {
+			continue
+		}
+		name, ok := r.typeName(uint64(typ))
+		if !ok {
+			name = fmt.Sprintf("T_%#x", typ)
+		}
+		c.ByType[name] = n
+	}
+	names := map[uint64]string{}
+	for k, n := range cr.byKlass {
+		name := cr.className(k, names)
+		sum := c.ByClass[name]
+		sum.Objects += n.Objects
+		sum.Bytes += n.Bytes
+		sum.Old += n.Old
+		c.ByClass[name] = sum
+		if name == UnnamedClassLabel {
+			c.UnnamedClass += n.Objects
+		}
 	}
 }
 
-// className is what the census counts an object under: its class's path
-// as Object#class names it, or "(T_X)" for an object ObjectSpace hides
-// (internal_object_p in gc.c).
-func (cr *censusReader) className(addr, flags, klass uint64, typeName string) string {
+// className is what the census counts objects of key k under: their
+// class's path as Object#class names it, or "(T_X)" for objects ObjectSpace
+// hides. names caches a klass's class path.
+func (cr *censusReader) className(k censusKey, names map[uint64]string) string {
 	r := cr.r
-	switch typeName {
-	case "T_NONE", "T_MOVED", "T_IMEMO", "T_ICLASS", "T_ZOMBIE", "T_NODE":
-		return "(" + typeName + ")"
-	}
-	if klass == 0 || addr == cr.frozenCore {
-		return "(" + typeName + ")"
-	}
-	if flags&r.o.tMask == r.o.tClass && flags&uint64(r.Layout.Constants["RUBY_FL_SINGLETON"]) != 0 {
-		internal, err := r.internalSingleton(addr, klass)
-		switch {
-		case err != nil:
-			return UnnamedClassLabel
-		case internal:
-			return "(" + typeName + ")"
+	if k.klass == 0 || k.internalSingleton {
+		name, ok := r.typeName(k.typ)
+		if !ok {
+			name = fmt.Sprintf("T_%#x", k.typ)
 		}
+		return "(" + name + ")"
 	}
-	if name, ok := cr.names[klass]; ok {
+	if k.klass == 1 {
+		return UnnamedClassLabel
+	}
+	if name, ok := names[k.klass]; ok {
 		return name
 	}
 	name := UnnamedClassLabel
-	if k, err := r.classOfKlass(klass); err == nil {
-		if p, err := r.classPath(k); err == nil {
+	if c, err := r.classOfKlass(k.klass); err == nil {
+		if p, err := r.classPath(c); err == nil {
 			name = p
 		}
 	}
-	if len(cr.names) < maxCensusNames {
-		cr.names[klass] = name
-	}
+	names[k.klass] = name
 	return name
 }
 

@@ -114,7 +114,7 @@ func TestHeapCensusSynthetic(t *testing.T) {
 			if got.Pages != 3 || got.Slots != 6 || got.FreeSlots != 2 || got.HeapBytes != 240 || got.UnreadPages != 0 {
 				t.Errorf("census %+v", got)
 			}
-			want := map[string]Count{"T_STRING": {2, 80}, "T_IMEMO": {1, 40}, "T_OBJECT": {1, 40}}
+			want := map[string]Count{"T_STRING": {Objects: 2, Bytes: 80}, "T_IMEMO": {Objects: 1, Bytes: 40}, "T_OBJECT": {Objects: 1, Bytes: 40}}
 			for k, v := range want {
 				if got.ByType[k] != v {
 					t.Errorf("type %s: %+v, want %+v", k, got.ByType[k], v)

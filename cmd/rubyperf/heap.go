@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -131,29 +132,35 @@ type classGrowth struct {
 	Class   string `json:"class"`
 	Objects int64  `json:"objects"` // after minus before
 	Bytes   int64  `json:"bytes"`
+	Old     int64  `json:"old"` // old-generation objects, after minus before
 	Now     uint64 `json:"now"` // objects after
 }
 
-// growth is every class whose count changed, the most grown first.
+// growth is every class whose count changed, the most grown in the old
+// generation first (garbage not yet collected is young: a class whose
+// objects pile up survives GCs), then the most grown in all.
 func growth(before, after *rubystack.HeapCensus) []classGrowth {
 	var out []classGrowth
-	for name, a := range after.ByClass {
-		b := before.ByClass[name]
-		if a.Objects != b.Objects || a.Bytes != b.Bytes {
-			out = append(out, classGrowth{name, int64(a.Objects) - int64(b.Objects), int64(a.Bytes) - int64(b.Bytes), a.Objects})
+	diff := func(name string, a, b rubystack.Count) {
+		if a != b {
+			out = append(out, classGrowth{name, int64(a.Objects) - int64(b.Objects), int64(a.Bytes) - int64(b.Bytes),
+				int64(a.Old) - int64(b.Old), a.Objects})
 		}
+	}
+	for name, a := range after.ByClass {
+		diff(name, a, before.ByClass[name])
 	}
 	for name, b := range before.ByClass {
 		if _, ok := after.ByClass[name]; !ok {
-			out = append(out, classGrowth{name, -int64(b.Objects), -int64(b.Bytes), 0})
+			diff(name, rubystack.Count{}, b)
 		}
 	}
 	slices.SortFunc(out, func(x, y classGrowth) int {
-		if x.Objects != y.Objects {
-			if x.Objects > y.Objects {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(y.Old, x.Old); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.Objects, x.Objects); c != 0 {
+			return c
 		}
 		return strings.Compare(x.Class, y.Class)
 	})
@@ -204,13 +211,14 @@ func writeHeapText(w io.Writer, d heapDoc, top int) {
 		fmt.Fprintf(w, "not read: %d pages (freed or reused under the read), %s objects' classes\n", c.UnreadPages, thousands(c.UnnamedClass))
 	}
 	if d.Before != nil {
-		fmt.Fprintf(w, "\nwhat grew in %v, by class (objects, slot bytes, objects now):\n", time.Duration(d.AfterSeconds*float64(time.Second)))
+		fmt.Fprintf(w, "\nwhat grew in %v, by class, the most in the old generation first (old objects, objects, slot bytes, objects now):\n",
+			time.Duration(d.AfterSeconds*float64(time.Second)))
 		shown := 0
 		for _, g := range d.Growth {
-			if shown == top || g.Objects <= 0 && shown > 0 {
+			if shown == top || g.Old <= 0 && g.Objects <= 0 {
 				break
 			}
-			fmt.Fprintf(w, "  %+12d %12s %12s  %s\n", g.Objects, signedSize(g.Bytes), thousands(g.Now), export.Printable(g.Class))
+			fmt.Fprintf(w, "  %+10d %+10d %11s %11s  %s\n", g.Old, g.Objects, signedSize(g.Bytes), thousands(g.Now), export.Printable(g.Class))
 			shown++
 		}
 		if shown == 0 {

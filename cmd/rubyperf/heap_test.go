@@ -207,3 +207,28 @@ func TestHeapErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHeapDiffNamesTheLeak: a process that keeps every LeakedRecord it
+// makes while churning ten times as many short-lived strings and arrays:
+// --diff puts the leaking class first, grown in the old generation, on
+// every test Ruby.
+func TestHeapDiffNamesTheLeak(t *testing.T) {
+	script, err := testruby.RepoPath("testdata/ruby/leak.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			cmd := testruby.Start(t, r, script)
+			time.Sleep(300 * time.Millisecond) // past the first GCs
+			doc := heapJSON(t, cmd.Process.Pid, "--diff", "1s")
+			if doc.Before == nil || len(doc.Growth) < 2 {
+				t.Fatalf("no growth: %+v", doc.Growth)
+			}
+			t.Logf("first %+v, second %+v", doc.Growth[0], doc.Growth[1])
+			if g := doc.Growth[0]; g.Class != "LeakedRecord" || g.Old <= 0 || g.Objects <= 0 {
+				t.Errorf("first growth %+v, want LeakedRecord grown in the old generation", g)
+			}
+		})
+	}
+}
