@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -121,6 +122,11 @@ func outputAttr(opts Options) perf.Attr {
 
 // Sampler samples Ruby stacks on every CPU.
 type Sampler struct {
+	// ringsWait is the epoll file Run waits on while it runs; soon, that
+	// DrainSoon cut its wait short.
+	ringsWait atomic.Pointer[os.File]
+	soon      atomic.Bool
+
 	objs    rubyObjects
 	outputs []*perf.Event // per-CPU bpf-output events, read by the user
 	// per-CPU bpf-output events for samples with a frame user space has not
@@ -400,6 +406,17 @@ func (s *Sampler) Stop() {
 	}
 }
 
+// DrainSoon has Run drain the rings now rather than at its next drain,
+// for a caller that needs the samples of a moment ago (the objects of
+// allocation samples followed while young, recording's --live). It costs
+// a wake-up of the reading thread each time.
+func (s *Sampler) DrainSoon() {
+	if f := s.ringsWait.Load(); f != nil {
+		f.SetReadDeadline(time.Unix(1, 0))
+		s.soon.Store(true)
+	}
+}
+
 // drainInterval is how often Run empties the rings whatever their fill: it
 // bounds how late a batched record is handled (a target's exit, a new
 // process found by -a, the status line, a live recording's samples), and
@@ -444,6 +461,8 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 	}
 	epf := os.NewFile(uintptr(ep), "rings")
 	defer epf.Close()
+	s.ringsWait.Store(epf)
+	defer s.ringsWait.Store(nil)
 	epc, err := epf.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("epoll: %w", err)
@@ -514,6 +533,9 @@ func (s *Sampler) Run(ctx context.Context, fn func(Record) error) error {
 		if ctx.Err() == nil {
 			if err := waitRings(epc, events); err != nil {
 				return err
+			}
+			if s.soon.Swap(false) {
+				epf.SetReadDeadline(deadline) // DrainSoon's wake-up is spent
 			}
 		}
 		if ctx.Err() != nil {

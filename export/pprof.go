@@ -27,6 +27,11 @@ type PprofOptions struct {
 	// process sent where every distinct label set is a series of its own
 	// (Pyroscope), which a thread id would multiply.
 	NoIDs bool
+	// Live: the allocation samples say whether their objects were alive
+	// when the recording ended (merge.Stack.Alive): the profile has Go's
+	// heap profile's inuse_objects and inuse_space beside alloc_objects
+	// and alloc_space, inuse_space its default.
+	Live bool
 }
 
 // WritePprof writes stacks as a gzipped pprof profile (profile.proto), the
@@ -97,19 +102,29 @@ func (p *Pprof) AddN(s *merge.Stack, n int64) {
 	p.key = sampleKey(p.key[:0], s, p.locs)
 	// A CPU sample counts one and its period (ns); an allocation sample,
 	// the objects and bytes it stands for.
-	v0, v1 := n, n*int64(s.Period)
+	// An allocation sample also counts, as in use, what stands for
+	// objects alive at the end (trimmed at Write unless Options.Live).
+	v := [4]int64{n, n * int64(s.Period)}
 	if s.Alloc {
-		v0, v1 = n*int64(s.Period), n*int64(s.AllocBytes)
+		v[0], v[1] = n*int64(s.Period), n*int64(s.AllocBytes)
+		if s.Alive {
+			v[2], v[3] = v[0], v[1]
+		}
 		p.alloc = true
 	}
 	if i, ok := p.samples[string(p.key)]; ok {
 		smp := p.p.Sample[i]
-		smp.Value[0] += v0
-		smp.Value[1] += v1
+		for j := range smp.Value {
+			smp.Value[j] += v[j]
+		}
 		return
 	}
+	values := v[:2]
+	if s.Alloc {
+		values = v[:]
+	}
 	smp := &profile.Sample{
-		Value: []int64{v0, v1},
+		Value: slices.Clone(values),
 		Label: map[string][]string{"thread": {threadName(s)}},
 	}
 	if !p.Options.NoIDs {
@@ -156,6 +171,17 @@ func (p *Pprof) profile() *profile.Profile {
 		prof.DefaultSampleType = "alloc_space"
 		prof.PeriodType = &profile.ValueType{Type: "space", Unit: "bytes"}
 		prof.Period = 0 // samples are taken by objects, not at a rate of bytes
+		if p.Options.Live {
+			prof.SampleType = append(prof.SampleType, &profile.ValueType{Type: "inuse_objects", Unit: "count"},
+				&profile.ValueType{Type: "inuse_space", Unit: "bytes"})
+			prof.DefaultSampleType = "inuse_space"
+		}
+		for _, smp := range prof.Sample {
+			if len(smp.Value) != len(prof.SampleType) {
+				smp.Value = append(make([]int64, 0, len(prof.SampleType)), smp.Value...)[:min(len(smp.Value), len(prof.SampleType))]
+				smp.Value = append(smp.Value, make([]int64, len(prof.SampleType)-len(smp.Value))...)
+			}
+		}
 	}
 	if prof.DurationNanos == 0 && p.n > 0 {
 		prof.DurationNanos = int64(p.end - p.start)

@@ -68,6 +68,10 @@ type Stack struct {
 	// AllocBytes the bytes of their slots.
 	Alloc      bool
 	AllocBytes uint64
+	// Alive: an allocation sample's object was alive when the recording
+	// ended, having survived a GC (record --alloc --live; a recording that
+	// did not follow its objects has none).
+	Alive bool
 	// Labels are the request labels of the fiber sampled (ruby-profiler's
 	// state), in the order the process keeps them.
 	Labels []Label

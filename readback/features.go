@@ -19,6 +19,13 @@ const FeatureStartTime = 202
 // of SampleKinds bits. A recording without it took CPU samples only.
 const FeatureSampleKinds = 203
 
+// FeatureAllocLive lists the allocation samples whose objects were alive
+// when the recording ended (record --alloc --live), having survived a GC:
+// a u32 format (1), a u32 count, six u64 counts (followed, alive, young,
+// died, unknown, not followed: recording.Summary's Live*), then per sample
+// its pid, tid, window and seq (u32) and slot (u64).
+const FeatureAllocLive = 204
+
 // SampleKinds are the bits of FeatureSampleKinds.
 const (
 	KindsCPU   = 1 << 0 // cpu-clock samples (and off-CPU ones, record --wall)

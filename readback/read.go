@@ -85,6 +85,9 @@ type ReadStats struct {
 	Kinds uint32
 	// Other counts the samples of the other kind, not read.
 	Other int
+	// Live is what the recording says of the allocated objects it
+	// followed (record --alloc --live), nil when it followed none.
+	Live *LiveCounts
 }
 
 // interpFrames are libruby's interpreter plumbing between a C method and
@@ -176,6 +179,14 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 			stats.Start = time.Unix(0, int64(ns))
 		}
 	}
+	var alive map[payload.AllocKey]bool
+	if b, ok := r.Feature(perfdata.Feature(FeatureAllocLive)); ok {
+		if counts, keys, err := decodeAllocLive(b); err == nil {
+			stats.Live, alive = &counts, keys
+		} else {
+			warn("%s: %v: which objects were alive is not known", path, err)
+		}
+	}
 	var kernel *native.Kernel
 	if b, ok := r.Feature(perfdata.Feature(FeatureKallsyms)); ok {
 		if kernel, err = decodeKallsyms(b); err != nil {
@@ -183,7 +194,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		}
 	}
 	rd := NewReader(opts, table, kernel, &native.Objects{Load: native.LoadOptions{Debuginfo: opts.Debuginfo}, Refused: RefusedWarner(opts.Warn)})
-	rd.stats = stats
+	rd.stats, rd.alive = stats, alive
 	// Records come from per-CPU rings: a thread's COMM or a library's MMAP2
 	// may sit in the file after samples that need it. Like perf, apply them
 	// by time: collect them first, then replay them up to each sample's time.
@@ -311,6 +322,7 @@ type Reader struct {
 	comms  map[uint32]string
 	objs   *native.Objects
 	stats  ReadStats
+	alive  map[payload.AllocKey]bool // FeatureAllocLive's samples
 	// ObjectsOf, when set, gives the files a process maps, as it sees them
 	// (a live recording's processes may be in containers); else the
 	// Reader's own.
@@ -410,6 +422,7 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 	rd.natives = rd.kernelFrames(rd.natives[:0], s.Callchain)
 	if perr == nil && p.Flags&payload.Alloc != 0 {
 		st.Alloc, st.Period, st.AllocBytes = true, p.Period, p.AllocBytes
+		st.Alive = rd.alive[payload.AllocKey{PID: p.PID, TID: p.TID, Window: p.AllocWindow, Seq: p.AllocSeq, Slot: p.AllocSlot}]
 	}
 	if perr == nil && p.Thread.OffCPU {
 		st.OffCPU = true

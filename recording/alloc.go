@@ -93,6 +93,9 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 		cycle := time.Since(lastEnd)
 		lastEnd = time.Now()
 		seen := s.weighWindow(window, counts, armed, cycle)
+		if s.opts.Live {
+			s.sampler.DrainSoon() // the window's samples, their objects to be followed while young
+		}
 		if ended {
 			return
 		}

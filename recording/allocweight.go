@@ -41,6 +41,7 @@ type allocHeld struct {
 // allocSample takes a named allocation sample record (s.raw): it writes
 // it weighed when its window has ended, else holds it until then.
 func (s *session) allocSample(p *payload.Payload) error {
+	s.followAlloc(p)
 	k := allocKey{p.PID, p.AllocWindow}
 	if w, ok := s.alloc.weights[k]; ok {
 		s.weighAlloc(s.raw, w)

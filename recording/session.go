@@ -47,6 +47,10 @@ type Options struct {
 	// objects it allocated add up to Alloc, at the refills of its Ractor's
 	// allocation cache. 0: allocations are not sampled.
 	Alloc uint64
+	// Live follows each allocation sample's object until it dies (record
+	// --alloc --live): what is still alive when the recording ends is
+	// written into it (alloclive.go).
+	Live bool
 	// NoCPU: no CPU samples (record --alloc without -F).
 	NoCPU bool
 	// StackSize is how many bytes of user stack each sample copies for
@@ -143,6 +147,13 @@ type Summary struct {
 	// read: their class reads as unknown). AllocSeensLost counts the
 	// reports of what a slot held that the program's ring could not take.
 	AllocClassed, AllocUnclassed, AllocSeensLost uint64
+	// With Options.Live: the allocation samples whose objects were
+	// followed, and of them those alive at the end having survived a GC
+	// (LiveAlive) or not yet through one (LiveYoung), those that died, and
+	// those whose fate could not be proven (LiveUnknown: not followed for
+	// want of a GC stamp, or a slot whose object could be another). Past
+	// maxLiveFollowed at once, LiveNotFollowed.
+	LiveFollowed, LiveAlive, LiveYoung, LiveDied, LiveUnknown, LiveNotFollowed uint64
 	// Urgent counts samples that woke the recorder at once: they had a frame
 	// not named yet (the rest are read in batches).
 	Urgent    uint64
@@ -244,6 +255,7 @@ type session struct {
 	// allocClass until their objects' classes are known.
 	alloc      allocHeld
 	allocClass allocClasses
+	allocLive  allocLive // Options.Live: the objects followed
 
 	// The last checkpoint (see checkpoint), and the symbol table's size
 	// when its copy beside the recording was written.
@@ -525,11 +537,16 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		}
 	}()
 	go s.discover(runCtx)
-	allocDone := make(chan struct{})
+	allocDone, liveDone := make(chan struct{}), make(chan struct{})
 	if opts.Alloc > 0 {
 		go s.watchAllocations(runCtx, allocDone)
 	} else {
 		close(allocDone)
+	}
+	if opts.Alloc > 0 && opts.Live {
+		go s.watchLive(runCtx, liveDone)
+	} else {
+		close(liveDone)
 	}
 	if opts.Status != nil {
 		go s.status(runCtx, start)
@@ -543,6 +560,7 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	sampler.Stop()
 	stop()
 	<-allocDone // its uprobes off before the targets are closed
+	<-liveDone
 	if cmd != nil {
 		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)
 		s.sum.CommandState = cmd.ProcessState
@@ -675,7 +693,13 @@ func (s *session) finish() error {
 	if err := s.flushOffCPU(); err != nil {
 		errs = append(errs, err)
 	}
+	if s.opts.Live {
+		s.checkLive(true)
+	}
 	if s.live == nil {
+		if s.opts.Live {
+			s.w.SetFeature(perfdata.Feature(readback.FeatureAllocLive), s.liveRecords())
+		}
 		if b, err := s.symtab.Encode(); err == nil {
 			s.w.SetFeature(perfdata.Feature(readback.FeatureRubySymbols), b)
 		} else {

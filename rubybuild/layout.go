@@ -152,8 +152,11 @@ type Layout struct {
 		// major_gc_count) add up to Count: a table's offsets are checked
 		// against the live process by that.
 		MinorCount, MajorCount int64
-		Mode                   Member // flags.mode: a gc_mode
-		Compacting             Member // flags.during_compacting
+		// CompactCount is profile.compact_count: compactions run, each of
+		// which may move objects between slots; -1 when absent.
+		CompactCount int64
+		Mode         Member // flags.mode: a gc_mode
+		Compacting   Member // flags.during_compacting
 		// Running is flags.during_gc: a GC is under way (marking, sweeping
 		// or compacting) on the thread that holds the GVL. The mode alone
 		// does not tell: incremental marking and lazy sweeping leave it
@@ -174,6 +177,7 @@ type Layout struct {
 	HeapPage struct {
 		AgeBits     int64 // heap_page age_bits
 		AgeBitsSize int64 // its bytes
+		MarkBits    int64 // heap_page mark_bits: one bit a slot, set for what the last marking reached
 		Page        int64 // heap_page_header page
 		Align       int64 // HEAP_PAGE_ALIGN: a page body's alignment and size
 		SlotSize    int64 // the smallest slot: HEAP_PAGE_OBJ_LIMIT of them fill a page after its header
@@ -418,6 +422,7 @@ func (l *Layout) fields() []field {
 		f(&l.GC.LastMajorGC, "rb_objspace", "rgengc.last_major_gc", opt),
 		f(&l.GC.MinorCount, "rb_objspace", "profile.minor_gc_count", opt),
 		f(&l.GC.MajorCount, "rb_objspace", "profile.major_gc_count", opt),
+		f(&l.GC.CompactCount, "rb_objspace", "profile.compact_count", opt),
 		f(&l.GC.Mode.Offset, "rb_objspace", "flags.mode", opt),
 		f(&l.GC.Compacting.Offset, "rb_objspace", "flags.during_compacting", opt),
 		f(&l.GC.Running.Offset, "rb_objspace", "flags.during_gc", opt),
@@ -425,6 +430,7 @@ func (l *Layout) fields() []field {
 		// Read from Structs by resolveHeapPage and resolveAllocated, which
 		// check them together; listed so that tables keep them.
 		f(new(int64), "heap_page", "age_bits", opt),
+		f(new(int64), "heap_page", "mark_bits", opt),
 		f(new(int64), "heap_page", "free_slots", opt),
 		f(new(int64), "heap_page", "freelist", opt),
 		f(new(int64), "heap_page", "slot_size", opt),
@@ -706,28 +712,34 @@ func (l *Layout) resolveHeap() {
 	h.Pages, h.Start, h.TotalSlots, h.SlotSize = sorted.Offset, start.Offset, total, slot
 }
 
-// resolveHeapPage finds where heap pages keep ages (Layout.HeapPage), when
-// the layout has every piece, each plausible: a power-of-two alignment, one
-// slot size that HEAP_PAGE_OBJ_LIMIT slots after the header imply, and two
-// bits a slot in age_bits (HEAP_PAGE_BITMAP_LIMIT words of bits each).
+// resolveHeapPage finds the struct heap_page of an object's slot
+// (Layout.HeapPage), when the layout has every piece, each plausible: a
+// power-of-two alignment, one slot size that HEAP_PAGE_OBJ_LIMIT slots
+// after the header imply; and in it, one bit a slot of mark_bits and two
+// of age_bits (HEAP_PAGE_BITMAP_LIMIT words of bits each), where present.
 func (l *Layout) resolveHeapPage() {
 	h := &l.HeapPage
-	h.AgeBits, h.Page = -1, -1
-	page, okPage := l.Structs["heap_page"].Members["age_bits"]
+	h.AgeBits, h.Page, h.MarkBits = -1, -1, -1
+	members := l.Structs["heap_page"].Members
 	header, okHeader := l.Structs["heap_page_header"]
 	hp, okHP := header.Members["page"]
 	align, limit, words := l.Constants["HEAP_PAGE_ALIGN"], l.Constants["HEAP_PAGE_OBJ_LIMIT"], l.Constants["HEAP_PAGE_BITMAP_LIMIT"]
-	if !okPage || !okHeader || !okHP || hp.Size != 8 || align <= 0 || align > 1<<24 || align&(align-1) != 0 ||
+	if !okHeader || !okHP || hp.Size != 8 || align <= 0 || align > 1<<24 || align&(align-1) != 0 ||
 		limit <= 0 || words <= 0 || header.Size <= 0 || header.Size >= align {
 		return
 	}
 	room := align - header.Size
 	slot := room / limit
-	if slot < 8 || room/slot != limit || room/(slot+1) == limit || page.Size != words*8*ageBitsPerSlot ||
-		(align/slot+63)/64 > words {
+	if slot < 8 || room/slot != limit || room/(slot+1) == limit || (align/slot+63)/64 > words {
 		return
 	}
-	h.AgeBits, h.AgeBitsSize, h.Page, h.Align, h.SlotSize = page.Offset, page.Size, hp.Offset, align, slot
+	h.Page, h.Align, h.SlotSize = hp.Offset, align, slot
+	if m, ok := members["mark_bits"]; ok && m.Size == words*8 {
+		h.MarkBits = m.Offset
+	}
+	if m, ok := members["age_bits"]; ok && m.Size == words*8*ageBitsPerSlot {
+		h.AgeBits, h.AgeBitsSize = m.Offset, m.Size
+	}
 }
 
 // ageBitsPerSlot is the width of an age in a heap page's age_bits: enough
@@ -736,4 +748,8 @@ const ageBitsPerSlot = 2
 
 // AgesInPages says whether the layout finds an object's age in its heap
 // page (Layout.HeapPage).
-func (l *Layout) AgesInPages() bool { return l.HeapPage.AgeBits >= 0 && l.HeapPage.SlotSize > 0 }
+func (l *Layout) AgesInPages() bool { return l.HeapPage.AgeBits >= 0 && l.HeapPage.Page >= 0 }
+
+// MarksInPages says whether the layout finds an object's mark bit in its
+// heap page (Layout.HeapPage).
+func (l *Layout) MarksInPages() bool { return l.HeapPage.MarkBits >= 0 && l.HeapPage.Page >= 0 }

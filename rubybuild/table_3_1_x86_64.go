@@ -38,6 +38,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 120, Size: 56},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
 					"page": {Offset: 0, Size: 8},
@@ -105,6 +106,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 264, Size: 8},
 					"profile.minor_gc_count":     {Offset: 384, Size: 8},
 					"profile.major_gc_count":     {Offset: 392, Size: 8},
+					"profile.compact_count":      {Offset: 400, Size: 8},
 					"profile.count":              {Offset: 440, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 528, Size: 8},
 				}},
@@ -283,6 +285,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 120, Size: 56},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
 					"page": {Offset: 0, Size: 8},
@@ -350,6 +353,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 264, Size: 8},
 					"profile.minor_gc_count":     {Offset: 384, Size: 8},
 					"profile.major_gc_count":     {Offset: 392, Size: 8},
+					"profile.compact_count":      {Offset: 400, Size: 8},
 					"profile.count":              {Offset: 440, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 528, Size: 8},
 				}},

@@ -38,6 +38,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 272, Size: 208},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
 					"page": {Offset: 0, Size: 8},
@@ -109,6 +110,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 1104, Size: 8},
 					"profile.minor_gc_count":     {Offset: 1224, Size: 8},
 					"profile.major_gc_count":     {Offset: 1232, Size: 8},
+					"profile.compact_count":      {Offset: 1240, Size: 8},
 					"profile.count":              {Offset: 1280, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 1352, Size: 8},
 				}},
@@ -295,6 +297,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 272, Size: 208},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
 					"page": {Offset: 0, Size: 8},
@@ -366,6 +369,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 1104, Size: 8},
 					"profile.minor_gc_count":     {Offset: 1224, Size: 8},
 					"profile.major_gc_count":     {Offset: 1232, Size: 8},
+					"profile.compact_count":      {Offset: 1240, Size: 8},
 					"profile.count":              {Offset: 1280, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 1352, Size: 8},
 				}},
@@ -552,6 +556,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 272, Size: 208},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
 					"page": {Offset: 0, Size: 8},
@@ -623,6 +628,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 1104, Size: 8},
 					"profile.minor_gc_count":     {Offset: 1224, Size: 8},
 					"profile.major_gc_count":     {Offset: 1232, Size: 8},
+					"profile.compact_count":      {Offset: 1240, Size: 8},
 					"profile.count":              {Offset: 1280, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 1352, Size: 8},
 				}},
@@ -809,6 +815,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 272, Size: 208},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
 					"page": {Offset: 0, Size: 8},
@@ -880,6 +887,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 1104, Size: 8},
 					"profile.minor_gc_count":     {Offset: 1224, Size: 8},
 					"profile.major_gc_count":     {Offset: 1232, Size: 8},
+					"profile.compact_count":      {Offset: 1240, Size: 8},
 					"profile.count":              {Offset: 1280, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 1352, Size: 8},
 				}},

@@ -37,6 +37,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 272, Size: 208},
 					"age_bits":    {Offset: 1312, Size: 416},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
@@ -110,6 +111,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 1216, Size: 8},
 					"profile.minor_gc_count":     {Offset: 1336, Size: 8},
 					"profile.major_gc_count":     {Offset: 1344, Size: 8},
+					"profile.compact_count":      {Offset: 1352, Size: 8},
 					"profile.count":              {Offset: 1392, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 1496, Size: 8},
 				}},
@@ -299,6 +301,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 272, Size: 208},
 					"age_bits":    {Offset: 1312, Size: 416},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
@@ -372,6 +375,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 1216, Size: 8},
 					"profile.minor_gc_count":     {Offset: 1336, Size: 8},
 					"profile.major_gc_count":     {Offset: 1344, Size: 8},
+					"profile.compact_count":      {Offset: 1352, Size: 8},
 					"profile.count":              {Offset: 1392, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 1496, Size: 8},
 				}},
@@ -561,6 +565,7 @@ func init() {
 					"size_pool":   {Offset: 16, Size: 8},
 					"start":       {Offset: 32, Size: 8},
 					"freelist":    {Offset: 40, Size: 8},
+					"mark_bits":   {Offset: 272, Size: 208},
 					"age_bits":    {Offset: 1312, Size: 416},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
@@ -634,6 +639,7 @@ func init() {
 					"heap_pages.allocated_pages": {Offset: 1216, Size: 8},
 					"profile.minor_gc_count":     {Offset: 1336, Size: 8},
 					"profile.major_gc_count":     {Offset: 1344, Size: 8},
+					"profile.compact_count":      {Offset: 1352, Size: 8},
 					"profile.count":              {Offset: 1392, Size: 8},
 					"rgengc.last_major_gc":       {Offset: 1496, Size: 8},
 				}},

@@ -37,6 +37,7 @@ func init() {
 					"heap":        {Offset: 16, Size: 8},
 					"start":       {Offset: 40, Size: 8},
 					"freelist":    {Offset: 48, Size: 8},
+					"mark_bits":   {Offset: 280, Size: 208},
 					"age_bits":    {Offset: 1320, Size: 416},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
@@ -114,6 +115,7 @@ func init() {
 					"heap_pages.allocated_pages":   {Offset: 840, Size: 8},
 					"profile.minor_gc_count":       {Offset: 952, Size: 8},
 					"profile.major_gc_count":       {Offset: 960, Size: 8},
+					"profile.compact_count":        {Offset: 968, Size: 8},
 					"profile.count":                {Offset: 1008, Size: 8},
 					"rgengc.last_major_gc":         {Offset: 1104, Size: 8},
 				}},

@@ -35,6 +35,7 @@ func init() {
 					"heap":        {Offset: 16, Size: 8},
 					"start":       {Offset: 40, Size: 8},
 					"freelist":    {Offset: 48, Size: 8},
+					"mark_bits":   {Offset: 280, Size: 208},
 					"age_bits":    {Offset: 1320, Size: 416},
 				}},
 				"heap_page_header": {Size: 8, Members: map[string]Member{
@@ -117,6 +118,7 @@ func init() {
 					"heap_pages.allocated_pages":   {Offset: 880, Size: 8},
 					"profile.minor_gc_count":       {Offset: 992, Size: 8},
 					"profile.major_gc_count":       {Offset: 1000, Size: 8},
+					"profile.compact_count":        {Offset: 1008, Size: 8},
 					"profile.count":                {Offset: 1048, Size: 8},
 					"rgengc.last_major_gc":         {Offset: 1152, Size: 8},
 				}},

@@ -68,6 +68,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		pw = graph
 	}
 	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+		if !in.keep(&s) {
+			return nil
+		}
 		if pprof != nil && pprof.Options.Period == 0 && !s.Alloc {
 			pprof.Options.Period = int64(s.Period) // the first sample's
 		}
@@ -80,8 +83,14 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		pw.Add(&s)
 		return nil
 	})
+	if err == nil {
+		err = in.checkLive(stats)
+	}
 	if err != nil {
 		return err
+	}
+	if pprof != nil {
+		pprof.Options.Live = stats.Live != nil
 	}
 	if pprof != nil && !stats.Start.IsZero() {
 		pprof.Options.TimeNanos = stats.Start.UnixNano()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"slices"
 
@@ -16,6 +17,7 @@ type inputFlags struct {
 	native     *bool
 	rubyOnly   *bool
 	weight     *string
+	live       *bool
 	debugFiles *debugFiles
 	// every: read CPU and allocation samples alike (inject writes each
 	// sample of the recording).
@@ -29,6 +31,8 @@ func addInputFlags(fs *flag.FlagSet) inputFlags {
 		rubyOnly: fs.Bool("ruby-only", false, "Ruby frames and C methods only, like rbspy"),
 		weight: fs.String("weight", "", "cpu (CPU samples, by time), or objects or bytes (allocation samples of record --alloc, "+
 			"by what they allocated); default: cpu, or objects for a recording of allocations only"),
+		live: fs.Bool("live", false, "allocation samples whose objects were still alive when the recording ended, "+
+			"having survived a GC (record --alloc --live)"),
 		debugFiles: &debugFiles{},
 	}
 	fs.Var(f.debugFiles, "debug-file", "a separate debug file, used for the mapped file with its build-id (repeatable)")
@@ -44,6 +48,9 @@ func (f inputFlags) readOptions(stderr io.Writer) readback.ReadOptions {
 	case "cpu":
 		kind = readback.KindCPU
 	case "objects", "bytes":
+		kind = readback.KindAlloc
+	}
+	if *f.live {
 		kind = readback.KindAlloc
 	}
 	if f.every {
@@ -82,6 +89,21 @@ func (f inputFlags) parse(fs *flag.FlagSet, args []string) error {
 			return err
 		}
 	}
+	if *f.live && *f.weight == "cpu" {
+		return usageError{"--live shows allocation samples: --weight objects or bytes"}
+	}
+	return nil
+}
+
+// keep says whether a stack is in the view: with --live, only allocation
+// samples whose objects were alive at the end.
+func (f inputFlags) keep(s *merge.Stack) bool { return !*f.live || s.Alive }
+
+// checkLive refuses --live on a recording that followed no object.
+func (f inputFlags) checkLive(stats *readback.ReadStats) error {
+	if *f.live && stats != nil && stats.Live == nil {
+		return fmt.Errorf("%s: --live: this recording did not follow its allocated objects; record with --alloc --live", *f.input)
+	}
 	return nil
 }
 
@@ -97,10 +119,16 @@ func (f inputFlags) weigh(s *merge.Stack) {
 func (f inputFlags) stacks(stderr io.Writer) ([]merge.Stack, *readback.ReadStats, error) {
 	var out []merge.Stack
 	stats, err := readback.ReadStacks(*f.input, f.readOptions(stderr), func(s merge.Stack) error {
+		if !f.keep(&s) {
+			return nil
+		}
 		f.weigh(&s)
 		s.Frames = slices.Clone(s.Frames)
 		out = append(out, s)
 		return nil
 	})
+	if err == nil {
+		err = f.checkLive(stats)
+	}
 	return out, stats, err
 }

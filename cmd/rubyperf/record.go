@@ -34,6 +34,8 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	var alloc allocFlag
 	fs.Var(&alloc, "alloc", "sample object allocations at the refills of Ruby's allocation caches (a heap page's free slots each); "+
 		"--alloc=N: a sample per N objects the refills a thread is seen to run hand out, not every refill; CPU samples too only with -F")
+	live := fs.Bool("live", false, "with --alloc, follow each sampled object until it dies: what is still alive at the end "+
+		"(having survived a GC) is kept in the recording, for convert -f pprof's inuse_space and the views' --live")
 	var dur seconds
 	fs.Var(&dur, "d", "how long to record: seconds, or a duration like 1m30s (default: until Ctrl-C or the targets exit)")
 	out := fs.String("o", "rubyperf.data", "output file")
@@ -47,7 +49,10 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	}
 	opts := recording.Options{All: *all, FollowForks: *follow, Wall: *wall, Frequency: *freq, Duration: time.Duration(dur), Output: *out, DebugFile: *debugFile,
 		Debuginfo: recordFinder(stderr), Command: cmdArgs, Warn: export.LineWriter{W: stderr}, MemoryBudget: int64(budget),
-		Alloc: uint64(alloc)}
+		Alloc: uint64(alloc), Live: *live}
+	if *live && alloc == 0 {
+		return usageError{"--live follows allocated objects: give --alloc too"}
+	}
 	if alloc > 0 {
 		opts.NoCPU = !flagSet(fs, "F")
 	}
@@ -124,6 +129,14 @@ func runRecord(args []string, _, stderr io.Writer) error {
 				if sum.AllocSeensLost > 0 {
 					fmt.Fprintf(stderr, "rubyperf: %d reports of what a slot held were lost (the program's ring was full)\n", sum.AllocSeensLost)
 				}
+			}
+			if opts.Live {
+				fmt.Fprintf(stderr, "rubyperf: of %d sampled objects followed, %d alive at the end having survived a GC (--live), %d alive not yet through one, %d died, %d not proven either way",
+					sum.LiveFollowed, sum.LiveAlive, sum.LiveYoung, sum.LiveDied, sum.LiveUnknown)
+				if sum.LiveNotFollowed > 0 {
+					fmt.Fprintf(stderr, ", %d not followed (too many at once)", sum.LiveNotFollowed)
+				}
+				fmt.Fprintln(stderr)
 			}
 		}
 		if opts.Wall {

@@ -33,6 +33,9 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	whole := newReportTable(*in.weight == "bytes")
 	byThread := map[int]*reportTable{}
 	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
+		if !in.keep(&s) {
+			return nil
+		}
 		in.weigh(&s)
 		if !*threads {
 			whole.add(&s)
@@ -49,6 +52,9 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := in.checkLive(stats); err != nil {
 		return err
 	}
 	width := terminalWidth(stdout)

@@ -21,8 +21,11 @@ func runScript(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	w := bufio.NewWriterSize(stdout, 1<<16)
-	_, err := readback.ReadStacks(*in.input, in.readOptions(stderr),
+	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr),
 		func(s merge.Stack) error {
+			if !in.keep(&s) {
+				return nil
+			}
 			if *groupBy != "" {
 				merge.GroupBy(&s, *groupBy)
 			}
@@ -30,6 +33,9 @@ func runScript(args []string, stdout, stderr io.Writer) error {
 		})
 	if ferr := w.Flush(); err == nil {
 		err = ferr
+	}
+	if err == nil {
+		err = in.checkLive(stats)
 	}
 	return err
 }

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/rubyperf/rubyperf/internal/testruby"
+)
+
+// TestRecordAllocLive: record --alloc --live of a process that keeps every
+// LeakedRecord Cache#remember makes while Report#render churns ten times
+// as many short-lived strings and arrays: on every test Ruby, the pprof's
+// in-use weight is at least 90% Cache#remember's and at most 5%
+// Report#render's, its objects near what the heap gained (a census before
+// and after), and report --live lists LeakedRecord.
+func TestRecordAllocLive(t *testing.T) {
+	script, err := testruby.RepoPath("testdata/ruby/leak.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaked := func(t *testing.T, pid int) uint64 {
+		return heapJSON(t, pid).Census.ByClass["LeakedRecord"].Objects
+	}
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			cmd := testruby.Start(t, r, script)
+			pid := cmd.Process.Pid
+			out := t.TempDir() + "/live.data"
+			before := leaked(t, pid)
+			_, stderr := recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(pid), "-d", "5", "-o", out)
+			after := leaked(t, pid)
+			t.Logf("%s", strings.TrimSpace(stderr))
+			if !strings.Contains(stderr, "alive at the end having survived a GC") {
+				t.Errorf("record says nothing of the objects followed:\n%s", stderr)
+			}
+			p := liveProfile(t, out)
+			inuse := totalShares(p, 3)
+			alloc := totalShares(p, 0)
+			var objects int64
+			for _, s := range p.Sample {
+				objects += s.Value[2]
+			}
+			grew := float64(after - before)
+			t.Logf("in use: Cache#remember %.1f%%, Report#render %.1f%% (allocated: %.1f%%, %.1f%%); %d objects in use, the heap gained %.0f LeakedRecords",
+				inuse["Cache#remember"], inuse["Report#render"], alloc["Cache#remember"], alloc["Report#render"], objects, grew)
+			if inuse["Cache#remember"] < 90 || inuse["Report#render"] > 5 {
+				t.Errorf("in use: Cache#remember %.1f%% (want ≥ 90), Report#render %.1f%% (want ≤ 5)", inuse["Cache#remember"], inuse["Report#render"])
+			}
+			// A LeakedRecord never dies: every sample of one is alive at
+			// the end but those whose fate could not be proven (a sample
+			// first read two GCs after its allocation, a major GC's sweep
+			// read only after the next GC began): 83-100% here.
+			var leakAlloc, leakInuse int64
+			for _, s := range p.Sample {
+				if l := s.Label["object.class"]; len(l) > 0 && l[0] == "LeakedRecord" {
+					leakAlloc += s.Value[0]
+					leakInuse += s.Value[2]
+				}
+			}
+			t.Logf("LeakedRecord: %d objects allocated, %d in use", leakAlloc, leakInuse)
+			if leakAlloc == 0 || float64(leakInuse) < 0.75*float64(leakAlloc) {
+				t.Errorf("LeakedRecord: %d objects allocated, %d in use at the end; want ≥ 75%%", leakAlloc, leakInuse)
+			}
+			if ratio := float64(objects) / grew; ratio < 0.5 || ratio > 4.0/3 {
+				t.Errorf("%d objects in use, the heap gained %.0f LeakedRecords while recorded (ratio %.2f)", objects, grew, ratio)
+			}
+			var rep, errb bytes.Buffer
+			if code := run([]string{"report", "-i", out, "--live"}, &rep, &errb); code != 0 || !strings.Contains(rep.String(), "LeakedRecord") {
+				t.Errorf("report --live (exit %d):\n%s%s", code, rep.String(), errb.String())
+			}
+		})
+	}
+}
+
+// TestLiveNeedsALiveRecording: --live on a recording that followed no
+// object says so in one line; record --live without --alloc is refused.
+func TestLiveNeedsALiveRecording(t *testing.T) {
+	r := testruby.Get(t, "debian-3.1-bookworm")
+	script, err := testruby.RepoPath("testdata/ruby/leak.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir() + "/alloc.data"
+	recordOutput(t, "--alloc", "-d", "1", "-o", out, "--", r.Exe, script, "1")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"report", "-i", out, "--live"}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "record with --alloc --live") || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("report --live of a recording without: exit %d, stderr %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"record", "--live", "-o", out, "--", r.Exe, script, "1"}, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "give --alloc too") {
+		t.Errorf("record --live without --alloc: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// liveProfile converts a record --alloc --live recording to pprof, with the
+// in-use values beside the allocated ones.
+func liveProfile(t *testing.T, data string) *profile.Profile {
+	t.Helper()
+	pb := data + ".pb.gz"
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"convert", "-i", data, "-f", "pprof", "--ruby-only", "-o", pb}, &stdout, &stderr); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.ParseData(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, st := range p.SampleType {
+		types = append(types, st.Type+"/"+st.Unit)
+	}
+	if strings.Join(types, " ") != "alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes" || p.DefaultSampleType != "inuse_space" {
+		t.Fatalf("sample types %v (default %q)", types, p.DefaultSampleType)
+	}
+	return p
+}

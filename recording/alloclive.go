@@ -1,0 +1,336 @@
+package recording
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/rubyperf/rubyperf/payload"
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// What stays alive (Options.Live): each allocation sample's object is
+// followed until it dies, its slot read again after GCs. A slot holding an
+// object of the same type and class is taken for the same object only when
+// that is proven: a slot is reused only after a GC's sweep freed its
+// object, a new object starts at age 0, and every GC marking an object
+// survives ages it by at least one (up to old, 3). So between two reads P
+// and C of a slot, C past a GC's marking:
+//
+//   - the object P read, alive, is at least min(3, its age at P + the GCs
+//     started since P) old: younger, it is another one, and P's is dead;
+//   - an object put in the slot since is 0 old while no GC has started
+//     since the first sweep that could free P's (for a sample's first
+//     read, the first after its allocation: a new object is in a slot
+//     swept already); after one it may be any age, even old (a young
+//     object marked from an old one is made old at once);
+//
+// so an object older than 0 read before that second GC is P's. An old
+// object is freed only by a major GC: with none since P, it is P's.
+// Anything else (a read after more GCs, a compaction since P, which moves
+// objects) proves nothing, and the object is counted unknown, not alive.
+//
+// Samples are followed as they are read from the rings (drained at the end
+// of each window of allocation sampling: bpf.Sampler.DrainSoon), their
+// slots read at the first poll (every livePoll) that finds the process's
+// GC count moved and its GC not marking; old objects only when a major GC
+// may have freed them. When the recording ends they are read once more
+// after the process's next GC (up to liveFinalWait): an object it did not
+// mark is garbage, however recent. What is alive then (for a process that
+// ended first, at its last read), having survived a GC, is written into
+// the recording (readback.FeatureAllocLive): the profile of what is in use.
+
+// livePoll is how often each followed process's GC counters are read.
+const livePoll = 5 * time.Millisecond
+
+// liveFinalWait bounds how long a recording's end waits for each followed
+// process's next GC, which tells what was alive then from garbage not yet
+// collected.
+const liveFinalWait = time.Second
+
+// maxLiveFollowed bounds the objects followed at once, all processes
+// together; past it, new samples are not followed (Summary.LiveNotFollowed).
+const maxLiveFollowed = 1 << 17
+
+// liveObject is one followed allocation sample's object.
+type liveObject struct {
+	key        payload.AllocKey
+	klass, typ uint64  // of what its slot held, once read (typ 0: not yet)
+	age        int     // at the last proof
+	proof      gcPoint // where the GC was at the last proof
+}
+
+// gcPoint is where a process's GC was at a proof.
+type gcPoint struct {
+	count, epoch uint64
+	idle         bool // neither marking nor sweeping
+	// safe: no sweep under way at this point can free the object: it was
+	// just allocated (in a slot swept already), or marked by the GC whose
+	// sweep it is (its mark bit, where the layout tells it; its age rose in
+	// that GC's marking; old, in a minor GC).
+	safe       bool
+	compacts   uint64
+	compacting bool
+}
+
+// liveProcess is what is known of one followed process.
+type liveProcess struct {
+	objects []*liveObject
+	last    rubystack.GCStamp // at the last read of its slots
+	read    bool              // last holds a stamp
+	fresh   bool              // objects followed since: read them at the next poll
+	ended   bool              // its slots can no longer be read
+}
+
+type allocLive struct {
+	procs    map[int]*liveProcess
+	followed int
+}
+
+// followAlloc starts following the object of allocation sample p as
+// soon as it is read from the ring (s.mu held): its slot must be read
+// within three GCs of the allocation for its age to tell it from a
+// successor (the recorder drains the rings at the end of each window of
+// allocation sampling, bpf.Sampler.DrainSoon). What the slot holds then,
+// proven to be it, gives the object's type and class.
+func (s *session) followAlloc(p *payload.Payload) {
+	if !s.opts.Live || p.AllocSlot == 0 {
+		return
+	}
+	if !p.GC.Stamped || p.GC.Compacting {
+		s.sum.LiveUnknown++ // no GC stamp to start the proofs from
+		return
+	}
+	l := &s.allocLive
+	if l.followed >= maxLiveFollowed {
+		s.sum.LiveNotFollowed++
+		return
+	}
+	if l.procs == nil {
+		l.procs = map[int]*liveProcess{}
+	}
+	pr := l.procs[int(p.PID)]
+	if pr == nil {
+		pr = &liveProcess{}
+		l.procs[int(p.PID)] = pr
+	}
+	t := s.targets[int(p.PID)]
+	if pr.ended || t == nil {
+		s.sum.LiveUnknown++
+		return
+	}
+	compacts, _ := t.Reader.CompactCount()
+	// A new object sits in a slot swept already, which the GC under way
+	// does not sweep again; except during a marking, which may leave it
+	// unmarked for that GC's sweep to free.
+	pr.fresh = true
+	pr.objects = append(pr.objects, &liveObject{
+		key:   payload.AllocKey{PID: p.PID, TID: p.TID, Window: p.AllocWindow, Seq: p.AllocSeq, Slot: p.AllocSlot},
+		proof: gcPoint{count: p.GC.Count, epoch: p.GC.Epoch, safe: !p.GC.Marking, compacts: compacts}})
+	l.followed++
+	s.sum.LiveFollowed++
+}
+
+// watchLive reads the followed objects' slots after each GC until ctx
+// ends, then once more.
+func (s *session) watchLive(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	tick := time.NewTicker(livePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		s.checkLive(false)
+		s.mu.Unlock()
+	}
+}
+
+// checkLive reads the slots of each followed process whose GC has moved
+// on since they were last read (s.mu held). final: the recording ends,
+// and a process in a GC's marking is waited for, a little.
+func (s *session) checkLive(final bool) {
+	for pid, p := range s.allocLive.procs {
+		if p.ended || len(p.objects) == 0 {
+			continue
+		}
+		t := s.targets[pid]
+		if t == nil || s.gone[pid] {
+			p.ended = true
+			continue
+		}
+		c, err := t.Reader.GCStamp()
+		if final && err == nil {
+			// What the next GC marks was alive when the recording ended;
+			// what it leaves unmarked stays young, and reads as dead.
+			end := c.Count
+			for deadline := time.Now().Add(liveFinalWait); err == nil && (c.Count == end || c.Marking) && time.Now().Before(deadline); {
+				time.Sleep(livePoll)
+				c, err = t.Reader.GCStamp()
+			}
+		}
+		if err != nil {
+			if errors.Is(err, rubystack.ErrNoProcess) {
+				p.ended = true
+			}
+			continue
+		}
+		// Read after each GC's marking, and once more when the sweep last
+		// read under has ended: what it did not free is past it.
+		swept := p.read && c.Idle && !p.last.Idle && c.Count == p.last.Count
+		if c.Marking || c.Compacting || !final && p.read && c.Count == p.last.Count && !p.fresh && !swept {
+			continue
+		}
+		p.fresh = false
+		compacts, _ := t.Reader.CompactCount()
+		now := gcPoint{count: c.Count, epoch: c.Epoch, idle: c.Idle, compacts: compacts}
+		kept := p.objects[:0]
+		for _, o := range p.objects {
+			switch s.proveLive(t.Reader, o, now, final) {
+			case liveProven:
+				kept = append(kept, o)
+			case liveDead:
+				s.sum.LiveDied++
+				s.allocLive.followed--
+			case liveUnproven:
+				s.sum.LiveUnknown++
+				s.allocLive.followed--
+			}
+		}
+		clear(p.objects[len(kept):])
+		p.objects = kept
+		p.last, p.read = c, true
+	}
+}
+
+type liveVerdict int
+
+const (
+	liveProven   liveVerdict = iota // the same object, alive
+	liveDead                        // the object is gone from its slot
+	liveUnproven                    // the slot's object may or may not be it
+)
+
+// proveLive reads o's slot at now, a point after a GC's marking, and says
+// whether it still holds o's object; a proof moves o's to now. final: the
+// recording ends, and a slot the GC of o's last proof may have swept since
+// is read though no GC started since.
+func (s *session) proveLive(r *rubystack.Reader, o *liveObject, now gcPoint, final bool) liveVerdict {
+	p := o.proof
+	inGC := !p.idle && !p.safe // its sweep may free o after p
+	if now.count < p.count || now.count == p.count && !(inGC && (final || now.idle)) {
+		return liveProven // no GC since, or its sweep still under way: read at the next
+	}
+	compacted := p.compacting || now.compacts != p.compacts
+	if o.age == rubystack.MaxAge && now.epoch == p.epoch && !(p.epoch == p.count && inGC) && !compacted {
+		// Old, and no major GC could have freed it since: not read. The
+		// sweep under way, a minor GC's, frees no old object.
+		now.safe = now.idle || now.epoch != now.count
+		o.proof = now
+		return liveProven
+	}
+	slot, err := r.ReadSlot(o.key.Slot)
+	if err != nil {
+		return liveUnproven
+	}
+	return judgeLive(o, now, slot, slot.Type(r))
+}
+
+// judgeLive says whether slot, read at now and of type typ, holds o's
+// object, by the bounds above; a proof moves o's to now.
+func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64) liveVerdict {
+	p := o.proof
+	inGC := !p.idle && !p.safe
+	compacted := p.compacting || now.compacts != p.compacts
+	// Its first read (unseen: the allocation's slot was not read yet)
+	// takes whatever object is there, if its age proves it the one.
+	unseen := o.typ == 0
+	same := slot.Flags != 0 && (unseen || typ == o.typ && slot.Klass == o.klass)
+	switch {
+	case compacted:
+		return liveUnproven // moved, perhaps, and another moved in
+	case !same:
+		return liveDead
+	case !slot.AgeKnown:
+		return liveUnproven
+	}
+	// The bounds above, in GCs started since p (now is past its marking).
+	started := int(now.count - p.count)
+	youngest := min(rubystack.MaxAge, o.age+started) // o, alive
+	// GCs started since the first sweep that could free o: an object put
+	// in its slot since is 0 old while none has.
+	since := started - 1
+	if inGC {
+		since = started // p's GC may have freed o
+	}
+	switch {
+	case slot.Age < youngest:
+		return liveDead
+	case since <= 0 && slot.Age > 0:
+		// Older than anything put there since.
+	case o.age == rubystack.MaxAge && now.epoch == p.epoch && !(p.epoch == p.count && inGC):
+		// Old, and no major GC since.
+	default:
+		return liveUnproven
+	}
+	now.safe = now.idle || slot.Marked || slot.Age == rubystack.MaxAge && now.epoch != now.count ||
+		slot.Age > o.age && started == 1 && !inGC
+	o.age, o.proof = slot.Age, now
+	if unseen {
+		o.typ, o.klass = typ, slot.Klass
+	}
+	return liveProven
+}
+
+// liveRecords is what the recording keeps of the objects alive at its end
+// (s.mu held): each one that survived a GC (age ≥ 1), as the AllocKey of
+// its sample, 24 bytes (pid, tid, window, seq: u32; slot: u64), after a
+// header of the counts (readback.FeatureAllocLive).
+func (s *session) liveRecords() []byte {
+	var keys []payload.AllocKey
+	young := uint64(0)
+	for _, p := range s.allocLive.procs {
+		for _, o := range p.objects {
+			if o.age == 0 {
+				young++
+				continue
+			}
+			keys = append(keys, o.key)
+		}
+	}
+	slices.SortFunc(keys, func(a, b payload.AllocKey) int {
+		switch {
+		case a.PID != b.PID:
+			return int(a.PID) - int(b.PID)
+		case a.TID != b.TID:
+			return int(a.TID) - int(b.TID)
+		case a.Window != b.Window:
+			return int(a.Window) - int(b.Window)
+		case a.Seq != b.Seq:
+			return int(a.Seq) - int(b.Seq)
+		}
+		return 0
+	})
+	s.sum.LiveAlive, s.sum.LiveYoung = uint64(len(keys)), young
+	b := binary.LittleEndian.AppendUint32(nil, liveFormat)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(keys)))
+	for _, n := range []uint64{s.sum.LiveFollowed, s.sum.LiveAlive, young, s.sum.LiveDied, s.sum.LiveUnknown, s.sum.LiveNotFollowed} {
+		b = binary.LittleEndian.AppendUint64(b, n)
+	}
+	for _, k := range keys {
+		b = binary.LittleEndian.AppendUint32(b, k.PID)
+		b = binary.LittleEndian.AppendUint32(b, k.TID)
+		b = binary.LittleEndian.AppendUint32(b, k.Window)
+		b = binary.LittleEndian.AppendUint32(b, k.Seq)
+		b = binary.LittleEndian.AppendUint64(b, k.Slot)
+	}
+	return b
+}
+
+// liveFormat is the version of FeatureAllocLive's layout.
+const liveFormat = 1

@@ -1,0 +1,128 @@
+package recording
+
+import (
+	"testing"
+
+	"github.com/rubyperf/rubyperf/rubystack"
+)
+
+// TestJudgeLive: a slot read after GCs holds the sampled object only where
+// its age proves it, and another object of the same class and type put
+// there since never passes for it, though the GC may make a young object
+// old at its first marking (one marked from an old object).
+func TestJudgeLive(t *testing.T) {
+	const str, klass = 5, 0x1000
+	slot := func(age int) rubystack.SlotObject {
+		return rubystack.SlotObject{Flags: str | 1<<13, Klass: klass, Age: age, AgeKnown: true}
+	}
+	allocated := gcPoint{count: 10, epoch: 8, safe: true}
+	idle := gcPoint{count: 10, epoch: 8, idle: true}
+	sweeping := gcPoint{count: 10, epoch: 8}
+	sweepingMajor := gcPoint{count: 10, epoch: 10}
+	at := func(count, epoch uint64) gcPoint { return gcPoint{count: count, epoch: epoch, idle: true} }
+	for _, c := range []struct {
+		name  string
+		age   int
+		proof gcPoint
+		now   gcPoint
+		slot  rubystack.SlotObject
+		want  liveVerdict
+	}{
+		{"survived one GC", 0, allocated, at(11, 8), slot(1), liveProven},
+		{"a newer object after one GC", 0, allocated, at(11, 8), slot(0), liveDead},
+		{"two GCs: a successor may be made old at once", 0, allocated, at(12, 8), slot(2), liveUnproven},
+		{"reused after the first of two", 0, allocated, at(12, 8), slot(1), liveDead},
+		{"made old by its first GC", 0, allocated, at(11, 8), slot(3), liveProven},
+		{"four GCs: old either way", 0, allocated, at(14, 8), slot(3), liveUnproven},
+		{"from idle, one GC", 1, idle, at(11, 8), slot(2), liveProven},
+		{"from a sweep, one GC: its sweep may have freed it", 1, sweeping, at(11, 8), slot(2), liveUnproven},
+		{"from a sweep, none since", 1, sweeping, at(10, 8), slot(1), liveProven},
+		{"from a sweep at age 0: its sweep may have freed it", 0, sweeping, at(11, 8), slot(1), liveUnproven},
+		{"old, minors only", 3, idle, at(20, 8), slot(3), liveProven},
+		{"old, a major next", 3, idle, at(11, 11), slot(3), liveProven},
+		{"old, a major since, and another GC", 3, idle, at(12, 11), slot(3), liveUnproven},
+		{"old, a major since, past three GCs", 3, idle, at(15, 11), slot(3), liveUnproven},
+		{"old, read in a major's sweep, more GCs since", 3, sweepingMajor, at(14, 10), slot(3), liveUnproven},
+		{"old, then young", 3, idle, at(12, 11), slot(0), liveDead},
+		{"freed", 1, idle, at(11, 8), rubystack.SlotObject{}, liveDead},
+		{"another class", 1, idle, at(11, 8), rubystack.SlotObject{Flags: str, Klass: 0x2000, Age: 2, AgeKnown: true}, liveDead},
+		{"compacted since", 1, idle, gcPoint{count: 11, epoch: 11, idle: true, compacts: 1}, slot(2), liveUnproven},
+		{"age unknown", 1, idle, at(11, 8), rubystack.SlotObject{Flags: str, Klass: klass}, liveUnproven},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := &liveObject{klass: klass, typ: str, age: c.age, proof: c.proof}
+			if got := judgeLive(o, c.now, c.slot, c.slot.Flags&0x1f); got != c.want {
+				t.Errorf("verdict %d, want %d", got, c.want)
+			}
+			if c.want == liveProven && (o.proof.count != c.now.count || o.proof.epoch != c.now.epoch || o.age != c.slot.Age) {
+				t.Errorf("proof %+v age %d, want %+v and %d", o.proof, o.age, c.now, c.slot.Age)
+			}
+		})
+	}
+}
+
+// TestJudgeLiveChain: proofs read in GCs' sweeps, one GC apart, follow
+// an object from its allocation through its promotion and a major GC: a
+// sweep does not free what its GC marked (its age rose, or it is old in a
+// minor GC).
+func TestJudgeLiveChain(t *testing.T) {
+	sweep := func(count, epoch uint64) gcPoint { return gcPoint{count: count, epoch: epoch} }
+	o := &liveObject{typ: 5, klass: 0x1000, proof: gcPoint{count: 10, epoch: 8, safe: true}}
+	for i, c := range []struct {
+		now  gcPoint
+		age  int
+		want liveVerdict
+		safe bool
+	}{
+		{sweep(11, 8), 1, liveProven, true},   // marked by GC 11
+		{sweep(12, 8), 2, liveProven, true},   // and by 12
+		{sweep(13, 8), 3, liveProven, true},   // old in a minor GC
+		{sweep(14, 14), 3, liveProven, false}, // the major's sweep: was it marked?
+		{sweep(15, 14), 3, liveUnproven, false},
+	} {
+		slot := rubystack.SlotObject{Flags: 5, Klass: 0x1000, Age: c.age, AgeKnown: true}
+		if v := judgeLive(o, c.now, slot, 5); v != c.want || v == liveProven && o.proof.safe != c.safe {
+			t.Errorf("read %d at %+v, age %d: verdict %d, proof %+v; want %d, safe %v", i, c.now, c.age, v, o.proof, c.want, c.safe)
+		}
+	}
+	// In a major GC's sweep, an old object's mark bit says it survives it.
+	o = &liveObject{typ: 5, klass: 0x1000, age: 3, proof: gcPoint{count: 13, epoch: 8, safe: true}}
+	marked := rubystack.SlotObject{Flags: 5, Klass: 0x1000, Age: 3, AgeKnown: true, Marked: true, MarkKnown: true}
+	if v := judgeLive(o, sweep(14, 14), marked, 5); v != liveProven || !o.proof.safe {
+		t.Errorf("marked in a major's sweep: %d, proof %+v", v, o.proof)
+	}
+	if v := judgeLive(o, sweep(15, 14), marked, 5); v != liveProven {
+		t.Errorf("the GC after: %d", v)
+	}
+	// A young object read in a sweep with its age unchanged may be freed by
+	// it: the next GC proves nothing.
+	o = &liveObject{typ: 5, klass: 0x1000, age: 1, proof: gcPoint{count: 10, epoch: 8}}
+	if v := judgeLive(o, sweep(11, 8), rubystack.SlotObject{Flags: 5, Klass: 0x1000, Age: 2, AgeKnown: true}, 5); v != liveUnproven {
+		t.Errorf("after an unsafe sweep: %d", v)
+	}
+}
+
+// TestJudgeLiveFirstRead: the first read of a sample's slot takes the
+// object there as the sample's only when its age proves it, and keeps its
+// type and class for the reads after.
+func TestJudgeLiveFirstRead(t *testing.T) {
+	alloc := gcPoint{count: 10, epoch: 8, safe: true}
+	now := gcPoint{count: 12, epoch: 8, idle: true}
+	o := &liveObject{proof: alloc}
+	next := gcPoint{count: 11, epoch: 8, idle: true}
+	if v := judgeLive(o, next, rubystack.SlotObject{Flags: 7, Klass: 0x30, Age: 1, AgeKnown: true}, 7); v != liveProven || o.typ != 7 || o.klass != 0x30 {
+		t.Errorf("age 1 after a GC: %d, %+v", v, o)
+	}
+	o = &liveObject{proof: alloc}
+	if v := judgeLive(o, now, rubystack.SlotObject{Flags: 7, Klass: 0x30, Age: 2, AgeKnown: true}, 7); v != liveUnproven || o.typ != 0 {
+		t.Errorf("age 2 after two GCs: %d, %+v", v, o)
+	}
+	o = &liveObject{proof: alloc}
+	if v := judgeLive(o, now, rubystack.SlotObject{Flags: 7, Klass: 0x30, Age: 1, AgeKnown: true}, 7); v != liveDead || o.typ != 0 {
+		t.Errorf("age 1 after two GCs: %d, %+v", v, o)
+	}
+	o = &liveObject{proof: alloc}
+	if v := judgeLive(o, gcPoint{count: 14, epoch: 8, idle: true}, rubystack.SlotObject{Flags: 7, Klass: 0x30, Age: 3, AgeKnown: true}, 7); v != liveUnproven {
+		t.Errorf("old after four GCs: %d", v)
+	}
+}
