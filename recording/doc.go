@@ -15,7 +15,9 @@
 // for, the traps' stalls taken out, their cost fitted to Ruby's own count of
 // allocations (allocweight.go, alloctrap.go); then until the program tells
 // what each sample's slot held a page of allocations later, to name the
-// object's class (allocclass.go).
+// object's class (allocclass.go). With Options.Live it follows each
+// sample's object until it dies, and writes which were alive at the end
+// (alloclive.go).
 //
 // A frame is keyed by the addresses the program copied, and the GC frees
 // code and reuses its memory while recording. So a name read from memory

@@ -5,7 +5,9 @@
 // paths, lines, class paths) with caches that survive GC compaction. It also
 // saves and replays memory snapshots, so walks can be tested without a Ruby.
 // It reads the GC's progress (GCStamp) and an object's generation (Old), by
-// which a caller tells how long what it read at an address holds.
+// which a caller tells how long what it read at an address holds; what a
+// heap slot holds now, with its age and mark bit (ReadSlot); and a census
+// of the whole live heap, page by page (HeapCensus).
 //
 // Everything it reads from a target is untrusted: every read, loop and
 // allocation is bounded, and a read that tears is retried or reported.
