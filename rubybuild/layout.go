@@ -65,9 +65,14 @@ type Layout struct {
 		Len                  int64 // RString.len (3.3+), -1 before
 		HeapLen, HeapPtr     int64 // as.heap.len (≤3.2), as.heap.ptr
 		EmbedLen, EmbedBytes int64 // as.embed.len (3.2 only), as.embed.ary
+		// Capa is as.heap.aux.capa: the bytes of a string's own buffer
+		// (less its terminator), what ObjectSpace.memsize_of counts
+		// beyond the slot; -1 where the layout lacks it.
+		Capa int64
 	}
 	Array struct {
 		HeapLen, HeapPtr, EmbedBytes int64 // as.heap.len, as.heap.ptr, as.ary
+		Capa                         int64 // as.heap.aux.capa: elements its own buffer holds; -1 absent
 	}
 	// Symbol is a dynamic Symbol (struct RSymbol): its ID. -1 where the
 	// layout lacks it (the built-in tables) and the binary's code does not
@@ -356,10 +361,12 @@ func (l *Layout) fields() []field {
 		f(&l.String.HeapPtr, "RString", "as.heap.ptr", req),
 		f(&l.String.EmbedLen, "RString", "as.embed.len", opt),
 		f(&l.String.EmbedBytes, "RString", "as.embed.ary", req),
+		f(&l.String.Capa, "RString", "as.heap.aux.capa", opt),
 
 		f(&l.Array.HeapLen, "RArray", "as.heap.len", req),
 		f(&l.Array.HeapPtr, "RArray", "as.heap.ptr", req),
 		f(&l.Array.EmbedBytes, "RArray", "as.ary", req),
+		f(&l.Array.Capa, "RArray", "as.heap.aux.capa", opt),
 
 		f(&l.Symbol.ID, "RSymbol", "id", opt),
 

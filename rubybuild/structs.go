@@ -137,4 +137,14 @@ var wantedConstants = map[string]bool{
 	"RUBY_T_NONE": true, "RUBY_T_FLOAT": true, "RUBY_T_REGEXP": true, "RUBY_T_HASH": true,
 	"RUBY_T_STRUCT": true, "RUBY_T_BIGNUM": true, "RUBY_T_FILE": true, "RUBY_T_MATCH": true,
 	"RUBY_T_COMPLEX": true, "RUBY_T_RATIONAL": true, "RUBY_T_NODE": true, "RUBY_T_ZOMBIE": true,
+	// What ObjectSpace.memsize_of counts beyond a string's or an array's
+	// slot (rubyperf heap): the flags that say a buffer is shared
+	// (RUBY_ELTS_SHARED, which STR_SHARED equals) or not the string's to
+	// free (STR_NOFREE, FL_USER18 in every release), whether an object is
+	// frozen, and a string's encoding, whose minimum character length is
+	// the size of its terminator.
+	"RUBY_ELTS_SHARED": true, "RUBY_FL_USER18": true, "RUBY_FL_FREEZE": true,
+	"RUBY_ENCODING_SHIFT": true, "RUBY_ENCODING_INLINE_MAX": true,
+	"RUBY_ENCINDEX_UTF_16BE": true, "RUBY_ENCINDEX_UTF_16LE": true, "RUBY_ENCINDEX_UTF_32BE": true,
+	"RUBY_ENCINDEX_UTF_32LE": true, "RUBY_ENCINDEX_UTF_16": true, "RUBY_ENCINDEX_UTF_32": true,
 }

@@ -2,7 +2,6 @@ package rubystack
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -21,19 +20,23 @@ const (
 // pages (Layout.Heap), so the heap cannot be counted.
 var ErrNoHeapLayout = errors.New("the layout does not say where the GC lists its heap pages")
 
-// Count is a number of objects and the slot bytes they occupy.
+// Count is a number of objects, the slot bytes they occupy and the bytes
+// they own beyond their slots where the layout tells (OffSlot: a string's
+// or an array's own buffer, as ObjectSpace.memsize_of counts it).
 type Count struct {
 	Objects uint64 `json:"objects"`
 	Bytes   uint64 `json:"bytes"`
+	OffSlot uint64 `json:"off_slot_bytes"`
 	// Old counts the objects in the old generation (RUBY_FL_PROMOTED:
 	// they survived three GCs), which only a major GC frees: what a
 	// leak accumulates, and garbage seldom reaches.
 	Old uint64 `json:"old"`
 }
 
-func (c *Count) add(bytes uint64, old bool) {
+func (c *Count) add(bytes, offSlot uint64, old bool) {
 	c.Objects++
 	c.Bytes += bytes
+	c.OffSlot += offSlot
 	if old {
 		c.Old++
 	}
@@ -46,21 +49,16 @@ func (c *Count) add(bytes uint64, old bool) {
 // imemos, iclasses, a class's internal singleton class) are counted under
 // their type in parentheses, "(T_IMEMO)".
 type HeapCensus struct {
-	Pages     int    `json:"pages"`
-	Slots     uint64 `json:"slots"`      // slots in every page
-	FreeSlots uint64 `json:"free_slots"` // slots holding no object (flags 0)
-	HeapBytes uint64 `json:"heap_bytes"` // bytes of every page's slots
+	HeapPages
 	// ByType counts objects by type tag, as ObjectSpace.count_objects
 	// does ("T_STRING"; a free slot is no object).
 	ByType map[string]Count `json:"by_type"`
 	// ByClass counts objects by class path ("String", "Foo::Bar") or, for
 	// hidden objects, "(T_X)".
 	ByClass map[string]Count `json:"by_class"`
-	// Unread counts what could not be read consistently: pages that went
-	// away under the read, objects whose class could not be named (their
+	// UnnamedClass counts objects whose class could not be named (their
 	// slots are in Slots, their objects in ByType and under
 	// UnnamedClassLabel).
-	UnreadPages   int    `json:"unread_pages"`
 	UnnamedClass  uint64 `json:"unnamed_class"`
 	GC            GCStamp
 	GCRead        bool `json:"-"` // GC holds the stamp read before the census
@@ -92,11 +90,7 @@ func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
 	if s, err := r.GCStamp(); err == nil {
 		c.GC, c.GCRead = s, true
 	}
-	pages, err := r.heapPages(objs)
-	if err != nil {
-		return nil, err
-	}
-	cr := censusReader{r: r, byKlass: map[censusKey]*Count{}, promoted: uint64(r.Layout.Constants["RUBY_FL_PROMOTED"]),
+	cr := censusReader{r: r, sizes: newMemsizer(r.Layout), byKlass: map[censusKey]*Count{}, promoted: uint64(r.Layout.Constants["RUBY_FL_PROMOTED"]),
 		singleton: uint64(r.Layout.Constants["RUBY_FL_SINGLETON"])}
 	for _, name := range hiddenTypes {
 		if v, ok := r.Layout.Constants["RUBY_"+name]; ok && v >= 0 && v < 32 {
@@ -106,45 +100,11 @@ func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
 	if r.frozenCore != 0 {
 		cr.frozenCore, _ = r.direct.word(r.frozenCore)
 	}
-	buf := make([]byte, maxPageBytes)
-	var hdr [64]byte
-	hdrLen := int(max(h.Start+8, h.TotalSlots.Offset+2, h.SlotSize.Offset+2))
-	if hdrLen > len(hdr) {
-		return nil, fmt.Errorf("%w: heap_page start at %d", ErrNoHeapLayout, h.Start)
-	}
-	for i, p := range pages {
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		if err := r.direct.mem.ReadAt(hdr[:hdrLen], p); err != nil {
-			c.UnreadPages++
-			continue
-		}
-		start := binary.LittleEndian.Uint64(hdr[h.Start:])
-		total := uint64(binary.LittleEndian.Uint16(hdr[h.TotalSlots.Offset:]))
-		size := uint64(binary.LittleEndian.Uint16(hdr[h.SlotSize.Offset:]))
-		if total == 0 {
-			c.Pages++ // an empty page, kept for reuse (4.0 zeroes it)
-			continue
-		}
-		if start == 0 || start%8 != 0 || size < minSlotSize || size%8 != 0 || total > maxPageSlots ||
-			total*size > maxPageBytes {
-			c.UnreadPages++
-			continue
-		}
-		body := buf[:total*size]
-		if err := r.direct.mem.ReadAt(body, start); err != nil {
-			c.UnreadPages++
-			continue
-		}
-		c.Pages++
-		c.Slots += total
-		c.HeapBytes += total * size
-		for off := uint64(0); off < total*size; off += size {
-			cr.slot(c, start+off, le64(body[off:]), le64(body[off+8:]), size)
-		}
+	err = r.walkHeap(ctx, objs, &c.HeapPages, func(addr, size uint64, slot []byte) {
+		cr.slot(c, addr, size, slot)
+	})
+	if err != nil {
+		return nil, err
 	}
 	cr.finish(c)
 	if c.GCRead && r.Layout.GC.MajorCount >= 0 {
@@ -201,6 +161,7 @@ func (r *Reader) heapPages(os uint64) ([]uint64, error) {
 // type), and names the classes once the pages are read.
 type censusReader struct {
 	r          *Reader
+	sizes      memsizer
 	frozenCore uint64 // RubyVM::FrozenCore, which Ruby hides, or 0
 	promoted   uint64 // RUBY_FL_PROMOTED
 	singleton  uint64 // RUBY_FL_SINGLETON
@@ -225,15 +186,13 @@ const maxCensusKeys = 1 << 18
 
 // slot counts the slot at addr, whose RBasic is flags and klass, as
 // count_objects and each_object would.
-func (cr *censusReader) slot(c *HeapCensus, addr, flags, klass, size uint64) {
-	if flags == 0 {
-		c.FreeSlots++
-		return
-	}
+func (cr *censusReader) slot(c *HeapCensus, addr, size uint64, slot []byte) {
 	r := cr.r
+	flags, klass := le64(slot), le64(slot[8:])
 	typ := flags & r.o.tMask
 	old := flags&cr.promoted == cr.promoted && cr.promoted != 0
-	cr.types[typ&31].add(size, old)
+	off, _ := cr.sizes.offSlot(typ, flags, slot)
+	cr.types[typ&31].add(size, off, old)
 	k := censusKey{klass: klass, typ: typ}
 	switch {
 	case klass == 0 || cr.hidden[typ&31] || addr == cr.frozenCore:
@@ -259,7 +218,7 @@ func (cr *censusReader) slot(c *HeapCensus, addr, flags, klass, size uint64) {
 		}
 		cr.last, cr.lastCount = k, n
 	}
-	cr.lastCount.add(size, old)
+	cr.lastCount.add(size, off, old)
 }
 
 // hiddenTypes are the types ObjectSpace hides every object of
@@ -285,6 +244,7 @@ func (cr *censusReader) finish(c *HeapCensus) {
 		sum := c.ByClass[name]
 		sum.Objects += n.Objects
 		sum.Bytes += n.Bytes
+		sum.OffSlot += n.OffSlot
 		sum.Old += n.Old
 		c.ByClass[name] = sum
 		if name == UnnamedClassLabel {

@@ -31,6 +31,7 @@
 #include "method.h"
 #include "id.h"
 #include "symbol.h"
+#include "encindex.h" /* the preserved encodings: a string terminator's size */
 #if __has_include("ractor_core.h")
 # include "ractor_core.h"
 #endif

@@ -131,9 +131,9 @@ type heapDoc struct {
 type classGrowth struct {
 	Class   string `json:"class"`
 	Objects int64  `json:"objects"` // after minus before
-	Bytes   int64  `json:"bytes"`
-	Old     int64  `json:"old"` // old-generation objects, after minus before
-	Now     uint64 `json:"now"` // objects after
+	Bytes   int64  `json:"bytes"`   // slot bytes and bytes beyond the slots
+	Old     int64  `json:"old"`     // old-generation objects, after minus before
+	Now     uint64 `json:"now"`     // objects after
 }
 
 // growth is every class whose count changed, the most grown in the old
@@ -143,8 +143,8 @@ func growth(before, after *rubystack.HeapCensus) []classGrowth {
 	var out []classGrowth
 	diff := func(name string, a, b rubystack.Count) {
 		if a != b {
-			out = append(out, classGrowth{name, int64(a.Objects) - int64(b.Objects), int64(a.Bytes) - int64(b.Bytes),
-				int64(a.Old) - int64(b.Old), a.Objects})
+			out = append(out, classGrowth{name, int64(a.Objects) - int64(b.Objects),
+				int64(a.Bytes+a.OffSlot) - int64(b.Bytes+b.OffSlot), int64(a.Old) - int64(b.Old), a.Objects})
 		}
 	}
 	for name, a := range after.ByClass {
@@ -198,8 +198,14 @@ func writeHeapText(w io.Writer, d heapDoc, top int) {
 	if d.Stopped {
 		how = "stopped"
 	}
+	var beyond uint64
+	for _, n := range c.ByType {
+		beyond += n.OffSlot
+	}
 	fmt.Fprintf(w, "pid %d, Ruby %s: %s live objects in %s slots of %d heap pages (%s), %s free; counted %s in %.0f ms\n",
 		d.PID, d.Version, thousands(live), thousands(c.Slots), c.Pages, sizeText(c.HeapBytes), thousands(c.FreeSlots), how, d.TookMS)
+	fmt.Fprintf(w, "beyond the slots: %s in strings' and arrays' own buffers (hash and instance variable tables, C data not counted)\n",
+		sizeText(beyond))
 	if c.GCRead {
 		fmt.Fprintf(w, "GC: %d runs", c.GC.Count)
 		if c.MajorGCsKnown {
@@ -211,7 +217,7 @@ func writeHeapText(w io.Writer, d heapDoc, top int) {
 		fmt.Fprintf(w, "not read: %d pages (freed or reused under the read), %s objects' classes\n", c.UnreadPages, thousands(c.UnnamedClass))
 	}
 	if d.Before != nil {
-		fmt.Fprintf(w, "\nwhat grew in %v, by class, the most in the old generation first (old objects, objects, slot bytes, objects now):\n",
+		fmt.Fprintf(w, "\nwhat grew in %v, by class, the most in the old generation first (old objects, objects, bytes, objects now):\n",
 			time.Duration(d.AfterSeconds*float64(time.Second)))
 		shown := 0
 		for _, g := range d.Growth {
@@ -225,19 +231,29 @@ func writeHeapText(w io.Writer, d heapDoc, top int) {
 			fmt.Fprintln(w, "  nothing")
 		}
 	}
-	fmt.Fprintf(w, "\nby class (objects, share of live objects, slot bytes):\n")
+	fmt.Fprintf(w, "\nby class (objects, share of live objects, slot bytes, bytes beyond the slots):\n")
 	rows := byObjects(c.ByClass)
 	for i, row := range rows {
 		if i == top {
 			fmt.Fprintf(w, "  … %d classes more (-n, or --format json)\n", len(rows)-top)
 			break
 		}
-		fmt.Fprintf(w, "  %12s %6.2f%% %10s  %s\n", thousands(row.Objects), pct(row.Objects, live), sizeText(row.Bytes), export.Printable(row.name))
+		fmt.Fprintf(w, "  %12s %6.2f%% %10s %10s  %s\n", thousands(row.Objects), pct(row.Objects, live), sizeText(row.Bytes),
+			offSlotText(row.Count), export.Printable(row.name))
 	}
 	fmt.Fprintf(w, "\nby type:\n")
 	for _, row := range byObjects(c.ByType) {
-		fmt.Fprintf(w, "  %12s %6.2f%% %10s  %s\n", thousands(row.Objects), pct(row.Objects, live), sizeText(row.Bytes), row.name)
+		fmt.Fprintf(w, "  %12s %6.2f%% %10s %10s  %s\n", thousands(row.Objects), pct(row.Objects, live), sizeText(row.Bytes),
+			offSlotText(row.Count), row.name)
 	}
+}
+
+// offSlotText is the bytes beyond c's slots, or "" when none was counted.
+func offSlotText(c rubystack.Count) string {
+	if c.OffSlot == 0 {
+		return ""
+	}
+	return "+" + sizeText(c.OffSlot)
 }
 
 func pct(n, of uint64) float64 {

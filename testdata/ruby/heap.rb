@@ -10,6 +10,7 @@
 # Between "ready" and the byte it allocates nothing, so a census taken then
 # must equal the counts before and after wherever the two agree.
 require "json"
+require "objspace"
 
 class HeapLeaf; end
 class HeapNode
@@ -28,20 +29,33 @@ $keep = []
   $keep << HeapPoint.new(i, i) if i % 5 == 0
   $keep << HeapBasic.new if i % 11 == 0
   $keep << (i.to_f + 0.5) * 1e300 if i % 13 == 0 # heap floats
+  next unless i % 50 == 0
+  # Strings and arrays with buffers of their own, shared and not, for
+  # ObjectSpace.memsize_of.
+  big = "y" * (1000 + i % 7)
+  $keep << big << big[10, 900] << String.new(capacity: 3000 + i) << ("ab" * 300).encode("UTF-16LE")
+  list = Array.new(100 + i % 9, i)
+  $keep << list << list[5..] << [i] * 40
 end
 single = Object.new
 def single.only_me = 1 # an object with a singleton class: still an Object
 $keep << single << Class.new(HeapLeaf).new << Module.new
 
 KLASS = Kernel.instance_method(:class)
-def tally(into)
-  ObjectSpace.each_object { |o| into[KLASS.bind_call(o)] += 1 }
+def tally(into, memsize)
+  ObjectSpace.each_object do |o|
+    k = KLASS.bind_call(o)
+    into[k] += 1
+    memsize[k.name] += ObjectSpace.memsize_of(o) if k == String || k == Array
+  end
 end
 
 before_types = {}
 after_types = {}
 before_classes = Hash.new(0)
 after_classes = Hash.new(0)
+before_memsize = { "String" => 0, "Array" => 0 }
+after_memsize = { "String" => 0, "Array" => 0 }
 buf = String.new(capacity: 16)
 out = File.open(ARGV.fetch(0), "w")
 churn = ARGV[1] == "churn"
@@ -50,21 +64,21 @@ names = ->(h) { h.each_with_object(Hash.new(0)) { |(k, n), o| o[k.name] += n if 
 GC.start
 GC.disable unless churn
 ObjectSpace.count_objects(after_types) # the keys, made before the pause
-tally(before_classes)
+tally(before_classes, before_memsize)
 ObjectSpace.count_objects(before_types)
 STDOUT.syswrite("ready\n")
 
 if churn
-  out.write(JSON.generate({ types: before_types, classes: names.(before_classes) }))
+  out.write(JSON.generate({ types: before_types, classes: names.(before_classes), memsize: before_memsize }))
   out.close
   loop { 200.times.map { |i| "garbage #{i}" * 2 }; [1] * 100 }
 end
 
 STDIN.sysread(1, buf)
 ObjectSpace.count_objects(after_types)
-tally(after_classes)
+tally(after_classes, after_memsize)
 out.write(JSON.generate({
-  before: { types: before_types, classes: names.(before_classes) },
-  after: { types: after_types, classes: names.(after_classes) },
+  before: { types: before_types, classes: names.(before_classes), memsize: before_memsize },
+  after: { types: after_types, classes: names.(after_classes), memsize: after_memsize },
 }))
 out.close

@@ -1,0 +1,98 @@
+package rubystack
+
+import "github.com/rubyperf/rubyperf/rubybuild"
+
+// maxOffSlot bounds the bytes one object is said to own beyond its slot: a
+// capacity is read from the target, so a torn one must not add up to
+// nonsense (no Ruby buffer is a TiB).
+const maxOffSlot = 1 << 40
+
+// memsizer says what ObjectSpace.memsize_of counts for an object beyond
+// its slot, where the layout tells how: a string's own buffer
+// (rb_str_memsize: its capacity and terminator, unless the buffer is
+// shared or not the string's to free) and an array's (rb_ary_memsize: its
+// capacity in elements, unless embedded or shared; a shared root's
+// capacity field counts its sharers, so its length is taken where that is
+// more). Other types count their slot alone: hash tables, instance
+// variable tables and C data are not followed.
+type memsizer struct {
+	tString, tArray                  uint64
+	strNoEmbed, strShared, strNoFree uint64
+	aryEmbed, aryShared              uint64
+	strCapa, aryCapa, aryLen         int64 // offsets in the slot, -1 absent
+	encShift, encMax                 uint64
+	termLen                          [128]uint8 // by encoding index: the terminator's bytes beyond 1
+}
+
+func newMemsizer(l *rubybuild.Layout) memsizer {
+	c := func(name string) uint64 { return uint64(l.Constants[name]) }
+	m := memsizer{
+		tString: c("RUBY_T_STRING"), tArray: c("RUBY_T_ARRAY"),
+		strNoEmbed: c("RSTRING_NOEMBED"), strShared: c("RUBY_ELTS_SHARED"), strNoFree: c("RUBY_FL_USER18"),
+		aryEmbed: c("RARRAY_EMBED_FLAG"), aryShared: c("RUBY_ELTS_SHARED"),
+		strCapa: l.String.Capa, aryCapa: l.Array.Capa, aryLen: l.Array.HeapLen,
+		encShift: c("RUBY_ENCODING_SHIFT"), encMax: c("RUBY_ENCODING_INLINE_MAX"),
+	}
+	if m.strNoEmbed == 0 || m.strShared == 0 || m.strNoFree == 0 || m.aryEmbed == 0 {
+		m.strCapa, m.aryCapa = -1, -1 // flags unknown: count slots alone
+	}
+	if m.encMax == 0 || m.encMax > 127 || m.encShift == 0 || m.encShift > 56 {
+		m.encMax = 0
+	}
+	// A string's terminator is its encoding's shortest character: 2 bytes
+	// for UTF-16, 4 for UTF-32, 1 for the rest (TERM_LEN).
+	for name, n := range map[string]uint8{
+		"RUBY_ENCINDEX_UTF_16BE": 2, "RUBY_ENCINDEX_UTF_16LE": 2, "RUBY_ENCINDEX_UTF_16": 2,
+		"RUBY_ENCINDEX_UTF_32BE": 4, "RUBY_ENCINDEX_UTF_32LE": 4, "RUBY_ENCINDEX_UTF_32": 4,
+	} {
+		if i, ok := l.Constants[name]; ok && i > 0 && i < 128 {
+			m.termLen[i] = n - 1
+		}
+	}
+	return m
+}
+
+// offSlot is what an object of type typ with these flags, whose slot holds
+// slot, owns beyond it; ok is false where the layout does not tell.
+func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
+	word := func(off int64) (uint64, bool) {
+		if off < 0 || off+8 > int64(len(slot)) {
+			return 0, false
+		}
+		return le64(slot[off:]), true
+	}
+	switch typ {
+	case m.tString:
+		if m.strCapa < 0 {
+			return 0, false
+		}
+		if flags&(m.strNoEmbed|m.strShared|m.strNoFree) != m.strNoEmbed {
+			return 0, true
+		}
+		capa, ok := word(m.strCapa)
+		if !ok {
+			return 0, false
+		}
+		term := uint64(1)
+		if m.encMax != 0 {
+			if i := flags >> m.encShift & m.encMax; i < m.encMax {
+				term += uint64(m.termLen[i])
+			}
+		}
+		return min(capa, maxOffSlot) + term, true
+	case m.tArray:
+		if m.aryCapa < 0 {
+			return 0, false
+		}
+		if flags&(m.aryEmbed|m.aryShared) != 0 {
+			return 0, true
+		}
+		capa, ok1 := word(m.aryCapa)
+		n, ok2 := word(m.aryLen)
+		if !ok1 || !ok2 {
+			return 0, false
+		}
+		return min(max(capa, n), maxOffSlot/8) * 8, true
+	}
+	return 0, false
+}
