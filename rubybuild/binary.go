@@ -219,6 +219,22 @@ func (b *Binary) findLayout() (*Layout, error) {
 	return nil, &UnsupportedError{Path: b.Path, Version: b.Version, Arch: b.Arch, Supported: tableKeys(), Cause: dwarfErr}
 }
 
+// sourceDefines adds to consts, read from a build's DWARF, the constants
+// Ruby spells only as #define (RUBYPERF_*: the tables' probe made them
+// enumerators), from the built-in table of the same release; a release
+// without a table goes without them.
+func sourceDefines(v Version, arch string, consts map[string]int64) {
+	row, ok := tableRow(v, arch)
+	if !ok {
+		return
+	}
+	for name, value := range row.Constants {
+		if _, have := consts[name]; !have && strings.HasPrefix(name, "RUBYPERF_") {
+			consts[name] = value
+		}
+	}
+}
+
 // FromDWARF says the layout was read from this build's own debug
 // information rather than guessed from a table.
 func (l *Layout) FromDWARF() bool { return strings.HasPrefix(l.Source, "dwarf:") }
@@ -259,6 +275,7 @@ func (b *Binary) LayoutFromDWARF() (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
+	sourceDefines(b.Version, b.Arch, consts)
 	return resolveLayout(b.Version, b.Arch, src, structs, consts)
 }
 

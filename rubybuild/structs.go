@@ -144,6 +144,11 @@ var wantedConstants = map[string]bool{
 	// frozen, and a string's encoding, whose minimum character length is
 	// the size of its terminator.
 	"RUBY_ELTS_SHARED": true, "RUBY_FL_USER18": true, "RUBY_FL_FREEZE": true,
+	// A shared root array (its capacity field counts its sharers): a
+	// #define, made an enumerator by the tables' probe
+	// (scripts/layout-probe.c); a DWARF build takes it from the table of
+	// its release (sourceDefines).
+	"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": true,
 	"RUBY_ENCODING_SHIFT": true, "RUBY_ENCODING_INLINE_MAX": true,
 	"RUBY_ENCINDEX_UTF_16BE": true, "RUBY_ENCINDEX_UTF_16LE": true, "RUBY_ENCINDEX_UTF_32BE": true,
 	"RUBY_ENCINDEX_UTF_32LE": true, "RUBY_ENCINDEX_UTF_16": true, "RUBY_ENCINDEX_UTF_32": true,

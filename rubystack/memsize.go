@@ -12,13 +12,13 @@ const maxOffSlot = 1 << 40
 // (rb_str_memsize: its capacity and terminator, unless the buffer is
 // shared or not the string's to free) and an array's (rb_ary_memsize: its
 // capacity in elements, unless embedded or shared; a shared root's
-// capacity field counts its sharers, so its length is taken where that is
-// more). Other types count their slot alone: hash tables, instance
-// variable tables and C data are not followed.
+// capacity field counts its sharers instead, and its length is counted).
+// Other types count their slot alone: hash tables, instance variable
+// tables and C data are not followed.
 type memsizer struct {
 	tString, tArray                  uint64
 	strNoEmbed, strShared, strNoFree uint64
-	aryEmbed, aryShared              uint64
+	aryEmbed, aryShared, aryRoot     uint64
 	strCapa, aryCapa, aryLen         int64 // offsets in the slot, -1 absent
 	encShift, encMax                 uint64
 	termLen                          [128]uint8 // by encoding index: the terminator's bytes beyond 1
@@ -30,6 +30,7 @@ func newMemsizer(l *rubybuild.Layout) memsizer {
 		tString: c("RUBY_T_STRING"), tArray: c("RUBY_T_ARRAY"),
 		strNoEmbed: c("RSTRING_NOEMBED"), strShared: c("RUBY_ELTS_SHARED"), strNoFree: c("RUBY_FL_USER18"),
 		aryEmbed: c("RARRAY_EMBED_FLAG"), aryShared: c("RUBY_ELTS_SHARED"),
+		aryRoot: c("RUBYPERF_RARRAY_SHARED_ROOT_FLAG"),
 		strCapa: l.String.Capa, aryCapa: l.Array.Capa, aryLen: l.Array.HeapLen,
 		encShift: c("RUBY_ENCODING_SHIFT"), encMax: c("RUBY_ENCODING_INLINE_MAX"),
 	}
@@ -92,6 +93,11 @@ func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
 		if !ok1 || !ok2 {
 			return 0, false
 		}
+		if m.aryRoot != 0 && flags&m.aryRoot != 0 {
+			capa = n // a shared root: its capacity field counts its sharers
+		}
+		// Where the root flag is unknown (a release without a table), a
+		// root whose sharers outnumber its elements is counted too much.
 		return min(max(capa, n), maxOffSlot/8) * 8, true
 	}
 	return 0, false

@@ -177,8 +177,17 @@ private_sources="iseq.c st.c symbol.c gc.c"
 
 # layout_object DIR: compile the probe (when it changed) and the .c files that
 # keep structs private, with Ruby's own flags, into DIR/rubyperf-layout.o.
+# source_defines SRC: the #define lines of the flags the probe turns into
+# enumerators (scripts/layout-probe.c), copied from the tree's own sources.
+source_defines() {
+  (cd "$1" && grep -h -E '^#define (RARRAY_SHARED_ROOT_FLAG)[[:space:]]' array.c internal/array.h 2>/dev/null | sort -u)
+}
+
 layout_object() {
   local dir=$1 src=$1/src cflags c objs=()
+  source_defines "$src" >"$src/rubyperf-defines.h.new"
+  cmp -s "$src/rubyperf-defines.h.new" "$src/rubyperf-defines.h" && rm "$src/rubyperf-defines.h.new" ||
+    { mv "$src/rubyperf-defines.h.new" "$src/rubyperf-defines.h"; rm -f "$dir/rubyperf-layout.o"; }
   for c in $private_sources; do objs+=("${c%.c}.o"); done
   # A configured tree does not change: only a new probe, or a new list of
   # objects to link (recorded in DIR/layout-objects), needs a new object.

@@ -44,5 +44,18 @@
 # define RUBY_VERSION STRINGIZE(RUBY_VERSION_MAJOR) "." STRINGIZE(RUBY_VERSION_MINOR) "." STRINGIZE(RUBY_VERSION_TEENY)
 #endif
 
+/* Flag bits Ruby defines only with #define, in its private sources: the
+ * script copies each definition line from the tree's own source into
+ * rubyperf-defines.h (scripts/gen-tables.sh source_defines), and an
+ * enumerator here makes the compiler's value of it part of the DWARF. */
+#if __has_include("rubyperf-defines.h")
+# include "rubyperf-defines.h"
+#endif
+#ifdef RARRAY_SHARED_ROOT_FLAG
+enum rubyperf_source_defines {
+    RUBYPERF_RARRAY_SHARED_ROOT_FLAG = RARRAY_SHARED_ROOT_FLAG /* array.c (3.1), internal/array.h */
+};
+#endif
+
 /* The version rubyperf keys the table with, as every libruby exports it. */
 const char ruby_version[] = RUBY_VERSION;
