@@ -1,8 +1,10 @@
 package rubystack
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -185,6 +187,22 @@ func FuzzHeapCensus(f *testing.F) {
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("census took %v", d)
+		}
+		// The same pages written as a heap dump: every line JSON, no more
+		// lines than slots.
+		var out bytes.Buffer
+		dump, err := r.DumpHeap(context.Background(), &out)
+		if err != nil {
+			return
+		}
+		lines := bytes.Split(bytes.TrimSuffix(out.Bytes(), []byte("\n")), []byte("\n"))
+		if dump.Objects > dump.Slots || out.Len() > 0 && uint64(len(lines)) != dump.Objects {
+			t.Fatalf("%d objects of %d slots, %d lines", dump.Objects, dump.Slots, len(lines))
+		}
+		for _, line := range lines {
+			if out.Len() > 0 && !json.Valid(line) {
+				t.Fatalf("not JSON: %q", line)
+			}
 		}
 	})
 }

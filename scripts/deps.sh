@@ -16,6 +16,7 @@ pkgs=(
   ruby3.1-dev        # its headers: the tests build a C extension into it (Ruby's own count of allocations by class)
   ruby-stackprof     # the in-process profiler make bench compares with
   ruby-memory-profiler  # the in-process allocation profiler make bench compares --alloc with
+  ruby-heapy         # a heap-dump reader: `rubyperf heap --dump` must open in it as ObjectSpace.dump_all does
   chromium           # headless, for the browser tests of the SVG and speedscope views
 )
 

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rubyperf/rubyperf/export"
+	"github.com/rubyperf/rubyperf/outfile"
 	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -31,6 +32,7 @@ func runHeap(args []string, stdout, stderr io.Writer) error {
 	stopLimit := fs.Duration("stop-limit", 10*time.Second, "with --stop, resume the process and fail if counting takes longer")
 	top := fs.Int("n", 0, "classes to list (0: as many as fit the terminal, or 30 into a pipe)")
 	diff := fs.Duration("diff", 0, "take a second census this long after the first and show what grew, by class")
+	dump := fs.String("dump", "", "write every live object to `FILE` as JSON lines in ObjectSpace.dump_all's shape (for heapy and other heap-dump tools) instead of counting")
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
@@ -43,6 +45,14 @@ func runHeap(args []string, stdout, stderr io.Writer) error {
 	if *diff < 0 || *diff > maxDiffWait || *top < 0 || *stopLimit <= 0 {
 		return usageError{fmt.Sprintf("--diff between 0 and %v, -n ≥ 0 and --stop-limit > 0", maxDiffWait)}
 	}
+	if *dump != "" {
+		if *diff > 0 {
+			return usageError{"--dump writes one dump: take two and compare them (heapy diff) instead of --diff"}
+		}
+		if err := outfile.Check(*dump); err != nil {
+			return err
+		}
+	}
 	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
 	if err != nil {
 		return err
@@ -53,6 +63,26 @@ func runHeap(args []string, stdout, stderr io.Writer) error {
 	r, err := rubystack.NewReaderFor(proc, mem, rubybuild.UseSnapshot)
 	if err != nil {
 		return fmt.Errorf("pid %d: %w", *pid, err)
+	}
+	if *dump != "" {
+		d, took, err := dumpHeap(r, *pid, *dump, *stop, *stopLimit)
+		if err != nil {
+			return err
+		}
+		doc := dumpDoc{PID: *pid, Version: r.Layout.Version.String(), Stopped: *stop, TookMS: ms(took), File: *dump, Dump: d}
+		if *format == "json" {
+			return writeJSON(stdout, doc)
+		}
+		how := "while it ran"
+		if *stop {
+			how = "stopped"
+		}
+		fmt.Fprintf(stdout, "pid %d, Ruby %s: %s live objects written to %s (read %s in %.0f ms)\n", *pid, doc.Version,
+			thousands(d.Objects), *dump, how, doc.TookMS)
+		if d.UnreadPages > 0 || d.CutReferences > 0 {
+			fmt.Fprintf(stdout, "not read: %d pages (freed or reused under the read), the elements of %s arrays\n", d.UnreadPages, thousands(d.CutReferences))
+		}
+		return nil
 	}
 	census := func() (*rubystack.HeapCensus, time.Duration, error) {
 		return takeCensus(r, *pid, *stop, *stopLimit)
@@ -86,30 +116,73 @@ func runHeap(args []string, stdout, stderr io.Writer) error {
 // takeCensus counts r's heap, the process stopped for the count when stop
 // (and resumed, the census failed, past limit).
 func takeCensus(r *rubystack.Reader, pid int, stop bool, limit time.Duration) (*rubystack.HeapCensus, time.Duration, error) {
+	var c *rubystack.HeapCensus
+	took, err := readHeap(pid, stop, limit, "counting", func(ctx context.Context) (err error) {
+		c, err = r.HeapCensus(ctx)
+		return err
+	})
+	return c, took, err
+}
+
+// readHeap runs read (what doing says it does) on pid's heap, the process
+// stopped while it runs when stop (and resumed, the read failed, past
+// limit).
+func readHeap(pid int, stop bool, limit time.Duration, doing string, read func(context.Context) error) (time.Duration, error) {
 	ctx := context.Background()
 	thaw := func() {}
 	if stop {
 		var err error
 		if thaw, err = rubystack.Freeze(pid); err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
 	began := time.Now()
-	c, err := r.HeapCensus(ctx)
+	err := read(ctx)
 	thaw()
 	took := time.Since(began)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return nil, took, fmt.Errorf("pid %d: counting its heap took longer than --stop-limit %v; it was resumed: raise the limit, or drop --stop to count while it runs", pid, limit)
+		return took, fmt.Errorf("pid %d: %s its heap took longer than --stop-limit %v; it was resumed: raise the limit, or drop --stop to read it while it runs", pid, doing, limit)
 	case errors.Is(err, rubystack.ErrNoHeapLayout):
-		return nil, took, fmt.Errorf("pid %d: %w: this Ruby's layout lacks it; give its debug file (--debug-file)", pid, err)
+		return took, fmt.Errorf("pid %d: %w: this Ruby's layout lacks it; give its debug file (--debug-file)", pid, err)
 	case err != nil:
-		return nil, took, fmt.Errorf("pid %d: heap: %w", pid, err)
+		return took, fmt.Errorf("pid %d: heap: %w", pid, err)
 	}
-	return c, took, nil
+	return took, nil
+}
+
+// dumpHeap writes every live object of pid's heap to path (heap --dump).
+func dumpHeap(r *rubystack.Reader, pid int, path string, stop bool, limit time.Duration) (*rubystack.HeapDump, time.Duration, error) {
+	f, err := outfile.Create(path, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	var d *rubystack.HeapDump
+	took, err := readHeap(pid, stop, limit, "dumping", func(ctx context.Context) (err error) {
+		d, err = r.DumpHeap(ctx, f)
+		return err
+	})
+	if err != nil {
+		f.Abort()
+		return nil, took, err
+	}
+	if err := f.Commit(); err != nil {
+		return nil, took, err
+	}
+	return d, took, nil
+}
+
+// dumpDoc is what `rubyperf heap --dump` prints.
+type dumpDoc struct {
+	PID     int                 `json:"pid"`
+	Version string              `json:"version"`
+	Stopped bool                `json:"stopped"`
+	TookMS  float64             `json:"took_ms"`
+	File    string              `json:"file"`
+	Dump    *rubystack.HeapDump `json:"dump"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

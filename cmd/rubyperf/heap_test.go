@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -213,6 +214,8 @@ func TestHeapErrors(t *testing.T) {
 		{"no pid", []string{"heap"}, 2, "give -p PID"},
 		{"bad format", []string{"heap", "-p", "1", "--format", "yaml"}, 2, `--format "yaml"`},
 		{"negative diff", []string{"heap", "-p", "1", "--diff", "-1s"}, 2, "--diff"},
+		{"dump and diff", []string{"heap", "-p", "1", "--dump", "d.json", "--diff", "1s"}, 2, "--dump writes one dump"},
+		{"dump into a directory", []string{"heap", "-p", "1", "--dump", os.TempDir()}, 1, os.TempDir()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -244,6 +247,152 @@ func TestHeapDiffNamesTheLeak(t *testing.T) {
 			if g := doc.Growth[0]; g.Class != "LeakedRecord" || g.Old <= 0 || g.Objects <= 0 {
 				t.Errorf("first growth %+v, want LeakedRecord grown in the old generation", g)
 			}
+		})
+	}
+}
+
+// dumpLine is the part of a heap dump's line (ObjectSpace.dump_all's or
+// heap --dump's) the tests compare.
+type dumpLine struct {
+	Address string `json:"address"`
+	Type    string `json:"type"`
+	Class   string `json:"class"`
+	Name    string `json:"name"`
+	Memsize uint64 `json:"memsize"`
+}
+
+// dumpTally counts a heap dump's objects by type and by class address, sums
+// their memsize by type, and keeps the classes' names.
+type dumpTally struct {
+	objects  int
+	byType   map[string]int
+	byClass  map[string]int
+	memsize  map[string]uint64
+	names    map[string]string
+	rootRows int
+}
+
+func readDump(t *testing.T, path string) dumpTally {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dumpTally{byType: map[string]int{}, byClass: map[string]int{}, memsize: map[string]uint64{}, names: map[string]string{}}
+	for i, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var l dumpLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatalf("%s:%d: %v: %.200s", path, i+1, err, line)
+		}
+		if l.Type == "ROOT" || l.Type == "SHAPE" {
+			d.rootRows++
+			continue
+		}
+		if l.Address == "" {
+			t.Fatalf("%s:%d: no address: %.200s", path, i+1, line)
+		}
+		d.objects++
+		d.byType[l.Type]++
+		d.memsize[l.Type] += l.Memsize
+		if l.Class != "" && l.Type != "IMEMO" { // dump_all writes an imemo's second word up to 3.2
+			d.byClass[l.Class]++
+		}
+		if l.Name != "" {
+			d.names[l.Address] = l.Name
+		}
+	}
+	return d
+}
+
+// heapyCount is the object count `heapy read` reports for a dump.
+func heapyCount(t *testing.T, heapy, path string) int {
+	t.Helper()
+	out, err := exec.Command(heapy, "read", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("heapy read %s: %v\n%s", path, err, out)
+	}
+	_, after, ok := bytes.Cut(out, []byte("\nCount: "))
+	n, err := strconv.Atoi(string(bytes.Fields(after)[0]))
+	if !ok || err != nil {
+		t.Fatalf("heapy read %s: no count in\n%s", path, out)
+	}
+	return n
+}
+
+// TestHeapDumpReadsLikeDumpAll: on every test Ruby, `heap --dump --stop`
+// of a process paused right after ObjectSpace.dump_all holds the objects
+// that dump holds: per type and for each of the 50 largest classes within
+// 20 objects (what writing Ruby's dump made and the GC after it freed),
+// strings' and arrays' memsize within 0.1%; and Debian's heapy reads it
+// and counts what it counts in Ruby's own dump, less its ROOT lines.
+func TestHeapDumpReadsLikeDumpAll(t *testing.T) {
+	heapy, err := exec.LookPath("heapy")
+	if err != nil {
+		t.Fatalf("heapy (Debian's ruby-heapy, installed by scripts/deps.sh): %v", err)
+	}
+	script, err := testruby.RepoPath("testdata/ruby/heap.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testruby.All(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			dir := t.TempDir()
+			theirs, ours := filepath.Join(dir, "dump_all.json"), filepath.Join(dir, "heap-dump.json")
+			cmd := exec.Command(r.Exe, script, theirs, "dump")
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd, _ = testruby.StartCommand(t, cmd)
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"heap", "-p", strconv.Itoa(cmd.Process.Pid), "--stop", "--dump", ours}, &stdout, &stderr); code != 0 {
+				testskip.Privileged(t, fmt.Errorf("exit %d: %w", code, reportedError(stderr.String())))
+			}
+			stdin.Write([]byte{'x'})
+			cmd.Wait()
+			t.Log(strings.TrimSpace(stdout.String()))
+			want, got := readDump(t, theirs), readDump(t, ours)
+			t.Logf("dump_all: %d objects, %d ROOT/SHAPE lines; --dump: %d objects", want.objects, want.rootRows, got.objects)
+			near := func(what string, g, w int) {
+				if g-w > 20 || w-g > 20 {
+					t.Errorf("%s: --dump %d, dump_all %d", what, g, w)
+				}
+			}
+			near("objects", got.objects, want.objects)
+			for typ, n := range want.byType {
+				near("type "+typ, got.byType[typ], n)
+			}
+			for typ, n := range got.byType {
+				if want.byType[typ] == 0 {
+					near("type "+typ, n, 0)
+				}
+			}
+			type class struct {
+				addr string
+				n    int
+			}
+			var top []class
+			for a, n := range want.byClass {
+				top = append(top, class{a, n})
+			}
+			slices.SortFunc(top, func(x, y class) int { return y.n - x.n })
+			for _, c := range top[:min(50, len(top))] {
+				name := cmp.Or(want.names[c.addr], c.addr)
+				near("class "+name, got.byClass[c.addr], c.n)
+				if got.names[c.addr] != want.names[c.addr] && want.names[c.addr] != "" {
+					t.Errorf("class %s: --dump names it %q", c.addr, got.names[c.addr])
+				}
+			}
+			for _, typ := range []string{"STRING", "ARRAY"} {
+				g, w := got.memsize[typ], want.memsize[typ]
+				t.Logf("%s memsize: --dump %d, dump_all %d", typ, g, w)
+				if float64(g) < float64(w)*0.999 || float64(g) > float64(w)*1.001 {
+					t.Errorf("%s memsize: --dump %d, dump_all %d", typ, g, w)
+				}
+			}
+			hg, hw := heapyCount(t, heapy, ours), heapyCount(t, heapy, theirs)
+			t.Logf("heapy read: %d objects in --dump's, %d in dump_all's", hg, hw)
+			near("heapy's count", hg, hw-want.rootRows)
 		})
 	}
 }

@@ -6,6 +6,10 @@
 #                                 stdin, counts again, writes both to OUT
 #   ruby heap.rb OUT.json churn   the same heap, then churns garbage forever
 #                                 (after "ready"); OUT gets the first counts
+#   ruby heap.rb DUMP.json dump   the same heap, written by ObjectSpace.dump_all
+#                                 to DUMP; then it collects what the dump
+#                                 left behind, prints "ready" and waits for a
+#                                 byte on stdin
 #
 # Between "ready" and the byte it allocates nothing, so a census taken then
 # must equal the counts before and after wherever the two agree.
@@ -60,6 +64,21 @@ buf = String.new(capacity: 16)
 out = File.open(ARGV.fetch(0), "w")
 churn = ARGV[1] == "churn"
 names = ->(h) { h.each_with_object(Hash.new(0)) { |(k, n), o| o[k.name] += n if k.name } }
+
+if ARGV[1] == "dump"
+  GC.start
+  GC.disable
+  dump = ObjectSpace.dump_all(output: :string) # one String: a file would cost one a write
+  File.binwrite(ARGV[0], dump)
+  dump.clear # its buffer, should the String itself outlive the GC below (a stale stack slot)
+  dump = nil
+  GC.enable
+  GC.start # the dump's String and the garbage of writing it
+  GC.disable
+  STDOUT.syswrite("ready\n")
+  STDIN.sysread(1, buf)
+  exit!(0)
+end
 
 GC.start
 GC.disable unless churn
