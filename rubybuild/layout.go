@@ -116,6 +116,17 @@ type Layout struct {
 	StTable struct {
 		EntriesStart, EntriesBound, Entries int64
 		EntrySize, EntryKey, EntryRecord    int64
+		// What st_memsize counts: sizeof(st_table), its bins (when Bins
+		// is not NULL: 2^(BinPower+SizeInd) bytes) and its 2^EntryPower
+		// entries (unsigned chars; -1 where the layout lacks them).
+		Size, Bins, EntryPower, BinPower, SizeInd int64
+	}
+	// Hash is struct RHash: where its table is. Up to 3.2 as.st (or as.ar,
+	// possibly NULL) points to it; from 3.3 it follows the RHash in the
+	// slot (St and Ar -1). ArSize is sizeof(ar_table), the small table of
+	// up to 8 pairs; -1 where the layout lacks it.
+	Hash struct {
+		St, Ar, Size, ArSize int64
 	}
 	Symbols struct {
 		LastID, NextID, IDs int64 // rb_symbols_t: last_id (≤3.4) or next_id (4.0+), ids
@@ -396,6 +407,15 @@ func (l *Layout) fields() []field {
 		f(&l.StTable.EntrySize, "st_table_entry", "", req),
 		f(&l.StTable.EntryKey, "st_table_entry", "key", req),
 		f(&l.StTable.EntryRecord, "st_table_entry", "record", req),
+		f(&l.StTable.Size, "st_table", "", opt),
+		f(&l.StTable.Bins, "st_table", "bins", opt),
+		f(&l.StTable.EntryPower, "st_table", "entry_power", opt),
+		f(&l.StTable.BinPower, "st_table", "bin_power", opt),
+		f(&l.StTable.SizeInd, "st_table", "size_ind", opt),
+		f(&l.Hash.St, "RHash", "as.st", opt),
+		f(&l.Hash.Ar, "RHash", "as.ar", opt),
+		f(&l.Hash.Size, "RHash", "", opt),
+		f(&l.Hash.ArSize, "ar_table_struct", "", opt),
 
 		f(&l.Symbols.LastID, "rb_symbols_t", "last_id", opt),
 		f(&l.Symbols.NextID, "rb_symbols_t", "next_id", opt),

@@ -86,6 +86,8 @@ var wantedStructs = map[string]bool{
 	"rb_fields":                       true, // 4.0+: the imemo holding a class's ivars
 	"rb_objspace":                     true, // gc.c (gc/default/default.c 3.4+): GC counters and phase
 	"RSymbol":                         true, // a dynamic Symbol: its ID (a request label's value)
+	"RHash":                           true, // where a hash's table is (rubyperf heap: its memsize)
+	"ar_table_struct":                 true, // hash.c (≤3.2), internal/hash.h: a hash's table of up to 8 pairs
 	"heap_page":                       true, // gc.c: an object's age bits, from 3.3
 	"heap_page_header":                true, // gc.c: at the start of a page's aligned body, its heap_page
 	"rb_size_pool_struct":             true, // gc.c 3.2-3.3: a size pool, counting its allocations from 3.3
@@ -149,7 +151,8 @@ var wantedConstants = map[string]bool{
 	// (scripts/layout-probe.c); a DWARF build takes it from the table of
 	// its release (sourceDefines).
 	"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": true,
-	"RUBY_ENCODING_SHIFT": true, "RUBY_ENCODING_INLINE_MAX": true,
+	"RHASH_ST_TABLE_FLAG":              true, // a hash with an st_table, not an ar_table
+	"RUBY_ENCODING_SHIFT":              true, "RUBY_ENCODING_INLINE_MAX": true,
 	"RUBY_ENCINDEX_UTF_16BE": true, "RUBY_ENCINDEX_UTF_16LE": true, "RUBY_ENCINDEX_UTF_32BE": true,
 	"RUBY_ENCINDEX_UTF_32LE": true, "RUBY_ENCINDEX_UTF_16": true, "RUBY_ENCINDEX_UTF_32": true,
 }

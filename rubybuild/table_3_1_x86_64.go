@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.1.0", "3.1.1", "3.1.2", "3.1.3", "3.1.4"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -24,6 +24,10 @@ func init() {
 					"super": {Offset: 16, Size: 8},
 					"ptr":   {Offset: 24, Size: 8},
 				}},
+				"RHash": {Size: 40, Members: map[string]Member{
+					"as.ar": {Offset: 16, Size: 8},
+					"as.st": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.ary":     {Offset: 16, Size: 24},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -33,6 +37,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 128, Members: map[string]Member{}},
 				"heap_page": {Size: 344, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -141,6 +146,10 @@ func init() {
 					"objspace":           {Offset: 1104, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -180,6 +189,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            98304,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_EMBED_LEN_MASK":           507904,
 				"RSTRING_EMBED_LEN_SHIFT":          14,
@@ -268,7 +278,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.1.5", "3.1.6", "3.1.7"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -285,6 +295,10 @@ func init() {
 					"super": {Offset: 16, Size: 8},
 					"ptr":   {Offset: 24, Size: 8},
 				}},
+				"RHash": {Size: 40, Members: map[string]Member{
+					"as.ar": {Offset: 16, Size: 8},
+					"as.st": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.ary":     {Offset: 16, Size: 24},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -294,6 +308,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 128, Members: map[string]Member{}},
 				"heap_page": {Size: 344, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -402,6 +417,10 @@ func init() {
 					"objspace":           {Offset: 1112, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -441,6 +460,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            98304,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_EMBED_LEN_MASK":           507904,
 				"RSTRING_EMBED_LEN_SHIFT":          14,

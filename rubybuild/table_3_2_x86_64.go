@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.0", "3.2.1", "3.2.2"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -23,6 +23,10 @@ func init() {
 				"RClass": {Size: 32, Members: map[string]Member{
 					"super": {Offset: 16, Size: 8},
 				}},
+				"RHash": {Size: 40, Members: map[string]Member{
+					"as.ar": {Offset: 16, Size: 8},
+					"as.st": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -33,6 +37,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 128, Members: map[string]Member{}},
 				"heap_page": {Size: 1104, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -151,6 +156,10 @@ func init() {
 					"objspace":           {Offset: 1128, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -190,6 +199,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
@@ -280,7 +290,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.3"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -296,6 +306,10 @@ func init() {
 				"RClass": {Size: 32, Members: map[string]Member{
 					"super": {Offset: 16, Size: 8},
 				}},
+				"RHash": {Size: 40, Members: map[string]Member{
+					"as.ar": {Offset: 16, Size: 8},
+					"as.st": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -306,6 +320,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 128, Members: map[string]Member{}},
 				"heap_page": {Size: 1104, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -424,6 +439,10 @@ func init() {
 					"objspace":           {Offset: 1136, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -463,6 +482,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
@@ -553,7 +573,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.4", "3.2.5", "3.2.6"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -569,6 +589,10 @@ func init() {
 				"RClass": {Size: 32, Members: map[string]Member{
 					"super": {Offset: 16, Size: 8},
 				}},
+				"RHash": {Size: 40, Members: map[string]Member{
+					"as.ar": {Offset: 16, Size: 8},
+					"as.st": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -579,6 +603,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 128, Members: map[string]Member{}},
 				"heap_page": {Size: 1104, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -697,6 +722,10 @@ func init() {
 					"objspace":           {Offset: 1144, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -736,6 +765,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
@@ -826,7 +856,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.2.7", "3.2.8", "3.2.9", "3.2.10", "3.2.11"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -842,6 +872,10 @@ func init() {
 				"RClass": {Size: 32, Members: map[string]Member{
 					"super": {Offset: 16, Size: 8},
 				}},
+				"RHash": {Size: 40, Members: map[string]Member{
+					"as.ar": {Offset: 16, Size: 8},
+					"as.st": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -852,6 +886,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 128, Members: map[string]Member{}},
 				"heap_page": {Size: 1104, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -970,6 +1005,10 @@ func init() {
 					"objspace":           {Offset: 1144, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -1009,6 +1048,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,

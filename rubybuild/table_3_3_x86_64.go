@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.3.0"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -23,6 +23,7 @@ func init() {
 				"RClass": {Size: 32, Members: map[string]Member{
 					"super": {Offset: 16, Size: 8},
 				}},
+				"RHash": {Size: 24, Members: map[string]Member{}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"len":              {Offset: 16, Size: 8},
 					"as.embed.ary":     {Offset: 24, Size: 1},
@@ -32,6 +33,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 136, Members: map[string]Member{}},
 				"heap_page": {Size: 1728, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -156,6 +158,10 @@ func init() {
 					"objspace":           {Offset: 1304, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -195,6 +201,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
@@ -285,7 +292,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.3.1", "3.3.2", "3.3.3", "3.3.4", "3.3.5", "3.3.6"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -301,6 +308,7 @@ func init() {
 				"RClass": {Size: 32, Members: map[string]Member{
 					"super": {Offset: 16, Size: 8},
 				}},
+				"RHash": {Size: 24, Members: map[string]Member{}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"len":              {Offset: 16, Size: 8},
 					"as.embed.ary":     {Offset: 24, Size: 1},
@@ -310,6 +318,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 136, Members: map[string]Member{}},
 				"heap_page": {Size: 1728, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -434,6 +443,10 @@ func init() {
 					"objspace":           {Offset: 1304, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -473,6 +486,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
@@ -563,7 +577,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"3.3.7", "3.3.8", "3.3.9", "3.3.10", "3.3.11"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -579,6 +593,7 @@ func init() {
 				"RClass": {Size: 32, Members: map[string]Member{
 					"super": {Offset: 16, Size: 8},
 				}},
+				"RHash": {Size: 24, Members: map[string]Member{}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"len":              {Offset: 16, Size: 8},
 					"as.embed.ary":     {Offset: 24, Size: 1},
@@ -588,6 +603,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 136, Members: map[string]Member{}},
 				"heap_page": {Size: 1728, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -712,6 +728,10 @@ func init() {
 					"objspace":           {Offset: 1304, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -751,6 +771,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,

@@ -7,7 +7,7 @@ func init() {
 		tableLayout{
 			Versions:  []string{"4.0.0", "4.0.1", "4.0.2", "4.0.3", "4.0.4", "4.0.5"},
 			Arch:      "x86_64",
-			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, compiled in the configured source tree",
+			Source:    "scripts/layout-probe.c with iseq.c, st.c, symbol.c, gc.c, hash.c, compiled in the configured source tree",
 			Configure: "--disable-install-doc --disable-yjit --disable-zjit",
 			Structs: Structs{
 				"RArray": {Size: 40, Members: map[string]Member{
@@ -21,6 +21,7 @@ func init() {
 					"klass": {Offset: 8, Size: 8},
 				}},
 				"RClass": {Size: 24, Members: map[string]Member{}},
+				"RHash":  {Size: 24, Members: map[string]Member{}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"len":              {Offset: 16, Size: 8},
 					"as.embed.ary":     {Offset: 24, Size: 1},
@@ -30,6 +31,7 @@ func init() {
 				"RSymbol": {Size: 40, Members: map[string]Member{
 					"id": {Offset: 32, Size: 8},
 				}},
+				"ar_table_struct": {Size: 136, Members: map[string]Member{}},
 				"heap_page": {Size: 1736, Members: map[string]Member{
 					"slot_size":   {Offset: 0, Size: 2},
 					"total_slots": {Offset: 2, Size: 2},
@@ -160,6 +162,10 @@ func init() {
 					"gc.objspace":        {Offset: 1248, Size: 8},
 				}},
 				"st_table": {Size: 56, Members: map[string]Member{
+					"entry_power":   {Offset: 0, Size: 1},
+					"bin_power":     {Offset: 1, Size: 1},
+					"size_ind":      {Offset: 2, Size: 1},
+					"bins":          {Offset: 24, Size: 8},
 					"entries_start": {Offset: 32, Size: 8},
 					"entries_bound": {Offset: 40, Size: 8},
 					"entries":       {Offset: 48, Size: 8},
@@ -199,6 +205,7 @@ func init() {
 				"RARRAY_EMBED_FLAG":                8192,
 				"RARRAY_EMBED_LEN_MASK":            4161536,
 				"RARRAY_EMBED_LEN_SHIFT":           15,
+				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            8192,
 				"ROBJECT_HEAP":                     65536,
 				"RSTRING_NOEMBED":                  8192,

@@ -13,21 +13,36 @@ const maxOffSlot = 1 << 40
 // shared or not the string's to free) and an array's (rb_ary_memsize: its
 // capacity in elements, unless embedded or shared; a shared root's
 // capacity field counts its sharers instead, and its length is counted).
-// Other types count their slot alone: hash tables, instance variable
-// tables and C data are not followed.
+// A hash's table (st_memsize of its st_table: the table, its bins and its
+// entries, less the table itself where it lies in the slot, from 3.3; or
+// the size of its ar_table where that is a separate allocation, up to
+// 3.2). Other types count their slot alone: instance variable tables and
+// C data are not followed.
 type memsizer struct {
-	tString, tArray                  uint64
+	mem                              Memory // where a hash's st_table is read, up to 3.2
+	buf                              []byte
+	tString, tArray, tHash           uint64
 	strNoEmbed, strShared, strNoFree uint64
 	aryEmbed, aryShared, aryRoot     uint64
 	strCapa, aryCapa, aryLen         int64 // offsets in the slot, -1 absent
 	encShift, encMax                 uint64
 	termLen                          [128]uint8 // by encoding index: the terminator's bytes beyond 1
+	hashST                           uint64     // RHASH_ST_TABLE_FLAG
+	hashSt, hashAr, hashSize         int64      // RHash as.st, as.ar (≤3.2), sizeof(struct RHash)
+	arSize, stSize, stBins           int64
+	entryPower, binPower, sizeInd    int64
+	entrySize                        int64
 }
 
-func newMemsizer(l *rubybuild.Layout) memsizer {
+func newMemsizer(l *rubybuild.Layout, mem Memory) memsizer {
 	c := func(name string) uint64 { return uint64(l.Constants[name]) }
+	st := &l.StTable
 	m := memsizer{
-		tString: c("RUBY_T_STRING"), tArray: c("RUBY_T_ARRAY"),
+		mem: mem, buf: make([]byte, max(st.Size, 0)),
+		tString: c("RUBY_T_STRING"), tArray: c("RUBY_T_ARRAY"), tHash: c("RUBY_T_HASH"),
+		hashST: c("RHASH_ST_TABLE_FLAG"), hashSt: l.Hash.St, hashAr: l.Hash.Ar, hashSize: l.Hash.Size,
+		arSize: l.Hash.ArSize, stSize: st.Size, stBins: st.Bins, entryPower: st.EntryPower, binPower: st.BinPower,
+		sizeInd: st.SizeInd, entrySize: st.EntrySize,
 		strNoEmbed: c("RSTRING_NOEMBED"), strShared: c("RUBY_ELTS_SHARED"), strNoFree: c("RUBY_FL_USER18"),
 		aryEmbed: c("RARRAY_EMBED_FLAG"), aryShared: c("RUBY_ELTS_SHARED"),
 		aryRoot: c("RUBYPERF_RARRAY_SHARED_ROOT_FLAG"),
@@ -36,6 +51,11 @@ func newMemsizer(l *rubybuild.Layout) memsizer {
 	}
 	if m.strNoEmbed == 0 || m.strShared == 0 || m.strNoFree == 0 || m.aryEmbed == 0 {
 		m.strCapa, m.aryCapa = -1, -1 // flags unknown: count slots alone
+	}
+	if m.hashST == 0 || m.hashSize < 0 || m.stSize <= 0 || m.stBins < 0 || m.entryPower < 0 || m.binPower < 0 ||
+		m.sizeInd < 0 || m.entrySize <= 0 || m.stBins+8 > m.stSize || max(m.entryPower, m.binPower, m.sizeInd) >= m.stSize ||
+		m.hashSt < 0 != (m.hashAr < 0) || m.hashAr >= 0 && m.arSize <= 0 {
+		m.hashSize = -1 // hashes count their slots alone
 	}
 	if m.encMax == 0 || m.encMax > 127 || m.encShift == 0 || m.encShift > 56 {
 		m.encMax = 0
@@ -99,6 +119,52 @@ func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
 		// Where the root flag is unknown (a release without a table), a
 		// root whose sharers outnumber its elements is counted too much.
 		return min(max(capa, n), maxOffSlot/8) * 8, true
+	case m.tHash:
+		return m.hashTable(flags, slot, word)
 	}
 	return 0, false
+}
+
+// hashTable is what a hash's table takes beyond its slot.
+func (m *memsizer) hashTable(flags uint64, slot []byte, word func(int64) (uint64, bool)) (uint64, bool) {
+	if m.hashSize < 0 {
+		return 0, false
+	}
+	if flags&m.hashST == 0 { // an ar_table
+		if m.hashAr < 0 {
+			return 0, true // in the slot
+		}
+		p, ok := word(m.hashAr)
+		if !ok {
+			return 0, false
+		}
+		if p == 0 {
+			return 0, true // none yet
+		}
+		return uint64(m.arSize), true
+	}
+	var st []byte
+	var n uint64
+	if m.hashSt < 0 { // the st_table follows the RHash in the slot
+		if m.hashSize+m.stSize > int64(len(slot)) {
+			return 0, false
+		}
+		st = slot[m.hashSize : m.hashSize+m.stSize]
+	} else {
+		p, ok := word(m.hashSt)
+		if !ok || p == 0 || m.mem == nil || m.mem.ReadAt(m.buf, p) != nil {
+			return 0, false
+		}
+		st, n = m.buf, uint64(m.stSize)
+	}
+	ep, bins := uint64(st[m.entryPower]), le64(st[m.stBins:])
+	binBits := uint64(st[m.binPower]) + uint64(st[m.sizeInd])
+	if ep > 40 || binBits > 43 {
+		return 0, false // torn: no table is that large
+	}
+	n += (uint64(1) << ep) * uint64(m.entrySize)
+	if bins != 0 {
+		n += (uint64(1) << binBits) / 8 * 8
+	}
+	return n, true
 }

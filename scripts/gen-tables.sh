@@ -3,8 +3,8 @@
 # patch release, from the DWARF of scripts/layout-probe.c compiled inside each
 # release's configured source tree. No Ruby is built: a release needs
 # configure, the few generated files its sources include (headers, and
-# gc.rbinc, which BASERUBY makes from gc.rb), and five compiles (the probe, and
-# iseq.c, st.c, symbol.c, gc.c, which keep some structs and enums private; gc.c
+# gc.rbinc, which BASERUBY makes from gc.rb), and six compiles (the probe, and
+# iseq.c, st.c, symbol.c, gc.c, hash.c, which keep some structs and enums private; gc.c
 # holds struct rb_objspace and enum gc_mode, from 3.4 through
 # gc/default/default.c, which it includes). Every number in a table comes from
 # DWARF through `rubyperf offsets`: none is typed by hand.
@@ -173,7 +173,7 @@ configure_tree() {
 # structs or enums private (iseq.c: succ_index_table, succ_dict_block; st.c:
 # st_table_entry; symbol.c: enum id_entry_type, rb_symbols_t from 4.0; gc.c:
 # struct rb_objspace, enum gc_mode). The recorded --source names them.
-private_sources="iseq.c st.c symbol.c gc.c"
+private_sources="iseq.c st.c symbol.c gc.c hash.c"
 
 # layout_object DIR: compile the probe (when it changed) and the .c files that
 # keep structs private, with Ruby's own flags, into DIR/rubyperf-layout.o.

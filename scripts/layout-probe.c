@@ -7,7 +7,8 @@
  * objects of the .c files that keep some structs private (iseq.c:
  * succ_index_table, succ_dict_block; st.c: st_table_entry; symbol.c:
  * enum id_entry_type, and rb_symbols_t from 4.0; gc.c: struct rb_objspace
- * and enum gc_mode, from 3.4 in gc/default/default.c, which gc.c includes),
+ * and enum gc_mode, from 3.4 in gc/default/default.c, which gc.c includes;
+ * hash.c: struct ar_table_struct up to 3.2),
  * and runs `rubyperf offsets --format go` on the result.
  *
  * No number is written here: offsets, sizes and enumerator values all come
@@ -25,6 +26,7 @@
 #include "internal/imemo.h"
 #include "internal/string.h"
 #include "internal/array.h"
+#include "internal/hash.h"
 #include "internal/vm.h"
 #include "vm_core.h"
 #include "iseq.h"

@@ -40,17 +40,22 @@ $keep = []
   $keep << big << big[10, 900] << String.new(capacity: 3000 + i) << ("ab" * 300).encode("UTF-16LE")
   list = Array.new(100 + i % 9, i)
   $keep << list << list[5..] << [i] * 40
+  $keep << (1..(9 + i % 200)).to_h { |k| [k, i] } << { a: i } # st and ar tables
 end
 single = Object.new
 def single.only_me = 1 # an object with a singleton class: still an Object
 $keep << single << Class.new(HeapLeaf).new << Module.new
 
 KLASS = Kernel.instance_method(:class)
+# BOOK holds the hashes the counting fills, which grow while they are
+# counted: their memsize is summed apart, as they are when the census runs.
+BOOK = []
 def tally(into, memsize)
   ObjectSpace.each_object do |o|
     k = KLASS.bind_call(o)
     into[k] += 1
-    memsize[k.name] += ObjectSpace.memsize_of(o) if k == String || k == Array
+    next if BOOK.any? { |b| b.equal?(o) }
+    memsize[k.name] += ObjectSpace.memsize_of(o) if k == String || k == Array || k == Hash
   end
 end
 
@@ -58,12 +63,13 @@ before_types = {}
 after_types = {}
 before_classes = Hash.new(0)
 after_classes = Hash.new(0)
-before_memsize = { "String" => 0, "Array" => 0 }
-after_memsize = { "String" => 0, "Array" => 0 }
+before_memsize = { "String" => 0, "Array" => 0, "Hash" => 0 }
+after_memsize = { "String" => 0, "Array" => 0, "Hash" => 0 }
 buf = String.new(capacity: 16)
 out = File.open(ARGV.fetch(0), "w")
 churn = ARGV[1] == "churn"
 names = ->(h) { h.each_with_object(Hash.new(0)) { |(k, n), o| o[k.name] += n if k.name } }
+BOOK.push(before_types, after_types, before_classes, after_classes, before_memsize, after_memsize)
 
 if ARGV[1] == "dump"
   GC.start
@@ -85,6 +91,7 @@ GC.disable unless churn
 ObjectSpace.count_objects(after_types) # the keys, made before the pause
 tally(before_classes, before_memsize)
 ObjectSpace.count_objects(before_types)
+book = BOOK.sum { |b| ObjectSpace.memsize_of(b) } # as the census finds them
 STDOUT.syswrite("ready\n")
 
 if churn
@@ -99,5 +106,6 @@ tally(after_classes, after_memsize)
 out.write(JSON.generate({
   before: { types: before_types, classes: names.(before_classes), memsize: before_memsize },
   after: { types: after_types, classes: names.(after_classes), memsize: after_memsize },
+  book: book,
 }))
 out.close
