@@ -28,7 +28,7 @@ var commands = []command{
 		"sample Ruby and native stacks into a perf.data", runRecord},
 	{"snapshot", "-p PID [--format text|json] [--nonblocking] [--debug-file FILE]",
 		"every thread's Ruby stack, read from outside", runSnapshot},
-	{"heap", "-p PID [--stop] [--diff DURATION] [-n N] [--format text|json] [--debug-file FILE]",
+	{"heap", "-p PID [--stop] [--diff DURATION | --dump FILE] [-n N] [--format text|json] [--debug-file FILE]",
 		"the live heap, read from outside: objects and slot bytes by class and type", runHeap},
 	{"script", "[-i FILE] [--native | --ruby-only] [--debug-file FILE]..",
 		"every sample as perf script prints it, with Ruby frames merged in", runScript},
