@@ -107,6 +107,17 @@ type Layout struct {
 		TreeShapeList                               int64 // rb_shape_tree_t.shape_list (3.3+)
 		VMShapeList                                 int64 // rb_vm_struct.shape_list (3.2)
 		ClassextIvPtr                               int64 // rb_classext_struct.iv_ptr (3.2-3.4)
+		// Capacity is rb_shape.capacity: the instance variables an object
+		// of this shape has room for (a 2- or 4-byte count; Size 0 absent).
+		Capacity Member
+	}
+	// Object is struct RObject: where an object's instance variables are
+	// when they do not fit its slot. NumIV is as.heap.numiv (≤3.1: how
+	// many, -1 after: the object's shape says, Shape.Capacity); IVs is
+	// as.heap.ivptr or as.heap.fields (4.0+): the array, or for an object
+	// whose shape is too complex, the st_table holding them.
+	Object struct {
+		NumIV, IVs int64
 	}
 	// Fields is struct rb_fields (4.0+), the imemo a class's ivars live in:
 	// inline, or behind a pointer when flagged ROBJECT_HEAP.
@@ -398,6 +409,9 @@ func (l *Layout) fields() []field {
 		f(&l.Shape.TreeShapeList, "rb_shape_tree_t", "shape_list", opt),
 		f(&l.Shape.VMShapeList, "rb_vm_struct", "shape_list", opt),
 		f(&l.Shape.ClassextIvPtr, "rb_classext_struct", "iv_ptr", opt),
+		f(&l.Shape.Capacity.Offset, "rb_shape", "capacity", opt),
+		f(&l.Object.NumIV, "RObject", "as.heap.numiv", opt),
+		f(&l.Object.IVs, "RObject", "as.heap.ivptr|as.heap.fields", opt),
 		f(&l.Fields.Embed, "rb_fields", "as.embed.fields", opt),
 		f(&l.Fields.Heap, "rb_fields", "as.external.ptr", opt),
 
@@ -560,6 +574,12 @@ func resolveLayout(v Version, arch, source string, structs Structs, consts map[s
 	l.Symbol.Type = -1
 	if t, ok := consts["RUBY_T_SYMBOL"]; ok {
 		l.Symbol.Type = t
+	}
+	l.Shape.Capacity = Member{Offset: -1}
+	if sl, ok := structs["rb_shape"]; ok {
+		if m, ok := sl.Members["capacity"]; ok && (m.Size == 2 || m.Size == 4) && m.BitSize == 0 {
+			l.Shape.Capacity = m
+		}
 	}
 	if sl, ok := structs["rb_objspace"]; ok {
 		l.GC.Mode = sl.Members["flags.mode"]

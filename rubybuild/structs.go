@@ -87,6 +87,7 @@ var wantedStructs = map[string]bool{
 	"rb_objspace":                     true, // gc.c (gc/default/default.c 3.4+): GC counters and phase
 	"RSymbol":                         true, // a dynamic Symbol: its ID (a request label's value)
 	"RHash":                           true, // where a hash's table is (rubyperf heap: its memsize)
+	"RObject":                         true, // where an object's ivars are beyond its slot (its memsize)
 	"ar_table_struct":                 true, // hash.c (≤3.2), internal/hash.h: a hash's table of up to 8 pairs
 	"heap_page":                       true, // gc.c: an object's age bits, from 3.3
 	"heap_page_header":                true, // gc.c: at the start of a page's aligned body, its heap_page
@@ -123,7 +124,7 @@ var wantedConstants = map[string]bool{
 	"RUBY_IMMEDIATE_MASK": true, "RUBY_FIXNUM_FLAG": true,
 	"SHAPE_ROOT": true, "SHAPE_IVAR": true, "SHAPE_OBJ_TOO_COMPLEX": true,
 	"SHAPE_ID_FLAGS_MASK": true, "SHAPE_ID_FL_TOO_COMPLEX": true, // 4.0+: flag bits inside a shape id
-	"ROBJECT_HEAP": true,
+	"ROBJECT_HEAP": true, "ROBJECT_EMBED": true,
 	// The GC's phase and an object's generation: whether a name read from
 	// memory still holds for a sample (recording's frame spans).
 	"gc_mode_none": true, "gc_mode_marking": true, "RUBY_FL_PROMOTED": true,

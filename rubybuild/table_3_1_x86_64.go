@@ -28,6 +28,10 @@ func init() {
 					"as.ar": {Offset: 16, Size: 8},
 					"as.st": {Offset: 16, Size: 8},
 				}},
+				"RObject": {Size: 40, Members: map[string]Member{
+					"as.heap.numiv": {Offset: 16, Size: 4},
+					"as.heap.ivptr": {Offset: 24, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.ary":     {Offset: 16, Size: 24},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -191,6 +195,7 @@ func init() {
 				"RARRAY_EMBED_LEN_SHIFT":           15,
 				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
+				"ROBJECT_EMBED":                    8192,
 				"RSTRING_EMBED_LEN_MASK":           507904,
 				"RSTRING_EMBED_LEN_SHIFT":          14,
 				"RSTRING_NOEMBED":                  8192,
@@ -298,6 +303,10 @@ func init() {
 				"RHash": {Size: 40, Members: map[string]Member{
 					"as.ar": {Offset: 16, Size: 8},
 					"as.st": {Offset: 16, Size: 8},
+				}},
+				"RObject": {Size: 40, Members: map[string]Member{
+					"as.heap.numiv": {Offset: 16, Size: 4},
+					"as.heap.ivptr": {Offset: 24, Size: 8},
 				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.ary":     {Offset: 16, Size: 24},
@@ -462,6 +471,7 @@ func init() {
 				"RARRAY_EMBED_LEN_SHIFT":           15,
 				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
+				"ROBJECT_EMBED":                    8192,
 				"RSTRING_EMBED_LEN_MASK":           507904,
 				"RSTRING_EMBED_LEN_SHIFT":          14,
 				"RSTRING_NOEMBED":                  8192,

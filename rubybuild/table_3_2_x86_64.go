@@ -27,6 +27,9 @@ func init() {
 					"as.ar": {Offset: 16, Size: 8},
 					"as.st": {Offset: 16, Size: 8},
 				}},
+				"RObject": {Size: 32, Members: map[string]Member{
+					"as.heap.ivptr": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -130,6 +133,7 @@ func init() {
 				"rb_shape": {Size: 32, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
 					"next_iv_index": {Offset: 16, Size: 4},
+					"capacity":      {Offset: 20, Size: 4},
 					"type":          {Offset: 24, Size: 1},
 					"parent_id":     {Offset: 28, Size: 4},
 				}},
@@ -201,6 +205,7 @@ func init() {
 				"RARRAY_EMBED_LEN_SHIFT":           15,
 				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
+				"ROBJECT_EMBED":                    8192,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
 				"RUBY_ELTS_SHARED":                 16384,
@@ -310,6 +315,9 @@ func init() {
 					"as.ar": {Offset: 16, Size: 8},
 					"as.st": {Offset: 16, Size: 8},
 				}},
+				"RObject": {Size: 32, Members: map[string]Member{
+					"as.heap.ivptr": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -413,6 +421,7 @@ func init() {
 				"rb_shape": {Size: 32, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
 					"next_iv_index": {Offset: 16, Size: 4},
+					"capacity":      {Offset: 20, Size: 4},
 					"type":          {Offset: 24, Size: 1},
 					"parent_id":     {Offset: 28, Size: 4},
 				}},
@@ -484,6 +493,7 @@ func init() {
 				"RARRAY_EMBED_LEN_SHIFT":           15,
 				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
+				"ROBJECT_EMBED":                    8192,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
 				"RUBY_ELTS_SHARED":                 16384,
@@ -593,6 +603,9 @@ func init() {
 					"as.ar": {Offset: 16, Size: 8},
 					"as.st": {Offset: 16, Size: 8},
 				}},
+				"RObject": {Size: 32, Members: map[string]Member{
+					"as.heap.ivptr": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -696,6 +709,7 @@ func init() {
 				"rb_shape": {Size: 32, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
 					"next_iv_index": {Offset: 16, Size: 4},
+					"capacity":      {Offset: 20, Size: 4},
 					"type":          {Offset: 24, Size: 1},
 					"parent_id":     {Offset: 28, Size: 4},
 				}},
@@ -767,6 +781,7 @@ func init() {
 				"RARRAY_EMBED_LEN_SHIFT":           15,
 				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
+				"ROBJECT_EMBED":                    8192,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
 				"RUBY_ELTS_SHARED":                 16384,
@@ -876,6 +891,9 @@ func init() {
 					"as.ar": {Offset: 16, Size: 8},
 					"as.st": {Offset: 16, Size: 8},
 				}},
+				"RObject": {Size: 32, Members: map[string]Member{
+					"as.heap.ivptr": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"as.embed.len":     {Offset: 16, Size: 8},
 					"as.heap.len":      {Offset: 16, Size: 8},
@@ -979,6 +997,7 @@ func init() {
 				"rb_shape": {Size: 32, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
 					"next_iv_index": {Offset: 16, Size: 4},
+					"capacity":      {Offset: 20, Size: 4},
 					"type":          {Offset: 24, Size: 1},
 					"parent_id":     {Offset: 28, Size: 4},
 				}},
@@ -1050,6 +1069,7 @@ func init() {
 				"RARRAY_EMBED_LEN_SHIFT":           15,
 				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
+				"ROBJECT_EMBED":                    8192,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
 				"RUBY_ELTS_SHARED":                 16384,

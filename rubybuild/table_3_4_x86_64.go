@@ -24,6 +24,9 @@ func init() {
 					"super": {Offset: 16, Size: 8},
 				}},
 				"RHash": {Size: 24, Members: map[string]Member{}},
+				"RObject": {Size: 32, Members: map[string]Member{
+					"as.heap.ivptr": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"len":              {Offset: 16, Size: 8},
 					"as.embed.ary":     {Offset: 24, Size: 1},
@@ -132,6 +135,7 @@ func init() {
 				"rb_shape": {Size: 40, Members: map[string]Member{
 					"edge_name":     {Offset: 8, Size: 8},
 					"next_iv_index": {Offset: 16, Size: 4},
+					"capacity":      {Offset: 20, Size: 4},
 					"type":          {Offset: 24, Size: 1},
 					"parent_id":     {Offset: 28, Size: 4},
 				}},
@@ -204,6 +208,7 @@ func init() {
 				"RARRAY_EMBED_LEN_SHIFT":           15,
 				"RHASH_ST_TABLE_FLAG":              32768,
 				"RMODULE_IS_REFINEMENT":            32768,
+				"ROBJECT_EMBED":                    8192,
 				"RSTRING_NOEMBED":                  8192,
 				"RUBYPERF_RARRAY_SHARED_ROOT_FLAG": 16777216,
 				"RUBY_ELTS_SHARED":                 4096,

@@ -22,6 +22,9 @@ func init() {
 				}},
 				"RClass": {Size: 24, Members: map[string]Member{}},
 				"RHash":  {Size: 24, Members: map[string]Member{}},
+				"RObject": {Size: 24, Members: map[string]Member{
+					"as.heap.fields": {Offset: 16, Size: 8},
+				}},
 				"RString": {Size: 40, Members: map[string]Member{
 					"len":              {Offset: 16, Size: 8},
 					"as.embed.ary":     {Offset: 24, Size: 1},
@@ -136,6 +139,7 @@ func init() {
 					"edge_name":        {Offset: 8, Size: 8},
 					"parent_id":        {Offset: 24, Size: 4},
 					"next_field_index": {Offset: 28, Size: 2},
+					"capacity":         {Offset: 30, Size: 2},
 					"type":             {Offset: 32, Size: 1},
 				}},
 				"rb_shape_tree_t": {Size: 48, Members: map[string]Member{

@@ -8,7 +8,7 @@
 // which a caller tells how long what it read at an address holds; what a
 // heap slot holds now, with its age and mark bit (ReadSlot); a census of
 // the whole live heap, page by page, with the bytes beyond the slots that
-// ObjectSpace.memsize_of counts for strings, arrays and hashes
+// ObjectSpace.memsize_of counts for strings, arrays, hashes and objects
 // (HeapCensus); and the same walk written as ObjectSpace.dump_all's JSON
 // lines (DumpHeap): the one output format it writes, because it is the
 // heap's own.

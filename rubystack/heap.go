@@ -90,7 +90,7 @@ func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
 	if s, err := r.GCStamp(); err == nil {
 		c.GC, c.GCRead = s, true
 	}
-	cr := censusReader{r: r, sizes: newMemsizer(r.Layout, r.direct.mem), byKlass: map[censusKey]*Count{}, promoted: uint64(r.Layout.Constants["RUBY_FL_PROMOTED"]),
+	cr := censusReader{r: r, sizes: r.memsizer(), byKlass: map[censusKey]*Count{}, promoted: uint64(r.Layout.Constants["RUBY_FL_PROMOTED"]),
 		singleton: uint64(r.Layout.Constants["RUBY_FL_SINGLETON"])}
 	for _, name := range hiddenTypes {
 		if v, ok := r.Layout.Constants["RUBY_"+name]; ok && v >= 0 && v < 32 {

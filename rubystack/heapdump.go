@@ -46,7 +46,7 @@ func (r *Reader) DumpHeap(ctx context.Context, w io.Writer) (*HeapDump, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &heapDumper{r: r, sizes: newMemsizer(r.Layout, r.direct.mem), w: bufio.NewWriterSize(w, 1<<20),
+	d := &heapDumper{r: r, sizes: r.memsizer(), w: bufio.NewWriterSize(w, 1<<20),
 		promoted: uint64(r.Layout.Constants["RUBY_FL_PROMOTED"]), frozen: uint64(r.Layout.Constants["RUBY_FL_FREEZE"])}
 	for typ := range d.types {
 		if name, ok := r.typeName(uint64(typ)); ok {

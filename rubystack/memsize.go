@@ -1,6 +1,11 @@
 package rubystack
 
-import "github.com/rubyperf/rubyperf/rubybuild"
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/rubyperf/rubyperf/rubybuild"
+)
 
 // maxOffSlot bounds the bytes one object is said to own beyond its slot: a
 // capacity is read from the target, so a torn one must not add up to
@@ -16,8 +21,11 @@ const maxOffSlot = 1 << 40
 // A hash's table (st_memsize of its st_table: the table, its bins and its
 // entries, less the table itself where it lies in the slot, from 3.3; or
 // the size of its ar_table where that is a separate allocation, up to
-// 3.2). Other types count their slot alone: instance variable tables and
-// C data are not followed.
+// 3.2). An object's instance variables when they do not fit its slot (as
+// many as it has, up to 3.1; as many as its shape has room for, or the
+// st_table of a shape too complex, since). Other types count their slot
+// alone: a class's tables and C data are not followed, nor the instance
+// variables of a non-object kept outside it (FL_EXIVAR).
 type memsizer struct {
 	mem                              Memory // where a hash's st_table is read, up to 3.2
 	buf                              []byte
@@ -32,6 +40,15 @@ type memsizer struct {
 	arSize, stSize, stBins           int64
 	entryPower, binPower, sizeInd    int64
 	entrySize                        int64
+	tObject, objEmbed, objHeap       uint64
+	numIV, ivs                       int64
+	// shape says what an object's shape id gives its instance variables:
+	// room for capa of them, or a hash table (too complex); nil where the
+	// layout has no shapes.
+	shape      func(id uint64) (capa uint64, tooComplex bool, err error)
+	shapeBits  uint64 // the shape id's width, in the flags' high bits
+	shapeFlags uint64 // SHAPE_ID_FLAGS_MASK (4.0+), 0 before
+	tooComplex uint64 // SHAPE_ID_FL_TOO_COMPLEX (4.0+), 0 before
 }
 
 func newMemsizer(l *rubybuild.Layout, mem Memory) memsizer {
@@ -43,6 +60,9 @@ func newMemsizer(l *rubybuild.Layout, mem Memory) memsizer {
 		hashST: c("RHASH_ST_TABLE_FLAG"), hashSt: l.Hash.St, hashAr: l.Hash.Ar, hashSize: l.Hash.Size,
 		arSize: l.Hash.ArSize, stSize: st.Size, stBins: st.Bins, entryPower: st.EntryPower, binPower: st.BinPower,
 		sizeInd: st.SizeInd, entrySize: st.EntrySize,
+		tObject: c("RUBY_T_OBJECT"), objEmbed: c("ROBJECT_EMBED"), objHeap: c("ROBJECT_HEAP"),
+		numIV: l.Object.NumIV, ivs: l.Object.IVs,
+		shapeFlags: c("SHAPE_ID_FLAGS_MASK"), tooComplex: c("SHAPE_ID_FL_TOO_COMPLEX"),
 		strNoEmbed: c("RSTRING_NOEMBED"), strShared: c("RUBY_ELTS_SHARED"), strNoFree: c("RUBY_FL_USER18"),
 		aryEmbed: c("RARRAY_EMBED_FLAG"), aryShared: c("RUBY_ELTS_SHARED"),
 		aryRoot: c("RUBYPERF_RARRAY_SHARED_ROOT_FLAG"),
@@ -121,8 +141,88 @@ func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
 		return min(max(capa, n), maxOffSlot/8) * 8, true
 	case m.tHash:
 		return m.hashTable(flags, slot, word)
+	case m.tObject:
+		return m.objectFields(flags, slot, word)
 	}
 	return 0, false
+}
+
+// objectFields is what an object's instance variables take beyond its
+// slot.
+func (m *memsizer) objectFields(flags uint64, slot []byte, word func(int64) (uint64, bool)) (uint64, bool) {
+	if m.numIV >= 0 { // ≤3.1: a count beside the array
+		if m.objEmbed == 0 || m.numIV+4 > int64(len(slot)) {
+			return 0, false
+		}
+		if flags&m.objEmbed != 0 {
+			return 0, true
+		}
+		return uint64(binary.LittleEndian.Uint32(slot[m.numIV:])) * 8, true
+	}
+	// From 3.2 the shape says: a too complex one keeps the variables in
+	// an st_table (which 3.2-3.4 check first, whatever ROBJECT_EMBED
+	// says), another has room for capa of them; 4.0 counts either only
+	// where ROBJECT_HEAP says they are outside the slot.
+	if m.objHeap == 0 && m.objEmbed == 0 {
+		return 0, false
+	}
+	if m.objHeap != 0 && flags&m.objHeap == 0 {
+		return 0, true
+	}
+	if m.shape == nil || m.shapeBits == 0 {
+		return 0, false
+	}
+	id := flags >> (64 - m.shapeBits)
+	tooComplex := m.tooComplex != 0 && id&m.tooComplex != 0
+	var capa uint64
+	if !tooComplex {
+		var err error
+		if capa, tooComplex, err = m.shape(id &^ m.shapeFlags); err != nil {
+			return 0, false
+		}
+	}
+	if !tooComplex {
+		if m.objHeap == 0 && flags&m.objEmbed != 0 {
+			return 0, true
+		}
+		return min(capa, maxOffSlot/8) * 8, true
+	}
+	p, ok := word(m.ivs)
+	if !ok || p == 0 {
+		return 0, false
+	}
+	return m.stTable(p, true)
+}
+
+// stTable is st_memsize of the st_table at p, read from the target
+// (withTable: the table itself counted too).
+func (m *memsizer) stTable(p uint64, withTable bool) (uint64, bool) {
+	if m.mem == nil || len(m.buf) == 0 || m.mem.ReadAt(m.buf, p) != nil {
+		return 0, false
+	}
+	n, ok := m.stEntries(m.buf)
+	if withTable {
+		n += uint64(m.stSize)
+	}
+	return n, ok
+}
+
+// stEntries is what an st_table, read as st, takes beyond itself: its
+// entries and its bins.
+func (m *memsizer) stEntries(st []byte) (uint64, bool) {
+	if int64(len(st)) < m.stSize || m.stBins < 0 {
+		return 0, false
+	}
+	ep, bins := uint64(st[m.entryPower]), le64(st[m.stBins:])
+	binBits := uint64(st[m.binPower]) + uint64(st[m.sizeInd])
+	if ep > 40 || binBits > 43 {
+		return 0, false // torn: no table is that large
+	}
+	n := (uint64(1) << ep) * uint64(m.entrySize)
+	if bins != 0 {
+		n += (uint64(1) << binBits) / 8 * 8
+	}
+	return n, true
 }
 
 // hashTable is what a hash's table takes beyond its slot.
@@ -143,28 +243,64 @@ func (m *memsizer) hashTable(flags uint64, slot []byte, word func(int64) (uint64
 		}
 		return uint64(m.arSize), true
 	}
-	var st []byte
-	var n uint64
 	if m.hashSt < 0 { // the st_table follows the RHash in the slot
 		if m.hashSize+m.stSize > int64(len(slot)) {
 			return 0, false
 		}
-		st = slot[m.hashSize : m.hashSize+m.stSize]
-	} else {
-		p, ok := word(m.hashSt)
-		if !ok || p == 0 || m.mem == nil || m.mem.ReadAt(m.buf, p) != nil {
-			return 0, false
+		return m.stEntries(slot[m.hashSize : m.hashSize+m.stSize])
+	}
+	p, ok := word(m.hashSt)
+	if !ok || p == 0 {
+		return 0, false
+	}
+	return m.stTable(p, true)
+}
+
+// maxShapesKnown bounds the shapes a memsizer remembers.
+const maxShapesKnown = 1 << 16
+
+// memsizer is a memsizer for r's process, reading object shapes through r
+// (remembered by id: objects share few shapes).
+func (r *Reader) memsizer() memsizer {
+	m := newMemsizer(r.Layout, r.direct.mem)
+	s := &r.Layout.Shape
+	if s.Size <= 0 || s.Capacity.Offset < 0 || s.Capacity.Offset+s.Capacity.Size > s.Size || s.Type < 0 ||
+		s.Type >= s.Size || s.ParentIDSize <= 0 || s.ParentIDSize > 4 {
+		return m
+	}
+	type facts struct {
+		capa       uint64
+		tooComplex bool
+	}
+	known := map[uint64]facts{}
+	tooComplex, hasTooComplex := r.Layout.Constants["SHAPE_OBJ_TOO_COMPLEX"]
+	buf := make([]byte, s.Size)
+	var list uint64
+	m.shapeBits = uint64(8 * s.ParentIDSize)
+	m.shape = func(id uint64) (uint64, bool, error) {
+		if f, ok := known[id]; ok {
+			return f.capa, f.tooComplex, nil
 		}
-		st, n = m.buf, uint64(m.stSize)
+		if list == 0 {
+			var err error
+			if list, err = r.shapeList(); err != nil || list == 0 {
+				return 0, false, fmt.Errorf("%w: no shape list", errTorn)
+			}
+		}
+		if err := r.direct.mem.ReadAt(buf, list+id*uint64(s.Size)); err != nil {
+			return 0, false, err
+		}
+		var f facts
+		f.tooComplex = hasTooComplex && int64(buf[s.Type]) == tooComplex
+		if c := s.Capacity; c.Size == 2 {
+			f.capa = uint64(binary.LittleEndian.Uint16(buf[c.Offset:]))
+		} else {
+			f.capa = uint64(binary.LittleEndian.Uint32(buf[c.Offset:]))
+		}
+		if len(known) < maxShapesKnown {
+			known[id] = f
+		}
+		return f.capa, f.tooComplex, nil
 	}
-	ep, bins := uint64(st[m.entryPower]), le64(st[m.stBins:])
-	binBits := uint64(st[m.binPower]) + uint64(st[m.sizeInd])
-	if ep > 40 || binBits > 43 {
-		return 0, false // torn: no table is that large
-	}
-	n += (uint64(1) << ep) * uint64(m.entrySize)
-	if bins != 0 {
-		n += (uint64(1) << binBits) / 8 * 8
-	}
-	return n, true
+	return m
 }

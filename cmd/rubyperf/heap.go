@@ -277,7 +277,7 @@ func writeHeapText(w io.Writer, d heapDoc, top int) {
 	}
 	fmt.Fprintf(w, "pid %d, Ruby %s: %s live objects in %s slots of %d heap pages (%s), %s free; counted %s in %.0f ms\n",
 		d.PID, d.Version, thousands(live), thousands(c.Slots), c.Pages, sizeText(c.HeapBytes), thousands(c.FreeSlots), how, d.TookMS)
-	fmt.Fprintf(w, "beyond the slots: %s in strings' and arrays' buffers and hashes' tables (instance variable tables and C data not counted)\n",
+	fmt.Fprintf(w, "beyond the slots: %s in strings', arrays', hashes' and objects' own memory (a class's tables and C data not counted)\n",
 		sizeText(beyond))
 	if c.GCRead {
 		fmt.Fprintf(w, "GC: %d runs", c.GC.Count)

@@ -22,6 +22,12 @@ class HeapNode
 end
 class HeapBasic < BasicObject; end
 HeapPoint = Struct.new(:x, :y)
+class HeapWide # more instance variables than its slot holds
+  def initialize(v) = 20.times { |i| instance_variable_set(:"@v#{i}", v) }
+end
+class HeapComplex # so many orders of its variables that its shape is too complex (3.2+)
+  def initialize(v) = (v % 40).times { |i| instance_variable_set(:"@w#{(i * 7 + v) % 40}", v) }
+end
 
 $keep = []
 20_000.times do |i|
@@ -41,6 +47,7 @@ $keep = []
   list = Array.new(100 + i % 9, i)
   $keep << list << list[5..] << [i] * 40
   $keep << (1..(9 + i % 200)).to_h { |k| [k, i] } << { a: i } # st and ar tables
+  $keep << HeapWide.new(i) << HeapComplex.new(i) << HeapComplex.new(i + 1)
 end
 single = Object.new
 def single.only_me = 1 # an object with a singleton class: still an Object
@@ -50,12 +57,13 @@ KLASS = Kernel.instance_method(:class)
 # BOOK holds the hashes the counting fills, which grow while they are
 # counted: their memsize is summed apart, as they are when the census runs.
 BOOK = []
+MEMSIZE = [String, Array, Hash, HeapWide, HeapComplex]
 def tally(into, memsize)
   ObjectSpace.each_object do |o|
     k = KLASS.bind_call(o)
     into[k] += 1
     next if BOOK.any? { |b| b.equal?(o) }
-    memsize[k.name] += ObjectSpace.memsize_of(o) if k == String || k == Array || k == Hash
+    memsize[k.name] += ObjectSpace.memsize_of(o) if MEMSIZE.include?(k)
   end
 end
 
@@ -63,8 +71,8 @@ before_types = {}
 after_types = {}
 before_classes = Hash.new(0)
 after_classes = Hash.new(0)
-before_memsize = { "String" => 0, "Array" => 0, "Hash" => 0 }
-after_memsize = { "String" => 0, "Array" => 0, "Hash" => 0 }
+before_memsize = MEMSIZE.to_h { |k| [k.name, 0] }
+after_memsize = MEMSIZE.to_h { |k| [k.name, 0] }
 buf = String.new(capacity: 16)
 out = File.open(ARGV.fetch(0), "w")
 churn = ARGV[1] == "churn"
