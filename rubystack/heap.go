@@ -100,7 +100,7 @@ func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
 	if r.frozenCore != 0 {
 		cr.frozenCore, _ = r.direct.word(r.frozenCore)
 	}
-	err = r.walkHeap(ctx, objs, &c.HeapPages, func(addr, size uint64, slot []byte) {
+	err = r.walkHeap(ctx, objs, &c.HeapPages, cr.sizes.prefetch, func(addr, size uint64, slot []byte) {
 		cr.slot(c, addr, size, slot)
 	})
 	if err != nil {

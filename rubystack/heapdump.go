@@ -57,7 +57,7 @@ func (r *Reader) DumpHeap(ctx context.Context, w io.Writer) (*HeapDump, error) {
 	}
 	out := &HeapDump{}
 	var werr error
-	err = r.walkHeap(ctx, objs, &out.HeapPages, func(addr, size uint64, slot []byte) {
+	err = r.walkHeap(ctx, objs, &out.HeapPages, d.sizes.prefetch, func(addr, size uint64, slot []byte) {
 		if werr == nil {
 			werr = d.object(out, addr, size, slot)
 			out.Objects++

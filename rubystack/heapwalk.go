@@ -20,8 +20,10 @@ type HeapPages struct {
 
 // walkHeap reads the GC's heap pages of the objspace at objs, each page's
 // slots in one read, and calls visit with each slot that holds an object:
-// its address, its size and its bytes (valid during the call only).
-func (r *Reader) walkHeap(ctx context.Context, objs uint64, c *HeapPages, visit func(addr, size uint64, slot []byte)) error {
+// its address, its size and its bytes (valid during the call only); page,
+// when not nil, first sees each page's slots whole.
+func (r *Reader) walkHeap(ctx context.Context, objs uint64, c *HeapPages, page func(body []byte, size uint64),
+	visit func(addr, size uint64, slot []byte)) error {
 	h := &r.Layout.Heap
 	pages, err := r.heapPages(objs)
 	if err != nil {
@@ -63,6 +65,9 @@ func (r *Reader) walkHeap(ctx context.Context, objs uint64, c *HeapPages, visit 
 		c.Pages++
 		c.Slots += total
 		c.HeapBytes += total * size
+		if page != nil {
+			page(body, size)
+		}
 		for off := uint64(0); off < total*size; off += size {
 			if le64(body[off:]) == 0 {
 				c.FreeSlots++

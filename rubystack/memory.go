@@ -83,3 +83,57 @@ func ReadWord(m Memory, addr uint64) (uint64, error) {
 	}
 	return binary.LittleEndian.Uint64(b[:]), nil
 }
+
+// maxIovecs is how many pieces one process_vm_readv reads (IOV_MAX).
+const maxIovecs = 1024
+
+// ReadPieces fills each p[i] from addrs[i], many in one system call, and
+// says in ok[i] which were read whole: one piece that is not mapped fails
+// alone. All three slices have one length.
+func (m *ProcessMemory) ReadPieces(p [][]byte, addrs []uint64, ok []bool) {
+	local := make([]unix.Iovec, 0, min(len(p), maxIovecs))
+	remote := make([]unix.RemoteIovec, 0, min(len(p), maxIovecs))
+	for i := 0; i < len(p); {
+		local, remote = local[:0], remote[:0]
+		for j := i; j < len(p) && len(local) < maxIovecs; j++ {
+			if len(p[j]) == 0 || len(p[j]) > maxRead {
+				break
+			}
+			v := unix.Iovec{Base: &p[j][0]}
+			v.SetLen(len(p[j]))
+			local = append(local, v)
+			remote = append(remote, unix.RemoteIovec{Base: uintptr(addrs[j]), Len: len(p[j])})
+		}
+		if len(local) == 0 { // an empty or oversized piece: read alone
+			ok[i] = m.ReadAt(p[i], addrs[i]) == nil
+			i++
+			continue
+		}
+		n, err := unix.ProcessVMReadv(m.PID, local, remote, 0)
+		if err != nil && err != unix.EFAULT || n < 0 {
+			for j := i; j < i+len(local); j++ { // refused or gone: one at a time says which
+				ok[j] = m.ReadAt(p[j], addrs[j]) == nil
+			}
+			i += len(local)
+			continue
+		}
+		// The kernel stops at the first piece it cannot read: those
+		// before it are whole, it failed, the rest are read again.
+		j := i
+		for ; j < i+len(local) && n >= len(p[j]); j++ {
+			ok[j] = true
+			n -= len(p[j])
+		}
+		if j < i+len(local) {
+			ok[j] = false
+			j++
+		}
+		i = j
+	}
+}
+
+// PieceReader is a Memory that reads many pieces in one call
+// (ProcessMemory).
+type PieceReader interface {
+	ReadPieces(p [][]byte, addrs []uint64, ok []bool)
+}

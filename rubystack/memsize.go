@@ -29,7 +29,7 @@ const maxOffSlot = 1 << 40
 type memsizer struct {
 	mem                              Memory // where a hash's st_table is read, up to 3.2
 	buf                              []byte
-	tString, tArray, tHash           uint64
+	tMask, tString, tArray, tHash    uint64
 	strNoEmbed, strShared, strNoFree uint64
 	aryEmbed, aryShared, aryRoot     uint64
 	strCapa, aryCapa, aryLen         int64 // offsets in the slot, -1 absent
@@ -49,6 +49,13 @@ type memsizer struct {
 	shapeBits  uint64 // the shape id's width, in the flags' high bits
 	shapeFlags uint64 // SHAPE_ID_FLAGS_MASK (4.0+), 0 before
 	tooComplex uint64 // SHAPE_ID_FL_TOO_COMPLEX (4.0+), 0 before
+	// tables are the st_tables outside the slots of one page, read at
+	// once before its slots are counted (prefetch), by address.
+	tables     map[uint64][]byte
+	tableBuf   []byte
+	pieces     [][]byte
+	pieceAddrs []uint64
+	pieceOK    []bool
 }
 
 func newMemsizer(l *rubybuild.Layout, mem Memory) memsizer {
@@ -56,7 +63,7 @@ func newMemsizer(l *rubybuild.Layout, mem Memory) memsizer {
 	st := &l.StTable
 	m := memsizer{
 		mem: mem, buf: make([]byte, max(st.Size, 0)),
-		tString: c("RUBY_T_STRING"), tArray: c("RUBY_T_ARRAY"), tHash: c("RUBY_T_HASH"),
+		tMask: c("RUBY_T_MASK"), tString: c("RUBY_T_STRING"), tArray: c("RUBY_T_ARRAY"), tHash: c("RUBY_T_HASH"),
 		hashST: c("RHASH_ST_TABLE_FLAG"), hashSt: l.Hash.St, hashAr: l.Hash.Ar, hashSize: l.Hash.Size,
 		arSize: l.Hash.ArSize, stSize: st.Size, stBins: st.Bins, entryPower: st.EntryPower, binPower: st.BinPower,
 		sizeInd: st.SizeInd, entrySize: st.EntrySize,
@@ -195,16 +202,88 @@ func (m *memsizer) objectFields(flags uint64, slot []byte, word func(int64) (uin
 }
 
 // stTable is st_memsize of the st_table at p, read from the target
-// (withTable: the table itself counted too).
+// (withTable: the table itself counted too), or found read by prefetch.
 func (m *memsizer) stTable(p uint64, withTable bool) (uint64, bool) {
-	if m.mem == nil || len(m.buf) == 0 || m.mem.ReadAt(m.buf, p) != nil {
-		return 0, false
+	st, ok := m.tables[p]
+	if !ok {
+		if m.mem == nil || len(m.buf) == 0 || m.mem.ReadAt(m.buf, p) != nil {
+			return 0, false
+		}
+		st = m.buf
 	}
-	n, ok := m.stEntries(m.buf)
+	n, ok := m.stEntries(st)
 	if withTable {
 		n += uint64(m.stSize)
 	}
 	return n, ok
+}
+
+// prefetch reads, in as few system calls as it can, every st_table outside
+// the slots of one page (body, slots of size bytes) that offSlot would
+// read one by one: the tables of hashes (up to 3.2) and of too complex
+// objects.
+func (m *memsizer) prefetch(body []byte, size uint64) {
+	clear(m.tables)
+	pr, can := m.mem.(PieceReader)
+	if !can || m.stSize <= 0 || size == 0 {
+		return
+	}
+	m.pieceAddrs = m.pieceAddrs[:0]
+	for off := uint64(0); off+size <= uint64(len(body)); off += size {
+		slot := body[off : off+size]
+		flags := le64(slot)
+		if p, ok := m.tableOutside(flags, slot); ok && p != 0 {
+			m.pieceAddrs = append(m.pieceAddrs, p)
+		}
+	}
+	n := len(m.pieceAddrs)
+	if n == 0 {
+		return
+	}
+	if len(m.tableBuf) < n*int(m.stSize) {
+		m.tableBuf = make([]byte, n*int(m.stSize))
+	}
+	m.pieces, m.pieceOK = m.pieces[:0], append(m.pieceOK[:0], make([]bool, n)...)
+	for i := range n {
+		m.pieces = append(m.pieces, m.tableBuf[i*int(m.stSize):(i+1)*int(m.stSize)])
+	}
+	pr.ReadPieces(m.pieces, m.pieceAddrs, m.pieceOK)
+	if m.tables == nil {
+		m.tables = map[uint64][]byte{}
+	}
+	for i, p := range m.pieceAddrs {
+		if m.pieceOK[i] {
+			m.tables[p] = m.pieces[i]
+		}
+	}
+}
+
+// tableOutside is the address of the st_table outside its slot that an
+// object's memsize counts, if it has one.
+func (m *memsizer) tableOutside(flags uint64, slot []byte) (uint64, bool) {
+	word := func(off int64) (uint64, bool) {
+		if off < 0 || off+8 > int64(len(slot)) {
+			return 0, false
+		}
+		return le64(slot[off:]), true
+	}
+	switch typ := flags & m.tMask; {
+	case typ == m.tHash && m.hashSize >= 0 && m.hashSt >= 0 && flags&m.hashST != 0:
+		return word(m.hashSt)
+	case typ == m.tObject && m.numIV < 0 && m.shape != nil && m.shapeBits != 0 && m.ivs >= 0:
+		if m.objHeap != 0 && flags&m.objHeap == 0 {
+			return 0, false
+		}
+		id := flags >> (64 - m.shapeBits)
+		tooComplex := m.tooComplex != 0 && id&m.tooComplex != 0
+		if !tooComplex {
+			if _, tc, err := m.shape(id &^ m.shapeFlags); err != nil || !tc {
+				return 0, false
+			}
+		}
+		return word(m.ivs)
+	}
+	return 0, false
 }
 
 // stEntries is what an st_table, read as st, takes beyond itself: its

@@ -229,6 +229,19 @@ func (m *countingMemory) ReadAt(p []byte, addr uint64) error {
 	return m.inner.ReadAt(p, addr)
 }
 
+// ReadPieces reads many pieces at once where the memory can, else one by
+// one.
+func (m *countingMemory) ReadPieces(p [][]byte, addrs []uint64, ok []bool) {
+	*m.reads++
+	if pr, can := m.inner.(PieceReader); can {
+		pr.ReadPieces(p, addrs, ok)
+		return
+	}
+	for i := range p {
+		ok[i] = m.inner.ReadAt(p[i], addrs[i]) == nil
+	}
+}
+
 // methodEntry is a callable method entry and its definition.
 type methodEntry struct {
 	def          uint64
