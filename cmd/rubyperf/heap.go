@@ -17,7 +17,6 @@ import (
 
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/outfile"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
@@ -27,7 +26,7 @@ const maxDiffWait = 24 * time.Hour
 func runHeap(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("heap", flag.ContinueOnError)
 	target := addRubyTargetFlags(fs, "text", "json")
-	pid, format, debugFile := target.pid, target.format, target.debugFile
+	pid, format := target.pid, target.format
 	stop := fs.Bool("stop", false, "stop the process while its heap is counted, for counts exactly as ObjectSpace's")
 	stopLimit := fs.Duration("stop-limit", 10*time.Second, "with --stop, resume the process and fail if counting takes longer")
 	top := fs.Int("n", 0, "classes to list (0: as many as fit the terminal, or 30 into a pipe)")
@@ -53,17 +52,11 @@ func runHeap(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
+	r, closeReader, err := target.openReader(stderr)
 	if err != nil {
 		return err
 	}
-	defer proc.Close()
-	mem := &rubystack.ProcessMemory{PID: *pid}
-	defer mem.Close()
-	r, err := rubystack.NewReaderFor(proc, mem, rubybuild.UseSnapshot)
-	if err != nil {
-		return fmt.Errorf("pid %d: %w", *pid, err)
-	}
+	defer closeReader()
 	if *dump != "" {
 		d, took, err := dumpHeap(r, *pid, *dump, *stop, *stopLimit)
 		if err != nil {

@@ -2,7 +2,12 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"io"
 	"strings"
+
+	"github.com/rubyperf/rubyperf/rubybuild"
+	"github.com/rubyperf/rubyperf/rubystack"
 )
 
 // rubyTargetFlags are the flags of the commands that read one Ruby build
@@ -30,4 +35,21 @@ func addRubyTargetFlags(fs *flag.FlagSet, formats ...string) rubyTargetFlags {
 // checkFormat refuses a --format that is none of the command's.
 func (f rubyTargetFlags) checkFormat() error {
 	return oneOf("--format", *f.format, f.formats...)
+}
+
+// openReader opens the live process -p names and a reader of its Ruby VM,
+// checked against the process; release closes both.
+func (f rubyTargetFlags) openReader(stderr io.Writer) (r *rubystack.Reader, release func(), err error) {
+	pid := *f.pid
+	proc, err := rubystack.OpenProcess(pid, rubybuild.OpenOptions{DebugFile: *f.debugFile, Debuginfo: newFinder(stderr, nil)})
+	if err != nil {
+		return nil, nil, err
+	}
+	mem := &rubystack.ProcessMemory{PID: pid}
+	release = func() { mem.Close(); proc.Close() }
+	if r, err = rubystack.NewReaderFor(proc, mem, rubybuild.UseSnapshot); err != nil {
+		release()
+		return nil, nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return r, release, nil
 }

@@ -6,14 +6,13 @@ import (
 	"io"
 
 	"github.com/rubyperf/rubyperf/export"
-	"github.com/rubyperf/rubyperf/rubybuild"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
 
 func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	target := addRubyTargetFlags(fs, "text", "json")
-	pid, format, debugFile := target.pid, target.format, target.debugFile
+	pid, format := target.pid, target.format
 	nonblocking := fs.Bool("nonblocking", false, "do not stop the process while reading it (frames of running threads may come out [unknown])")
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
@@ -24,17 +23,11 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	if err := target.checkFormat(); err != nil {
 		return err
 	}
-	proc, err := rubystack.OpenProcess(*pid, rubybuild.OpenOptions{DebugFile: *debugFile, Debuginfo: newFinder(stderr, nil)})
+	r, closeReader, err := target.openReader(stderr)
 	if err != nil {
 		return err
 	}
-	defer proc.Close()
-	mem := &rubystack.ProcessMemory{PID: *pid}
-	defer mem.Close()
-	r, err := rubystack.NewReaderFor(proc, mem, rubybuild.UseSnapshot)
-	if err != nil {
-		return fmt.Errorf("pid %d: %w", *pid, err)
-	}
+	defer closeReader()
 	thaw := func() {}
 	if !*nonblocking {
 		// Stopped for the length of one walk (about a millisecond), the
