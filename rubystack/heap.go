@@ -75,14 +75,7 @@ const UnnamedClassLabel = "[class not read]"
 // counts are exactly ObjectSpace's. A running process's pages may be freed
 // or reused under the read; what could not be read is counted as such.
 func (r *Reader) HeapCensus(ctx context.Context) (*HeapCensus, error) {
-	h := &r.Layout.Heap
-	if h.Pages < 0 {
-		return nil, ErrNoHeapLayout
-	}
-	if r.Layout.Basic.Flags != 0 || r.Layout.Basic.Klass != 8 {
-		return nil, fmt.Errorf("%w: RBasic is not flags then klass", ErrNoHeapLayout)
-	}
-	objs, err := r.vmPointer(r.Layout.VM.ObjSpace, "vm->objspace")
+	objs, err := r.heapObjspace()
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package rubystack
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -36,13 +35,7 @@ type HeapDump struct {
 // value) is left out. Like HeapCensus, it reads a running process unless
 // the caller stopped it.
 func (r *Reader) DumpHeap(ctx context.Context, w io.Writer) (*HeapDump, error) {
-	if r.Layout.Heap.Pages < 0 {
-		return nil, ErrNoHeapLayout
-	}
-	if r.Layout.Basic.Flags != 0 || r.Layout.Basic.Klass != 8 {
-		return nil, fmt.Errorf("%w: RBasic is not flags then klass", ErrNoHeapLayout)
-	}
-	objs, err := r.vmPointer(r.Layout.VM.ObjSpace, "vm->objspace")
+	objs, err := r.heapObjspace()
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,18 @@ type HeapPages struct {
 	UnreadPages int `json:"unread_pages"`
 }
 
+// heapObjspace is the address of the objspace whose heap pages a walk
+// reads, where the layout tells how to walk them.
+func (r *Reader) heapObjspace() (uint64, error) {
+	if r.Layout.Heap.Pages < 0 {
+		return 0, ErrNoHeapLayout
+	}
+	if r.Layout.Basic.Flags != 0 || r.Layout.Basic.Klass != 8 {
+		return 0, fmt.Errorf("%w: RBasic is not flags then klass", ErrNoHeapLayout)
+	}
+	return r.vmPointer(r.Layout.VM.ObjSpace, "vm->objspace")
+}
+
 // walkHeap reads the GC's heap pages of the objspace at objs, each page's
 // slots in one read, and calls visit with each slot that holds an object:
 // its address, its size and its bytes (valid during the call only); page,
