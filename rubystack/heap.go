@@ -160,9 +160,14 @@ type censusReader struct {
 	singleton  uint64 // RUBY_FL_SINGLETON
 	types      [32]Count
 	byKlass    map[censusKey]*Count
-	hidden     [32]bool  // by type: hidden from ObjectSpace (hiddenTypes)
-	last       censusKey // the key of the slot before, and its count:
-	lastCount  *Count    // neighbours are often of one class
+	hidden     [32]bool // by type: hidden from ObjectSpace (hiddenTypes)
+	// recent are the last keys counted and their counts: neighbours are
+	// often of one class, or of a few (an object and its strings).
+	recent [4]struct {
+		k censusKey
+		n *Count
+	}
+	next int // the entry of recent to replace next
 }
 
 // censusKey is what names an object's class: its klass and type (hidden
@@ -197,21 +202,32 @@ func (cr *censusReader) slot(c *HeapCensus, addr, size uint64, slot []byte) {
 			k = censusKey{typ: typ, internalSingleton: true}
 		}
 	}
-	if k != cr.last || cr.lastCount == nil {
-		n, ok := cr.byKlass[k]
-		if !ok {
-			if len(cr.byKlass) >= maxCensusKeys {
-				k = censusKey{klass: 1, typ: typ}
-				n = cr.byKlass[k]
-			}
-			if n == nil {
-				n = new(Count)
-				cr.byKlass[k] = n
-			}
+	cr.count(k).add(size, off, old)
+}
+
+// count is the count of objects of key k.
+func (cr *censusReader) count(k censusKey) *Count {
+	for i := range cr.recent {
+		if e := &cr.recent[i]; e.n != nil && e.k == k {
+			return e.n
 		}
-		cr.last, cr.lastCount = k, n
 	}
-	cr.lastCount.add(size, off, old)
+	n, ok := cr.byKlass[k]
+	if !ok {
+		if len(cr.byKlass) >= maxCensusKeys {
+			n = cr.byKlass[censusKey{klass: 1, typ: k.typ}]
+		}
+		if n == nil {
+			n = new(Count)
+			if len(cr.byKlass) >= maxCensusKeys {
+				k = censusKey{klass: 1, typ: k.typ}
+			}
+			cr.byKlass[k] = n
+		}
+	}
+	cr.recent[cr.next].k, cr.recent[cr.next].n = k, n
+	cr.next = (cr.next + 1) % len(cr.recent)
+	return n
 }
 
 // hiddenTypes are the types ObjectSpace hides every object of

@@ -41,52 +41,109 @@ func (r *Reader) walkHeap(ctx context.Context, objs uint64, c *HeapPages, page f
 	if err != nil {
 		return err
 	}
-	var hdr [64]byte
 	hdrLen := int(max(h.Start+8, h.TotalSlots.Offset+2, h.SlotSize.Offset+2))
-	if hdrLen > len(hdr) || h.Start < 0 || h.TotalSlots.Offset < 0 || h.SlotSize.Offset < 0 {
+	if hdrLen > 64 || h.Start < 0 || h.TotalSlots.Offset < 0 || h.SlotSize.Offset < 0 {
 		return fmt.Errorf("%w: heap_page start at %d", ErrNoHeapLayout, h.Start)
 	}
-	buf := make([]byte, maxPageBytes)
-	for i, p := range pages {
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
+	// Pages are read walkBatch at a time: their headers in one call, then
+	// their slots in as few as walkBatchBytes allow.
+	hdrs := make([]byte, walkBatch*hdrLen)
+	bodies := make([]byte, walkBatchBytes)
+	var (
+		pieces [][]byte
+		addrs  []uint64
+		ok     []bool
+		found  []pageFound
+	)
+	for i := 0; i < len(pages); i += walkBatch {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		if err := r.direct.mem.ReadAt(hdr[:hdrLen], p); err != nil {
-			c.UnreadPages++
-			continue
+		batch := pages[i:min(i+walkBatch, len(pages))]
+		pieces, addrs = pieces[:0], addrs[:0]
+		for j, p := range batch {
+			pieces = append(pieces, hdrs[j*hdrLen:(j+1)*hdrLen])
+			addrs = append(addrs, p)
 		}
-		start := binary.LittleEndian.Uint64(hdr[h.Start:])
-		total := uint64(binary.LittleEndian.Uint16(hdr[h.TotalSlots.Offset:]))
-		size := uint64(binary.LittleEndian.Uint16(hdr[h.SlotSize.Offset:]))
-		if total == 0 {
-			c.Pages++ // an empty page, kept for reuse (4.0 zeroes it)
-			continue
-		}
-		if start == 0 || start%8 != 0 || size < minSlotSize || size%8 != 0 || total > maxPageSlots ||
-			total*size > maxPageBytes {
-			c.UnreadPages++
-			continue
-		}
-		body := buf[:total*size]
-		if err := r.direct.mem.ReadAt(body, start); err != nil {
-			c.UnreadPages++
-			continue
-		}
-		c.Pages++
-		c.Slots += total
-		c.HeapBytes += total * size
-		if page != nil {
-			page(body, size)
-		}
-		for off := uint64(0); off < total*size; off += size {
-			if le64(body[off:]) == 0 {
-				c.FreeSlots++
+		ok = r.readPieces(pieces, addrs, ok)
+		found = found[:0]
+		for j := range batch {
+			if !ok[j] {
+				c.UnreadPages++
 				continue
 			}
-			visit(start+off, size, body[off:off+size])
+			hdr := pieces[j]
+			start := binary.LittleEndian.Uint64(hdr[h.Start:])
+			total := uint64(binary.LittleEndian.Uint16(hdr[h.TotalSlots.Offset:]))
+			size := uint64(binary.LittleEndian.Uint16(hdr[h.SlotSize.Offset:]))
+			if total == 0 {
+				c.Pages++ // an empty page, kept for reuse (4.0 zeroes it)
+				continue
+			}
+			if start == 0 || start%8 != 0 || size < minSlotSize || size%8 != 0 || total > maxPageSlots ||
+				total*size > maxPageBytes {
+				c.UnreadPages++
+				continue
+			}
+			found = append(found, pageFound{start, total, size})
+		}
+		for len(found) > 0 {
+			// As many pages as fit the buffer, at least one.
+			n, used := 0, uint64(0)
+			pieces, addrs = pieces[:0], addrs[:0]
+			for ; n < len(found) && (n == 0 || used+found[n].total*found[n].size <= walkBatchBytes); n++ {
+				f := found[n]
+				pieces = append(pieces, bodies[used:used+f.total*f.size])
+				addrs = append(addrs, f.start)
+				used += f.total * f.size
+			}
+			ok = r.readPieces(pieces, addrs, ok)
+			for j, f := range found[:n] {
+				if !ok[j] {
+					c.UnreadPages++
+					continue
+				}
+				body := pieces[j]
+				c.Pages++
+				c.Slots += f.total
+				c.HeapBytes += f.total * f.size
+				if page != nil {
+					page(body, f.size)
+				}
+				for off := uint64(0); off < f.total*f.size; off += f.size {
+					if le64(body[off:]) == 0 {
+						c.FreeSlots++
+						continue
+					}
+					visit(f.start+off, f.size, body[off:off+f.size])
+				}
+			}
+			found = found[n:]
 		}
 	}
 	return nil
+}
+
+// Pages a walk reads at once, and the most bytes of their slots.
+const (
+	walkBatch      = 256
+	walkBatchBytes = 4 << 20
+)
+
+// pageFound is a heap page whose header a walk read: its slots' address,
+// count and size.
+type pageFound struct{ start, total, size uint64 }
+
+// readPieces reads pieces from addrs, in one system call where the memory
+// can (PieceReader), and returns which were read whole (in ok, reused).
+func (r *Reader) readPieces(pieces [][]byte, addrs []uint64, ok []bool) []bool {
+	ok = append(ok[:0], make([]bool, len(pieces))...)
+	if pr, can := r.direct.mem.(PieceReader); can {
+		pr.ReadPieces(pieces, addrs, ok)
+		return ok
+	}
+	for i := range pieces {
+		ok[i] = r.direct.mem.ReadAt(pieces[i], addrs[i]) == nil
+	}
+	return ok
 }

@@ -352,12 +352,19 @@ func (r *Reader) memsizer() memsizer {
 		tooComplex bool
 	}
 	known := map[uint64]facts{}
+	var lastID uint64 // the shape asked for last, and what it says:
+	var last facts    // objects in a row often share one
+	haveLast := false
 	tooComplex, hasTooComplex := r.Layout.Constants["SHAPE_OBJ_TOO_COMPLEX"]
 	buf := make([]byte, s.Size)
 	var list uint64
 	m.shapeBits = uint64(8 * s.ParentIDSize)
 	m.shape = func(id uint64) (uint64, bool, error) {
+		if haveLast && id == lastID {
+			return last.capa, last.tooComplex, nil
+		}
 		if f, ok := known[id]; ok {
+			lastID, last, haveLast = id, f, true
 			return f.capa, f.tooComplex, nil
 		}
 		if list == 0 {
@@ -379,6 +386,7 @@ func (r *Reader) memsizer() memsizer {
 		if len(known) < maxShapesKnown {
 			known[id] = f
 		}
+		lastID, last, haveLast = id, f, true
 		return f.capa, f.tooComplex, nil
 	}
 	return m
