@@ -27,6 +27,11 @@ type Options struct {
 	// Alloc samples allocations too (recording.Options.Alloc): each
 	// process's interval then has an allocation profile beside its CPU one.
 	Alloc uint64
+	// Live follows each allocation sample's object (recording.Options.Live):
+	// each interval then also has an in-use profile (inuse_objects,
+	// inuse_space) of the objects proven alive at its end, by allocation
+	// stack. OTLP only.
+	Live  bool
 	Merge merge.Options // the view: which native frames profiles keep
 	// Labels are resource attributes of every profile (--label); an
 	// attribute the agent sets itself (process.pid, ...) is not replaced.
@@ -102,8 +107,13 @@ type agent struct {
 	q    *queue
 	log  io.Writer
 
-	mu sync.Mutex // guards iv
+	mu sync.Mutex // guards iv and inUse
 	iv *Interval
+	// inUse keeps the stacks of the allocation samples whose objects the
+	// recording follows (Options.Live), and liveView asks it which are
+	// alive; nil without Live.
+	inUse    *inUse
+	liveView *recording.LiveView
 
 	containers sync.Map // pid -> container id, read once per process
 	progress   atomic.Pointer[recording.Progress]
@@ -164,6 +174,9 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 			Period: int64(time.Second) / int64(opts.Frequency), Version: opts.Version}}
 	start := time.Now()
 	a.iv = a.newInterval(start)
+	if opts.Live && opts.Alloc > 0 {
+		a.inUse, a.liveView = newInUse(), &recording.LiveView{}
+	}
 	a.flushing = make(chan struct{})
 	a.cpu.sample()
 
@@ -184,7 +197,8 @@ func Run(ctx context.Context, opts Options) (*Stats, error) {
 	}
 	recorded := make(chan result, 1)
 	go func() {
-		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, Alloc: opts.Alloc, StackSize: opts.StackSize, NativeTables: opts.NativeTables,
+		sum, err := recording.Record(recCtx, recording.Options{All: true, Select: opts.Select, Frequency: opts.Frequency, Alloc: opts.Alloc,
+			Live: opts.Live && opts.Alloc > 0, LiveView: a.liveView, StackSize: opts.StackSize, NativeTables: opts.NativeTables,
 			Debuginfo: opts.Debuginfo, Warn: opts.Log, Merge: opts.Merge, Stacks: a.take, MemoryBudget: opts.MemoryBudget / 2,
 			Progress: func(p recording.Progress) {
 				if a.progress.Swap(&p) == nil {
@@ -251,6 +265,9 @@ func (a *agent) newInterval(start time.Time) *Interval {
 func (a *agent) take(st merge.Stack, p *recording.Process) {
 	a.mu.Lock()
 	a.iv.Add(st, p)
+	if st.Alloc && a.inUse != nil {
+		a.inUse.add(st, p)
+	}
 	a.mu.Unlock()
 }
 
@@ -266,8 +283,15 @@ func (a *agent) containerOf(pid int) string {
 
 // cut ends the interval at now, queues its profiles, and logs a line.
 func (a *agent) cut(now time.Time) {
+	var alive followed
+	if a.inUse != nil {
+		alive = followedNow(a.liveView) // the recording's lock: before ours
+	}
 	a.mu.Lock()
 	iv := a.iv
+	if a.inUse != nil {
+		a.inUse.cut(alive, iv)
+	}
 	a.iv = a.newInterval(now)
 	a.mu.Unlock()
 	iv.End = now
@@ -282,7 +306,7 @@ func (a *agent) cut(now time.Time) {
 	})
 	dropped := 0
 	var encodeErr error
-	if iv.Samples > 0 {
+	if iv.Samples > 0 || iv.InUse > 0 {
 		var reqs []Request
 		var err error
 		if a.opts.Endpoint.Protocol == ProtocolPyroscope {

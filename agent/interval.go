@@ -49,6 +49,9 @@ type Interval struct {
 	Frames     []Frame // by id
 	Procs      map[int]*ProcessSamples
 	Samples    uint64 // samples taken in
+	// InUse counts the in-use samples added at its end: the allocation
+	// samples whose objects were alive then (Options.Live).
+	InUse uint64
 	// OverLimit counts the samples past the bounds, counted under
 	// OverLimitName stacks.
 	OverLimit uint64
@@ -81,8 +84,9 @@ type Sample struct {
 	Labels []merge.Label
 	Count  int64
 	// Alloc: allocation samples (record --alloc), which stand for Objects
-	// objects of Bytes bytes in all.
-	Alloc          bool
+	// objects of Bytes bytes in all; InUse: of those, the ones whose
+	// objects are alive at the interval's end (an in-use profile's).
+	Alloc, InUse   bool
 	Objects, Bytes int64
 }
 
@@ -92,8 +96,16 @@ func NewInterval(start time.Time) *Interval {
 }
 
 // Add counts one merged stack of process p.
+//
+// An allocation sample marked Alive stands for objects in use at the
+// interval's end: it counts in an in-use profile, apart.
 func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
-	iv.Samples++
+	inUse := st.Alloc && st.Alive
+	if inUse {
+		iv.InUse++
+	} else {
+		iv.Samples++
+	}
 	ps := iv.Procs[st.PID]
 	if ps == nil {
 		if len(iv.Procs) >= maxProcs {
@@ -123,6 +135,9 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 	if st.Alloc {
 		k = append(k, 'a')
 	}
+	if inUse {
+		k = append(k, 'u')
+	}
 	for _, l := range st.Labels {
 		k = append(k, 0)
 		k = append(k, l.Key...)
@@ -134,7 +149,7 @@ func (iv *Interval) Add(st merge.Stack, p *recording.Process) {
 		s.count(st)
 		return
 	}
-	s := &Sample{Frames: slices.Clone(ids), Thread: strings.Clone(st.Comm), State: st.State, Alloc: st.Alloc}
+	s := &Sample{Frames: slices.Clone(ids), Thread: strings.Clone(st.Comm), State: st.State, Alloc: st.Alloc, InUse: inUse}
 	s.count(st)
 	for _, l := range st.Labels {
 		s.Labels = append(s.Labels, merge.Label{Key: strings.Clone(l.Key), Value: strings.Clone(l.Value)})
@@ -179,12 +194,16 @@ func (iv *Interval) overLimit(ps *ProcessSamples, st merge.Stack) {
 	if st.Alloc {
 		key += "-alloc"
 	}
+	inUse := st.Alloc && st.Alive
+	if inUse {
+		key += "-inuse"
+	}
 	if s, ok := ps.Samples[key]; ok {
 		s.count(st)
 		return
 	}
 	id := iv.frameID(merge.Frame{Kind: merge.KindState, Name: OverLimitName})
-	s := &Sample{Frames: []int32{id}, Alloc: st.Alloc}
+	s := &Sample{Frames: []int32{id}, Alloc: st.Alloc, InUse: inUse}
 	s.count(st)
 	ps.Samples[key] = s
 }

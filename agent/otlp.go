@@ -51,6 +51,8 @@ const (
 	allocSpaceUnit   = "bytes"
 	allocPeriodType  = "space"
 	allocPeriodUnit  = "bytes"
+	inUseObjectsType = "inuse_objects"
+	inUseSpaceType   = "inuse_space"
 	serviceNameAttr  = "service.name"
 	runtimeName      = "ruby"
 	processPIDAttr   = "process.pid"
@@ -267,15 +269,18 @@ func (iv *Interval) profilesOf(res Resource, pids []int) pprofile.Profiles {
 		sp := rp.ScopeProfiles().AppendEmpty()
 		sp.Scope().SetName(scopeName)
 		sp.Scope().SetVersion(res.Version)
-		var cpu, alloc []*Sample
+		var cpu, alloc, inUse []*Sample
 		for _, s := range ps.Samples {
-			if s.Alloc {
+			switch {
+			case s.InUse:
+				inUse = append(inUse, s)
+			case s.Alloc:
 				alloc = append(alloc, s)
-			} else {
+			default:
 				cpu = append(cpu, s)
 			}
 		}
-		if len(cpu) > 0 || len(alloc) == 0 {
+		if len(cpu) > 0 || len(alloc) == 0 && len(inUse) == 0 {
 			key = iv.addProfile(sp, dict, cpu, profileKind{sampleTypeType, sampleTypeUnit, periodTypeType, periodTypeUnit, res.Period,
 				func(s *Sample) int64 { return s.Count }}, key)
 		}
@@ -284,6 +289,13 @@ func (iv *Interval) profilesOf(res Resource, pids []int) pprofile.Profiles {
 			key = iv.addProfile(sp, dict, alloc, profileKind{allocObjectsType, allocObjectsUnit, allocPeriodType, allocPeriodUnit, 0,
 				func(s *Sample) int64 { return s.Objects }}, key)
 			key = iv.addProfile(sp, dict, alloc, profileKind{allocSpaceType, allocSpaceUnit, allocPeriodType, allocPeriodUnit, 0,
+				func(s *Sample) int64 { return s.Bytes }}, key)
+		}
+		if len(inUse) > 0 {
+			// What is alive at the interval's end, by allocation stack.
+			key = iv.addProfile(sp, dict, inUse, profileKind{inUseObjectsType, allocObjectsUnit, allocPeriodType, allocPeriodUnit, 0,
+				func(s *Sample) int64 { return s.Objects }}, key)
+			key = iv.addProfile(sp, dict, inUse, profileKind{inUseSpaceType, allocSpaceUnit, allocPeriodType, allocPeriodUnit, 0,
 				func(s *Sample) int64 { return s.Bytes }}, key)
 		}
 	}

@@ -41,8 +41,8 @@ func (iv *Interval) pyroscopeRequests(res Resource) ([]Request, error) {
 			var n uint64
 			for _, key := range sortedKeys(ps.Samples) {
 				s := ps.Samples[key]
-				if s.Alloc != alloc {
-					continue
+				if s.Alloc != alloc || s.InUse {
+					continue // in-use profiles go by OTLP only
 				}
 				st := merge.Stack{PID: pid, Comm: s.Thread, State: s.State, Labels: s.Labels, Period: uint64(max(res.Period, 0)),
 					Frames: make([]merge.Frame, len(s.Frames))}

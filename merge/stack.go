@@ -70,8 +70,13 @@ type Stack struct {
 	AllocBytes uint64
 	// Alive: an allocation sample's object was alive when the recording
 	// ended, having survived a GC (record --alloc --live; a recording that
-	// did not follow its objects has none).
+	// did not follow its objects has none); for a live consumer (the
+	// agent), the sample stands for objects in use at the time it tells.
 	Alive bool
+	// Object is which object an allocation sample caught: a live consumer
+	// matches it with what a recording that follows its objects says of
+	// them (recording.LiveView).
+	Object AllocObject
 	// Labels are the request labels of the fiber sampled (ruby-profiler's
 	// state), in the order the process keeps them.
 	Labels []Label
@@ -113,4 +118,12 @@ func (s *Stack) LabelValue(key string) string {
 // graph of such stacks splits by that label at its root.
 func GroupBy(s *Stack, key string) {
 	s.Frames = append(s.Frames, Frame{Kind: KindLabel, Name: key + "=" + s.LabelValue(key)})
+}
+
+// AllocObject identifies an allocation sample's object within its process:
+// the thread that allocated it, the window of sampling and the sample's
+// place in it, and the object's slot.
+type AllocObject struct {
+	TID, Window, Seq uint32
+	Slot             uint64
 }

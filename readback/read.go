@@ -423,6 +423,7 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 	if perr == nil && p.Flags&payload.Alloc != 0 {
 		st.Alloc, st.Period, st.AllocBytes = true, p.Period, p.AllocBytes
 		st.Alive = rd.alive[payload.AllocKey{PID: p.PID, TID: p.TID, Window: p.AllocWindow, Seq: p.AllocSeq, Slot: p.AllocSlot}]
+		st.Object = merge.AllocObject{TID: p.TID, Window: p.AllocWindow, Seq: p.AllocSeq, Slot: p.AllocSlot}
 	}
 	if perr == nil && p.Thread.OffCPU {
 		st.OffCPU = true

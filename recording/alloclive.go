@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/rubystack"
 )
@@ -45,9 +47,9 @@ import (
 // livePoll is how often each followed process's GC counters are read.
 const livePoll = 5 * time.Millisecond
 
-// liveFinalWait bounds how long a recording's end waits for each followed
-// process's next GC, which tells what was alive then from garbage not yet
-// collected.
+// liveFinalWait bounds how long a recording's end waits for the followed
+// processes' next GCs (all of them together), which tell what was alive
+// then from garbage not yet collected.
 const liveFinalWait = time.Second
 
 // maxLiveFollowed bounds the objects followed at once, all processes
@@ -155,6 +157,8 @@ func (s *session) watchLive(ctx context.Context, done chan<- struct{}) {
 // on since they were last read (s.mu held). final: the recording ends,
 // and a process in a GC's marking is waited for, a little.
 func (s *session) checkLive(final bool) {
+	// One wait for every process: a recording of many ends in a second.
+	deadline := time.Now().Add(liveFinalWait)
 	for pid, p := range s.allocLive.procs {
 		if p.ended || len(p.objects) == 0 {
 			continue
@@ -169,7 +173,7 @@ func (s *session) checkLive(final bool) {
 			// What the next GC marks was alive when the recording ended;
 			// what it leaves unmarked stays young, and reads as dead.
 			end := c.Count
-			for deadline := time.Now().Add(liveFinalWait); err == nil && (c.Count == end || c.Marking) && time.Now().Before(deadline); {
+			for err == nil && (c.Count == end || c.Marking) && time.Now().Before(deadline) {
 				time.Sleep(livePoll)
 				c, err = t.Reader.GCStamp()
 			}
@@ -334,3 +338,43 @@ func (s *session) liveRecords() []byte {
 
 // liveFormat is the version of FeatureAllocLive's layout.
 const liveFormat = 1
+
+// LiveView lets the caller of a live recording (Options.Stacks) that
+// follows its objects (Options.Live) ask, while it runs, which of them are
+// alive: the agent's in-use profiles.
+type LiveView struct {
+	mu sync.Mutex
+	s  *session // while the recording runs
+}
+
+func (v *LiveView) attach(s *session) {
+	v.mu.Lock()
+	v.s = s
+	v.mu.Unlock()
+}
+
+// Objects calls fn with every object the recording follows now: its
+// process, the allocation sample's object (merge.Stack.Object) and whether
+// it is proven alive having survived a GC (else not proven yet: too young,
+// or not read since). It says false, calling nothing, when no recording
+// that follows objects is running. fn must not call into the recording.
+func (v *LiveView) Objects(fn func(pid int, o merge.AllocObject, alive bool)) bool {
+	v.mu.Lock()
+	s := v.s
+	v.mu.Unlock()
+	if s == nil || !s.opts.Live {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pid, p := range s.allocLive.procs {
+		if p.ended {
+			continue
+		}
+		for _, o := range p.objects {
+			k := o.key
+			fn(pid, merge.AllocObject{TID: k.TID, Window: k.Window, Seq: k.Seq, Slot: k.Slot}, o.age > 0)
+		}
+	}
+	return true
+}

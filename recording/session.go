@@ -49,8 +49,10 @@ type Options struct {
 	Alloc uint64
 	// Live follows each allocation sample's object until it dies (record
 	// --alloc --live): what is still alive when the recording ends is
-	// written into it (alloclive.go).
-	Live bool
+	// written into it (alloclive.go); a live recording (Stacks) answers
+	// LiveView while it runs.
+	Live     bool
+	LiveView *LiveView
 	// NoCPU: no CPU samples (record --alloc without -F).
 	NoCPU bool
 	// StackSize is how many bytes of user stack each sample copies for
@@ -336,6 +338,10 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	s := &session{opts: opts, symtab: symtab.New(), builds: &rubybuild.Cache{}, files: &threadlocal.Files{},
 		lifecycle: newLifecycle()}
+	if opts.LiveView != nil {
+		opts.LiveView.attach(s)
+		defer opts.LiveView.attach(nil)
+	}
 	if opts.NativeTables {
 		s.tables = newUnwindTables(s) // (its sampler once open)
 	}

@@ -49,6 +49,8 @@ func runAgent(args []string, _, stderr io.Writer) error {
 	rubyOnly := fs.Bool("ruby-only", false, "Ruby frames and C methods only")
 	var alloc allocFlag
 	fs.Var(&alloc, "alloc", "sample object allocations too: each process's interval has allocation profiles (alloc_objects, alloc_space) beside its CPU one (see record --alloc)")
+	live := fs.Bool("live", false, "with --alloc, follow each sampled object until it dies: each interval also has an in-use profile "+
+		"(inuse_objects, inuse_space) of the objects proven alive at its end, by allocation stack (OTLP only)")
 	match := fs.String("match", "", "sample only the Ruby processes whose command line matches this regular expression (e.g. 'puma|sidekiq')")
 	nativeStack := addNativeStackFlags(fs)
 	budget := byteSize(agent.DefaultMemoryBudget)
@@ -127,7 +129,13 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		Interval: time.Duration(interval), Frequency: *freq, Merge: merge.Options{View: view},
 		Labels: labels, ServiceName: *service, QueueSize: *queue, FlushTimeout: time.Duration(flush),
 		Debuginfo: recordFinder(stderr), Version: "rubyperf", Log: export.LineWriter{W: stderr}, Select: sel, MemoryBudget: int64(budget),
-		Alloc: uint64(alloc),
+		Alloc: uint64(alloc), Live: *live,
+	}
+	if *live && alloc == 0 {
+		return usageError{"--live follows allocated objects: give --alloc too"}
+	}
+	if *live && how == agent.ProtocolPyroscope {
+		return usageError{"--live: in-use profiles go by OTLP (--endpoint); Pyroscope's ingest API takes CPU and allocations"}
 	}
 	if opts.NativeTables, opts.StackSize, err = nativeStack.options(stderr); err != nil {
 		return err

@@ -97,6 +97,15 @@ func TestLiveNeedsALiveRecording(t *testing.T) {
 		!strings.Contains(stderr.String(), "give --alloc too") {
 		t.Errorf("record --live without --alloc: exit %d, stderr %q", code, stderr.String())
 	}
+	for _, args := range [][]string{
+		{"agent", "--endpoint", "127.0.0.1:4317", "--live"},
+		{"agent", "--pyroscope", "http://127.0.0.1:4040", "--alloc", "--live"},
+	} {
+		stderr.Reset()
+		if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--live") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
 }
 
 // liveProfile converts a record --alloc --live recording to pprof, with the

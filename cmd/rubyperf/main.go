@@ -40,7 +40,7 @@ var commands = []command{
 		"a perf.data with merged callchains, Ruby names in /tmp/perf-PID.map, for stock perf", runInject},
 	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE]",
 		"struct layout and VM symbols of a Ruby build", runOffsets},
-	{"agent", "--endpoint HOST:PORT [--interval 10s] [-F HZ] [--insecure] [--protocol grpc|http] [--label K=V].. [--match REGEXP] [--alloc]",
+	{"agent", "--endpoint HOST:PORT [--interval 10s] [-F HZ] [--insecure] [--protocol grpc|http] [--label K=V].. [--match REGEXP] [--alloc [--live]]",
 		"continuous profiling: every Ruby process, OTLP profiles to an OpenTelemetry Collector", runAgent},
 }
 
