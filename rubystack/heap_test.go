@@ -206,3 +206,15 @@ func FuzzHeapCensus(f *testing.F) {
 		}
 	})
 }
+
+// TestDumpNamesAreJSON: a class name read from a target, whatever its
+// bytes, is written as a valid JSON string.
+func TestDumpNamesAreJSON(t *testing.T) {
+	for _, name := range []string{"Foo::Bar", "A\"B\\C", "\x01\v\a\x7f", "\xff\xfe bad", "Ünïcødé"} {
+		b := appendJSONString([]byte(`{"name":`), name)
+		b = append(b, '}')
+		if !json.Valid(b) {
+			t.Errorf("%q written as %s: not JSON", name, b)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package rubystack
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"strconv"
 	"strings"
@@ -105,7 +106,7 @@ func (d *heapDumper) object(out *HeapDump, addr, size uint64, slot []byte) error
 	case r.o.tClass, r.o.tModule:
 		if name, err := r.classPath(addr); err == nil && !strings.HasPrefix(name, "#<") {
 			b = append(b, `, "name":`...)
-			b = strconv.AppendQuote(b, name)
+			b = appendJSONString(b, name)
 		}
 	}
 	off, _ := d.sizes.offSlot(typ, flags, slot)
@@ -178,6 +179,17 @@ func (d *heapDumper) array(b []byte, out *HeapDump, flags uint64, slot []byte) [
 		b = append(b, ']')
 	}
 	return b
+}
+
+// appendJSONString appends s as a JSON string: JSON's escapes, not Go's
+// (strconv's \x and \v are not JSON), invalid UTF-8 replaced. A name
+// read from a target may hold any bytes.
+func appendJSONString(b []byte, s string) []byte {
+	q, err := json.Marshal(s)
+	if err != nil {
+		return append(b, `""`...)
+	}
+	return append(b, q...)
 }
 
 func appendBool(b []byte, key string, v bool) []byte {
