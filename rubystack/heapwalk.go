@@ -138,12 +138,6 @@ type pageFound struct{ start, total, size uint64 }
 // can (PieceReader), and returns which were read whole (in ok, reused).
 func (r *Reader) readPieces(pieces [][]byte, addrs []uint64, ok []bool) []bool {
 	ok = append(ok[:0], make([]bool, len(pieces))...)
-	if pr, can := r.direct.mem.(PieceReader); can {
-		pr.ReadPieces(pieces, addrs, ok)
-		return ok
-	}
-	for i := range pieces {
-		ok[i] = r.direct.mem.ReadAt(pieces[i], addrs[i]) == nil
-	}
+	readPieces(r.direct.mem, pieces, addrs, ok)
 	return ok
 }

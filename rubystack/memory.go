@@ -137,3 +137,15 @@ func (m *ProcessMemory) ReadPieces(p [][]byte, addrs []uint64, ok []bool) {
 type PieceReader interface {
 	ReadPieces(p [][]byte, addrs []uint64, ok []bool)
 }
+
+// readPieces fills each p[i] from addrs[i], in one call where mem can
+// (PieceReader), else one by one, and says in ok which were read whole.
+func readPieces(mem Memory, p [][]byte, addrs []uint64, ok []bool) {
+	if pr, can := mem.(PieceReader); can {
+		pr.ReadPieces(p, addrs, ok)
+		return
+	}
+	for i := range p {
+		ok[i] = mem.ReadAt(p[i], addrs[i]) == nil
+	}
+}

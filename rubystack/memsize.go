@@ -103,12 +103,6 @@ func newMemsizer(l *rubybuild.Layout, mem Memory) memsizer {
 // offSlot is what an object of type typ with these flags, whose slot holds
 // slot, owns beyond it; ok is false where the layout does not tell.
 func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
-	word := func(off int64) (uint64, bool) {
-		if off < 0 || off+8 > int64(len(slot)) {
-			return 0, false
-		}
-		return le64(slot[off:]), true
-	}
 	switch typ {
 	case m.tString:
 		if m.strCapa < 0 {
@@ -117,7 +111,7 @@ func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
 		if flags&(m.strNoEmbed|m.strShared|m.strNoFree) != m.strNoEmbed {
 			return 0, true
 		}
-		capa, ok := word(m.strCapa)
+		capa, ok := slotWord(slot, m.strCapa)
 		if !ok {
 			return 0, false
 		}
@@ -135,8 +129,8 @@ func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
 		if flags&(m.aryEmbed|m.aryShared) != 0 {
 			return 0, true
 		}
-		capa, ok1 := word(m.aryCapa)
-		n, ok2 := word(m.aryLen)
+		capa, ok1 := slotWord(slot, m.aryCapa)
+		n, ok2 := slotWord(slot, m.aryLen)
 		if !ok1 || !ok2 {
 			return 0, false
 		}
@@ -147,16 +141,16 @@ func (m *memsizer) offSlot(typ, flags uint64, slot []byte) (n uint64, ok bool) {
 		// root whose sharers outnumber its elements is counted too much.
 		return min(max(capa, n), maxOffSlot/8) * 8, true
 	case m.tHash:
-		return m.hashTable(flags, slot, word)
+		return m.hashTable(flags, slot)
 	case m.tObject:
-		return m.objectFields(flags, slot, word)
+		return m.objectFields(flags, slot)
 	}
 	return 0, false
 }
 
 // objectFields is what an object's instance variables take beyond its
 // slot.
-func (m *memsizer) objectFields(flags uint64, slot []byte, word func(int64) (uint64, bool)) (uint64, bool) {
+func (m *memsizer) objectFields(flags uint64, slot []byte) (uint64, bool) {
 	if m.numIV >= 0 { // ≤3.1: a count beside the array
 		if m.objEmbed == 0 || m.numIV+4 > int64(len(slot)) {
 			return 0, false
@@ -166,39 +160,45 @@ func (m *memsizer) objectFields(flags uint64, slot []byte, word func(int64) (uin
 		}
 		return uint64(binary.LittleEndian.Uint32(slot[m.numIV:])) * 8, true
 	}
-	// From 3.2 the shape says: a too complex one keeps the variables in
-	// an st_table (which 3.2-3.4 check first, whatever ROBJECT_EMBED
-	// says), another has room for capa of them; 4.0 counts either only
-	// where ROBJECT_HEAP says they are outside the slot.
-	if m.objHeap == 0 && m.objEmbed == 0 {
+	capa, tooComplex, outside, ok := m.objectShape(flags)
+	switch {
+	case !ok:
 		return 0, false
-	}
-	if m.objHeap != 0 && flags&m.objHeap == 0 {
+	case !outside:
 		return 0, true
-	}
-	if m.shape == nil || m.shapeBits == 0 {
-		return 0, false
-	}
-	id := flags >> (64 - m.shapeBits)
-	tooComplex := m.tooComplex != 0 && id&m.tooComplex != 0
-	var capa uint64
-	if !tooComplex {
-		var err error
-		if capa, tooComplex, err = m.shape(id &^ m.shapeFlags); err != nil {
-			return 0, false
-		}
-	}
-	if !tooComplex {
-		if m.objHeap == 0 && flags&m.objEmbed != 0 {
-			return 0, true
-		}
+	case !tooComplex:
 		return min(capa, maxOffSlot/8) * 8, true
 	}
-	p, ok := word(m.ivs)
+	p, ok := slotWord(slot, m.ivs)
 	if !ok || p == 0 {
 		return 0, false
 	}
 	return m.stTable(p, true)
+}
+
+// objectShape is what an object's shape (3.2+) says of its instance
+// variables: room for capa of them, or (tooComplex) an st_table at
+// as.heap.ivptr; outside: they are not in its slot. A too complex object
+// keeps ROBJECT_EMBED in 3.2-3.4 (which check its shape first); 4.0
+// counts either only under ROBJECT_HEAP, with the too-complex bit in the
+// shape id.
+func (m *memsizer) objectShape(flags uint64) (capa uint64, tooComplex, outside, ok bool) {
+	switch {
+	case m.objHeap == 0 && m.objEmbed == 0 || m.shape == nil || m.shapeBits == 0:
+		return 0, false, false, false
+	case m.objHeap != 0 && flags&m.objHeap == 0:
+		return 0, false, false, true
+	}
+	id := flags >> (64 - m.shapeBits)
+	tooComplex = m.tooComplex != 0 && id&m.tooComplex != 0
+	if !tooComplex {
+		var err error
+		if capa, tooComplex, err = m.shape(id &^ m.shapeFlags); err != nil {
+			return 0, false, false, false
+		}
+	}
+	outside = tooComplex || m.objHeap != 0 || flags&m.objEmbed == 0
+	return capa, tooComplex, outside, true
 }
 
 // stTable is st_memsize of the st_table at p, read from the target
@@ -224,8 +224,7 @@ func (m *memsizer) stTable(p uint64, withTable bool) (uint64, bool) {
 // objects.
 func (m *memsizer) prefetch(body []byte, size uint64) {
 	clear(m.tables)
-	pr, can := m.mem.(PieceReader)
-	if !can || m.stSize <= 0 || size == 0 {
+	if m.mem == nil || m.stSize <= 0 || size == 0 {
 		return
 	}
 	m.pieceAddrs = m.pieceAddrs[:0]
@@ -247,7 +246,7 @@ func (m *memsizer) prefetch(body []byte, size uint64) {
 	for i := range n {
 		m.pieces = append(m.pieces, m.tableBuf[i*int(m.stSize):(i+1)*int(m.stSize)])
 	}
-	pr.ReadPieces(m.pieces, m.pieceAddrs, m.pieceOK)
+	readPieces(m.mem, m.pieces, m.pieceAddrs, m.pieceOK)
 	if m.tables == nil {
 		m.tables = map[uint64][]byte{}
 	}
@@ -261,29 +260,23 @@ func (m *memsizer) prefetch(body []byte, size uint64) {
 // tableOutside is the address of the st_table outside its slot that an
 // object's memsize counts, if it has one.
 func (m *memsizer) tableOutside(flags uint64, slot []byte) (uint64, bool) {
-	word := func(off int64) (uint64, bool) {
-		if off < 0 || off+8 > int64(len(slot)) {
-			return 0, false
-		}
-		return le64(slot[off:]), true
-	}
 	switch typ := flags & m.tMask; {
 	case typ == m.tHash && m.hashSize >= 0 && m.hashSt >= 0 && flags&m.hashST != 0:
-		return word(m.hashSt)
-	case typ == m.tObject && m.numIV < 0 && m.shape != nil && m.shapeBits != 0 && m.ivs >= 0:
-		if m.objHeap != 0 && flags&m.objHeap == 0 {
-			return 0, false
+		return slotWord(slot, m.hashSt)
+	case typ == m.tObject && m.numIV < 0:
+		if _, tooComplex, _, ok := m.objectShape(flags); ok && tooComplex {
+			return slotWord(slot, m.ivs)
 		}
-		id := flags >> (64 - m.shapeBits)
-		tooComplex := m.tooComplex != 0 && id&m.tooComplex != 0
-		if !tooComplex {
-			if _, tc, err := m.shape(id &^ m.shapeFlags); err != nil || !tc {
-				return 0, false
-			}
-		}
-		return word(m.ivs)
 	}
 	return 0, false
+}
+
+// slotWord is the word at off in slot, if the slot has it.
+func slotWord(slot []byte, off int64) (uint64, bool) {
+	if off < 0 || off+8 > int64(len(slot)) {
+		return 0, false
+	}
+	return le64(slot[off:]), true
 }
 
 // stEntries is what an st_table, read as st, takes beyond itself: its
@@ -305,7 +298,7 @@ func (m *memsizer) stEntries(st []byte) (uint64, bool) {
 }
 
 // hashTable is what a hash's table takes beyond its slot.
-func (m *memsizer) hashTable(flags uint64, slot []byte, word func(int64) (uint64, bool)) (uint64, bool) {
+func (m *memsizer) hashTable(flags uint64, slot []byte) (uint64, bool) {
 	if m.hashSize < 0 {
 		return 0, false
 	}
@@ -313,7 +306,7 @@ func (m *memsizer) hashTable(flags uint64, slot []byte, word func(int64) (uint64
 		if m.hashAr < 0 {
 			return 0, true // in the slot
 		}
-		p, ok := word(m.hashAr)
+		p, ok := slotWord(slot, m.hashAr)
 		if !ok {
 			return 0, false
 		}
@@ -328,7 +321,7 @@ func (m *memsizer) hashTable(flags uint64, slot []byte, word func(int64) (uint64
 		}
 		return m.stEntries(slot[m.hashSize : m.hashSize+m.stSize])
 	}
-	p, ok := word(m.hashSt)
+	p, ok := slotWord(slot, m.hashSt)
 	if !ok || p == 0 {
 		return 0, false
 	}

@@ -233,13 +233,7 @@ func (m *countingMemory) ReadAt(p []byte, addr uint64) error {
 // one.
 func (m *countingMemory) ReadPieces(p [][]byte, addrs []uint64, ok []bool) {
 	*m.reads++
-	if pr, can := m.inner.(PieceReader); can {
-		pr.ReadPieces(p, addrs, ok)
-		return
-	}
-	for i := range p {
-		ok[i] = m.inner.ReadAt(p[i], addrs[i]) == nil
-	}
+	readPieces(m.inner, p, addrs, ok)
 }
 
 // methodEntry is a callable method entry and its definition.
