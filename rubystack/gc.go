@@ -265,16 +265,14 @@ func (r *Reader) AgesKnown() bool {
 // the page's aligned body, whose header points to its struct heap_page.
 func (r *Reader) pageAge(v uint64) (int, error) {
 	h := &r.Layout.HeapPage
-	align := uint64(h.Align)
-	body := v &^ (align - 1)
-	page, err := r.direct.word(body + uint64(h.Page))
+	page, err := r.direct.word(r.pageHeader(v))
 	if err != nil {
 		return 0, err
 	}
 	if page == 0 || page&7 != 0 {
 		return 0, fmt.Errorf("%w: the heap page of %#x is at %#x", errTorn, v, page)
 	}
-	slot := (v & (align - 1)) / uint64(h.SlotSize)
+	slot := r.slotIndex(v)
 	const perWord = 64 / 2 // ages a 64-bit word of age_bits holds
 	word := slot / perWord * 8
 	if word+8 > uint64(h.AgeBitsSize) {

@@ -24,57 +24,152 @@ func (o SlotObject) Type(r *Reader) uint64 { return o.Flags & r.o.tMask }
 
 // ReadSlot reads the slot at addr now, never from a cache.
 func (r *Reader) ReadSlot(addr uint64) (SlotObject, error) {
-	var b [16]byte
-	if r.Layout.Basic.Flags != 0 || r.Layout.Basic.Klass != 8 {
-		return SlotObject{}, errors.New("RBasic is not flags then klass")
-	}
-	if err := r.direct.mem.ReadAt(b[:], addr); err != nil {
+	var o [1]SlotObject
+	var ok [1]bool
+	if err := r.ReadSlots([]uint64{addr}, o[:], ok[:]); err != nil {
 		return SlotObject{}, err
 	}
-	o := SlotObject{Flags: binary.LittleEndian.Uint64(b[:]), Klass: binary.LittleEndian.Uint64(b[8:])}
-	if o.Flags == 0 {
-		return o, nil
-	}
-	promoted := uint64(r.Layout.Constants["RUBY_FL_PROMOTED"])
-	switch mask, shift, inFlags := r.Layout.AgeBits(); {
-	case promoted != 0 && o.Flags&promoted == promoted:
-		o.Age, o.AgeKnown = MaxAge, true
-	case inFlags:
-		o.Age, o.AgeKnown = int(o.Flags&mask>>shift), true
-	case r.Layout.AgesInPages():
-		age, err := r.pageAge(addr)
-		if err != nil {
-			return o, nil // the object, its age unknown
+	if !ok[0] {
+		// Its cause, from one more read.
+		var b [16]byte
+		if err := r.direct.mem.ReadAt(b[:], addr); err != nil {
+			return SlotObject{}, err
 		}
-		o.Age, o.AgeKnown = age, true
+		return SlotObject{}, fmt.Errorf("slot %#x: could not be read", addr)
 	}
-	if r.Layout.MarksInPages() {
-		if m, err := r.pageBit(addr, r.Layout.HeapPage.MarkBits); err == nil {
-			o.Marked, o.MarkKnown = m, true
-		}
-	}
-	return o, nil
+	return o[0], nil
 }
 
-// pageBit reads the slot at v's bit in the bitmap at off in its struct
-// heap_page (one bit a slot, numbered in the smallest slot's size from the
-// start of the page's aligned body).
-func (r *Reader) pageBit(v uint64, off int64) (bool, error) {
+// ReadSlots reads the slots at addrs now, never from a cache, in a few
+// system calls however many there are: out[i] is what addrs[i] holds
+// where ok[i], with its age and mark bit where they could be read (else
+// AgeKnown, MarkKnown false). All three slices have one length.
+func (r *Reader) ReadSlots(addrs []uint64, out []SlotObject, ok []bool) error {
+	if r.Layout.Basic.Flags != 0 || r.Layout.Basic.Klass != 8 {
+		return errors.New("RBasic is not flags then klass")
+	}
+	if len(out) != len(addrs) || len(ok) != len(addrs) {
+		return errors.New("ReadSlots: slices of different lengths")
+	}
+	buf := make([]byte, 16*len(addrs))
+	pieces := make([][]byte, len(addrs))
+	for i := range pieces {
+		pieces[i] = buf[16*i : 16*i+16]
+	}
+	readPieces(r.direct.mem, pieces, addrs, ok)
+	promoted := uint64(r.Layout.Constants["RUBY_FL_PROMOTED"])
+	mask, shift, inFlags := r.Layout.AgeBits()
+	agesInPages, marksInPages := r.Layout.AgesInPages(), r.Layout.MarksInPages()
+	var headers words // each slot's page header: where its struct heap_page is
+	pageOf := make([]int, len(addrs))
+	for i := range addrs {
+		pageOf[i] = -1
+		if !ok[i] {
+			continue
+		}
+		o := SlotObject{Flags: binary.LittleEndian.Uint64(pieces[i]), Klass: binary.LittleEndian.Uint64(pieces[i][8:])}
+		if o.Flags != 0 {
+			switch {
+			case promoted != 0 && o.Flags&promoted == promoted:
+				o.Age, o.AgeKnown = MaxAge, true
+			case inFlags:
+				o.Age, o.AgeKnown = int(o.Flags&mask>>shift), true
+			}
+			if agesInPages && !o.AgeKnown || marksInPages {
+				pageOf[i] = headers.add(r.pageHeader(addrs[i]))
+			}
+		}
+		out[i] = o
+	}
+	if len(headers.addrs) == 0 {
+		return nil
+	}
+	headers.read(r.direct.mem)
+	// The bitmap words: two bits of age a slot, one of marking.
 	h := &r.Layout.HeapPage
-	align := uint64(h.Align)
-	page, err := r.direct.word(v&^(align-1) + uint64(h.Page))
-	if err != nil {
-		return false, err
+	const agesPerWord = 64 / 2
+	var bitmaps words
+	ageAt, markAt := make([]int, len(addrs)), make([]int, len(addrs))
+	for i, pg := range pageOf {
+		ageAt[i], markAt[i] = -1, -1
+		if pg < 0 || !headers.ok[pg] {
+			continue
+		}
+		page := headers.vals[pg]
+		if page == 0 || page&7 != 0 {
+			continue // torn: the age and mark stay unknown
+		}
+		slot := r.slotIndex(addrs[i])
+		if agesInPages && !out[i].AgeKnown {
+			if w := slot / agesPerWord * 8; w+8 <= uint64(h.AgeBitsSize) {
+				ageAt[i] = bitmaps.add(page + uint64(h.AgeBits) + w)
+			}
+		}
+		if marksInPages {
+			markAt[i] = bitmaps.add(page + uint64(h.MarkBits) + slot/64*8)
+		}
 	}
-	if page == 0 || page&7 != 0 {
-		return false, fmt.Errorf("%w: the heap page of %#x is at %#x", errTorn, v, page)
+	bitmaps.read(r.direct.mem)
+	for i := range addrs {
+		slot := r.slotIndex(addrs[i])
+		if a := ageAt[i]; a >= 0 && bitmaps.ok[a] {
+			out[i].Age, out[i].AgeKnown = int(bitmaps.vals[a]>>(slot%agesPerWord*2)&MaxAge), true
+		}
+		if m := markAt[i]; m >= 0 && bitmaps.ok[m] {
+			out[i].Marked, out[i].MarkKnown = bitmaps.vals[m]>>(slot%64)&1 != 0, true
+		}
 	}
-	slot := (v & (align - 1)) / uint64(h.SlotSize)
-	bits, err := r.direct.word(page + uint64(off) + slot/64*8)
-	if err != nil {
-		return false, err
+	return nil
+}
+
+// pageHeader is where the heap page body holding v keeps the address of
+// its struct heap_page.
+func (r *Reader) pageHeader(v uint64) uint64 {
+	h := &r.Layout.HeapPage
+	return v&^(uint64(h.Align)-1) + uint64(h.Page)
+}
+
+// slotIndex is v's bit in its page's bitmaps: one a slot, numbered in the
+// smallest slot's size from the start of the page's aligned body.
+func (r *Reader) slotIndex(v uint64) uint64 {
+	h := &r.Layout.HeapPage
+	return (v & (uint64(h.Align) - 1)) / uint64(h.SlotSize)
+}
+
+// words is a set of words to read at once, each address once.
+type words struct {
+	addrs []uint64
+	index map[uint64]int
+	vals  []uint64
+	ok    []bool
+}
+
+// add puts addr in the set and returns its index.
+func (w *words) add(addr uint64) int {
+	if i, ok := w.index[addr]; ok {
+		return i
 	}
-	return bits>>(slot%64)&1 != 0, nil
+	if w.index == nil {
+		w.index = map[uint64]int{}
+	}
+	w.index[addr] = len(w.addrs)
+	w.addrs = append(w.addrs, addr)
+	return len(w.addrs) - 1
+}
+
+// read reads every word of the set.
+func (w *words) read(mem Memory) {
+	buf := make([]byte, 8*len(w.addrs))
+	pieces := make([][]byte, len(w.addrs))
+	for i := range pieces {
+		pieces[i] = buf[8*i : 8*i+8]
+	}
+	w.ok = make([]bool, len(w.addrs))
+	readPieces(mem, pieces, w.addrs, w.ok)
+	w.vals = make([]uint64, len(w.addrs))
+	for i := range w.vals {
+		w.vals[i] = binary.LittleEndian.Uint64(pieces[i])
+	}
 }
 
 // CompactCount reads how many compactions the GC has run (GC.stat's
