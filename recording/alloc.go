@@ -74,7 +74,7 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 		counts  = map[int]*allocCounter{}
 		lastEnd = time.Now() // the last window's end: this cycle's start
 	)
-	s.weighWindow(0, counts, 0, 0) // the counters, as the first cycle starts
+	s.weighWindow(0, counts, 0, 0, false) // the counters, as the first cycle starts
 	for {
 		window++
 		s.armRefills(true, window)
@@ -92,7 +92,11 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 		}
 		cycle := time.Since(lastEnd)
 		lastEnd = time.Now()
-		seen := s.weighWindow(window, counts, armed, cycle)
+		// A window the recording's end cut short says too little of its
+		// cycle to be weighed by it (armed a few microseconds, it would
+		// stand for a hundred thousand times what it saw).
+		cut := ended && armed < length/2
+		seen := s.weighWindow(window, counts, armed, cycle, cut)
 		if s.opts.Live {
 			s.sampler.DrainSoon() // the window's samples, their objects to be followed while young
 		}
@@ -126,8 +130,9 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 // it reads each target's allocation counter and what the program saw of
 // its refills in the window, weighs the window's samples (allocWeighed),
 // and returns the refills seen, all targets together. The window was
-// armed for armed of its cycle.
-func (s *session) weighWindow(n uint32, counts map[int]*allocCounter, armed, cycle time.Duration) (seen int) {
+// armed for armed of its cycle; cut: too short to be weighed by its own
+// facts, its samples take the target's latest window's weight.
+func (s *session) weighWindow(n uint32, counts map[int]*allocCounter, armed, cycle time.Duration, cut bool) (seen int) {
 	s.mu.Lock() // the readers are the recorder's
 	defer s.mu.Unlock()
 	for pid := range counts {
@@ -155,6 +160,10 @@ func (s *session) weighWindow(n uint32, counts map[int]*allocCounter, armed, cyc
 			continue
 		}
 		seen += int(w.Refills)
+		if cut {
+			s.allocWeighed(pid, n, s.latestAllocWeight(uint32(pid)))
+			continue
+		}
 		facts := allocWindowFacts{objects: float64(w.Objects), refills: float64(w.Refills), armed: armed, cycle: cycle}
 		trap := 0.0
 		if c.counted && before.counted && now >= before.n {
