@@ -30,15 +30,24 @@ import (
 //     object marked from an old one is made old at once);
 //
 // so an object older than 0 read before that second GC is P's. An old
-// object is freed only by a major GC: with none since P, it is P's.
+// object is freed only by a major GC: with none since P, it is P's; with
+// one, the GC read under (Reader.MajorsAt tells how many started between
+// two epochs), an object put in the slot since its sweep is 0 old. A
+// minor GC that leaves the heap full is often followed at once by a major
+// one, so a poll may find both passed: P's old objects are still proven.
 // Anything else (a read after more GCs, a compaction since P, which moves
 // objects) proves nothing, and the object is counted unknown, not alive.
+// The slots are read after the GC stamp they are judged under, so a GC
+// that starts while they are read would age or replace what they hold
+// unseen: a read is judged only if the stamp read again after it has not
+// moved, else the object stays as it was and is read at the next poll.
 //
 // Samples are followed as they are read from the rings (drained at the end
 // of each window of allocation sampling: bpf.Sampler.DrainSoon), their
-// slots read at the first poll (every livePoll) that finds the process's
-// GC count moved and its GC not marking; old objects only when a major GC
-// may have freed them. When the recording ends they are read once more
+// slots read (all in a few system calls: Reader.ReadSlots) at the first
+// poll (every livePoll; liveMarkingPoll while a major GC marks) that finds
+// the process's GC count moved and its GC not marking; old objects only
+// when a major GC may have freed them. When the recording ends they are read once more
 // after the process's next GC (up to liveFinalWait): an object it did not
 // mark is garbage, however recent. What is alive then (for a process that
 // ended first, at its last read), having survived a GC, is written into
@@ -46,6 +55,12 @@ import (
 
 // livePoll is how often each followed process's GC counters are read.
 const livePoll = 5 * time.Millisecond
+
+// liveMarkingPoll is how often they are read while a followed process's
+// major GC marks, and while the recording's end waits for its GC: the old
+// objects are proven only between the end of a major GC's marking and the
+// start of the next GC, which may follow at once.
+const liveMarkingPoll = 250 * time.Microsecond
 
 // liveFinalWait bounds how long a recording's end waits for the followed
 // processes' next GCs (all of them together), which tell what was alive
@@ -75,15 +90,20 @@ type gcPoint struct {
 	safe       bool
 	compacts   uint64
 	compacting bool
+	// majors: how many major GCs had started by epoch (majorsKnown: the
+	// Reader saw that epoch in a read it trusts).
+	majors      uint64
+	majorsKnown bool
 }
 
 // liveProcess is what is known of one followed process.
 type liveProcess struct {
 	objects []*liveObject
-	last    rubystack.GCStamp // at the last read of its slots
-	read    bool              // last holds a stamp
-	fresh   bool              // objects followed since: read them at the next poll
-	ended   bool              // its slots can no longer be read
+	last    rubystack.GCStamp  // at the last read of its slots
+	read    bool               // last holds a stamp
+	fresh   bool               // objects followed since: read them at the next poll
+	ended   bool               // its slots can no longer be read
+	end     *rubystack.GCStamp // its GC when the recording ended (endLive)
 }
 
 type allocLive struct {
@@ -124,39 +144,47 @@ func (s *session) followAlloc(p *payload.Payload) {
 		return
 	}
 	compacts, _ := t.Reader.CompactCount()
+	majors, known := t.Reader.MajorsAt(p.GC.Epoch)
 	// A new object sits in a slot swept already, which the GC under way
 	// does not sweep again; except during a marking, which may leave it
 	// unmarked for that GC's sweep to free.
 	pr.fresh = true
 	pr.objects = append(pr.objects, &liveObject{
-		key:   payload.AllocKey{PID: p.PID, TID: p.TID, Window: p.AllocWindow, Seq: p.AllocSeq, Slot: p.AllocSlot},
-		proof: gcPoint{count: p.GC.Count, epoch: p.GC.Epoch, safe: !p.GC.Marking, compacts: compacts}})
+		key: payload.AllocKey{PID: p.PID, TID: p.TID, Window: p.AllocWindow, Seq: p.AllocSeq, Slot: p.AllocSlot},
+		proof: gcPoint{count: p.GC.Count, epoch: p.GC.Epoch, safe: !p.GC.Marking, compacts: compacts,
+			majors: majors, majorsKnown: known}})
 	l.followed++
 	s.sum.LiveFollowed++
 }
 
 // watchLive reads the followed objects' slots after each GC until ctx
-// ends, then once more.
+// ends: past the recording's end, until its last read (checkLive final).
 func (s *session) watchLive(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
-	tick := time.NewTicker(livePoll)
-	defer tick.Stop()
+	wait := time.NewTimer(livePoll)
+	defer wait.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-wait.C:
 		}
 		s.mu.Lock()
-		s.checkLive(false)
+		marking := s.checkLive(false)
 		s.mu.Unlock()
+		if marking {
+			wait.Reset(liveMarkingPoll)
+		} else {
+			wait.Reset(livePoll)
+		}
 	}
 }
 
 // checkLive reads the slots of each followed process whose GC has moved
-// on since they were last read (s.mu held). final: the recording ends,
-// and a process in a GC's marking is waited for, a little.
-func (s *session) checkLive(final bool) {
+// on since they were last read (s.mu held), and says whether one of them
+// is in a GC's marking. final: the recording ends, and each process's
+// next GC is waited for, a little.
+func (s *session) checkLive(final bool) (marking bool) {
 	// One wait for every process: a recording of many ends in a second.
 	deadline := time.Now().Add(liveFinalWait)
 	for pid, p := range s.allocLive.procs {
@@ -169,47 +197,148 @@ func (s *session) checkLive(final bool) {
 			continue
 		}
 		c, err := t.Reader.GCStamp()
-		if final && err == nil {
-			// What the next GC marks was alive when the recording ended;
-			// what it leaves unmarked stays young, and reads as dead.
-			end := c.Count
-			for err == nil && (c.Count == end || c.Marking) && time.Now().Before(deadline) {
-				time.Sleep(livePoll)
-				c, err = t.Reader.GCStamp()
+		if final && err == nil && p.end == nil {
+			p.end = &c
+		}
+		for err == nil {
+			if final {
+				// What the next GC after the end marks was alive when the
+				// recording ended; what it leaves unmarked stays young,
+				// and reads as dead.
+				for err == nil && (c.Count == p.end.Count || c.Marking) && time.Now().Before(deadline) {
+					time.Sleep(liveMarkingPoll)
+					c, err = t.Reader.GCStamp()
+				}
+				if err != nil {
+					break
+				}
 			}
-		}
-		if err != nil {
-			if errors.Is(err, rubystack.ErrNoProcess) {
-				p.ended = true
+			// A pass whose reads a GC overtook is tried again at the end,
+			// while the wait lasts.
+			if !s.checkProcess(t.Reader, p, c, final) || !final || !time.Now().Before(deadline) {
+				break
 			}
-			continue
+			c, err = t.Reader.GCStamp()
 		}
-		// Read after each GC's marking, and once more when the sweep last
-		// read under has ended: what it did not free is past it.
-		swept := p.read && c.Idle && !p.last.Idle && c.Count == p.last.Count
-		if c.Marking || c.Compacting || !final && p.read && c.Count == p.last.Count && !p.fresh && !swept {
-			continue
+		if errors.Is(err, rubystack.ErrNoProcess) {
+			p.ended = true
 		}
-		p.fresh = false
-		compacts, _ := t.Reader.CompactCount()
-		now := gcPoint{count: c.Count, epoch: c.Epoch, idle: c.Idle, compacts: compacts}
-		kept := p.objects[:0]
-		for _, o := range p.objects {
-			switch s.proveLive(t.Reader, o, now, final) {
-			case liveProven:
-				kept = append(kept, o)
-			case liveDead:
-				s.sum.LiveDied++
-				s.allocLive.followed--
-			case liveUnproven:
-				s.sum.LiveUnknown++
-				s.allocLive.followed--
-			}
-		}
-		clear(p.objects[len(kept):])
-		p.objects = kept
-		p.last, p.read = c, true
+		marking = marking || err == nil && c.Marking
 	}
+	return marking
+}
+
+// endLive notes where each followed process's GC is as the recording ends
+// (s.mu held): its objects are followed on until the final read (checkLive),
+// which tells what was alive then.
+func (s *session) endLive() {
+	for pid, p := range s.allocLive.procs {
+		if t := s.targets[pid]; t != nil && !p.ended && !s.gone[pid] {
+			if c, err := t.Reader.GCStamp(); err == nil {
+				p.end = &c
+			}
+		}
+	}
+}
+
+// checkProcess reads the slots of p's followed objects at c, if its GC has
+// moved on since they were last read, and applies what they say unless a
+// GC started while they were read (moved: then they are read again at the
+// next poll). final: the recording's last read.
+func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.GCStamp, final bool) (moved bool) {
+	// Read after each GC's marking, and once more when the sweep last
+	// read under has ended: what it did not free is past it.
+	swept := p.read && c.Idle && !p.last.Idle && c.Count == p.last.Count
+	if c.Marking || c.Compacting || !final && p.read && c.Count == p.last.Count && !p.fresh && !swept {
+		return false
+	}
+	p.fresh = false
+	compacts, _ := r.CompactCount()
+	now := gcPoint{count: c.Count, epoch: c.Epoch, idle: c.Idle, compacts: compacts}
+	now.majors, now.majorsKnown = r.MajorsAt(c.Epoch)
+	judged := make([]liveJudgement, len(p.objects))
+	var addrs []uint64
+	var which []int
+	for i, o := range p.objects {
+		j := &judged[i]
+		j.next = *o
+		if j.verdict, j.read = proveUnread(&j.next, now, final); j.read {
+			addrs = append(addrs, o.key.Slot)
+			which = append(which, i)
+		}
+	}
+	reads := len(addrs)
+	if reads > 0 {
+		// All in a few system calls, so that a GC seldom starts among them.
+		slots, ok := make([]rubystack.SlotObject, reads), make([]bool, reads)
+		err := r.ReadSlots(addrs, slots, ok)
+		for k, i := range which {
+			j := &judged[i]
+			if err != nil || !ok[k] {
+				j.verdict = liveUnproven
+				continue
+			}
+			j.verdict = judgeLive(&j.next, now, slots[k], slots[k].Type(r))
+		}
+	}
+	// What the reads saw holds at now only if no GC started, nor
+	// compacted, while they ran.
+	compactedSince := false
+	if reads > 0 {
+		after, err := r.GCStamp()
+		compactsAfter, _ := r.CompactCount()
+		compactedSince = compactsAfter != compacts
+		moved = err != nil || after.Count != c.Count || after.Marking || after.Compacting || compactedSince
+	}
+	kept := p.objects[:0]
+	for i, o := range p.objects {
+		j := &judged[i]
+		v := j.verdict
+		switch {
+		case !j.read || !moved:
+		case v != liveDead:
+			// Too late to tell: read it again. (A slot that no longer
+			// holds the object tells of its death at any time.)
+			kept = append(kept, o)
+			continue
+		case compactedSince:
+			v = liveUnproven // moved, perhaps, rather than freed
+		}
+		if v == liveUnproven && p.end != nil && oldAtEnd(o, *p.end) {
+			// A major GC after the end, overtaken by the next GC before
+			// its old objects were read, tells nothing of them: they are
+			// as they were when the recording ended.
+			kept = append(kept, o)
+			continue
+		}
+		switch v {
+		case liveProven:
+			*o = j.next
+			kept = append(kept, o)
+		case liveDead:
+			s.sum.LiveDied++
+			s.allocLive.followed--
+		case liveUnproven:
+			s.sum.LiveUnknown++
+			s.allocLive.followed--
+		}
+	}
+	clear(p.objects[len(kept):])
+	p.objects = kept
+	if moved {
+		p.fresh = true
+		return true
+	}
+	p.last, p.read = c, true
+	return false
+}
+
+// liveJudgement is what one pass of checkLive found of a followed object,
+// applied once the pass knows its reads hold.
+type liveJudgement struct {
+	next    liveObject // the object as the verdict leaves it
+	verdict liveVerdict
+	read    bool // its slot was read
 }
 
 type liveVerdict int
@@ -220,15 +349,16 @@ const (
 	liveUnproven                    // the slot's object may or may not be it
 )
 
-// proveLive reads o's slot at now, a point after a GC's marking, and says
-// whether it still holds o's object; a proof moves o's to now. final: the
-// recording ends, and a slot the GC of o's last proof may have swept since
-// is read though no GC started since.
-func (s *session) proveLive(r *rubystack.Reader, o *liveObject, now gcPoint, final bool) liveVerdict {
+// proveUnread says whether o's object is alive at now, a point after a
+// GC's marking, without reading its slot (a proof moves o's to now), or
+// that its slot must be read (read: judgeLive). final: the recording
+// ends, and a slot the GC of o's last proof may have swept since is read
+// though no GC started since.
+func proveUnread(o *liveObject, now gcPoint, final bool) (v liveVerdict, read bool) {
 	p := o.proof
 	inGC := !p.idle && !p.safe // its sweep may free o after p
 	if now.count < p.count || now.count == p.count && !(inGC && (final || now.idle)) {
-		return liveProven // no GC since, or its sweep still under way: read at the next
+		return liveProven, false // no GC since, or its sweep still under way: read at the next
 	}
 	compacted := p.compacting || now.compacts != p.compacts
 	if o.age == rubystack.MaxAge && now.epoch == p.epoch && !(p.epoch == p.count && inGC) && !compacted {
@@ -236,13 +366,9 @@ func (s *session) proveLive(r *rubystack.Reader, o *liveObject, now gcPoint, fin
 		// sweep under way, a minor GC's, frees no old object.
 		now.safe = now.idle || now.epoch != now.count
 		o.proof = now
-		return liveProven
+		return liveProven, false
 	}
-	slot, err := r.ReadSlot(o.key.Slot)
-	if err != nil {
-		return liveUnproven
-	}
-	return judgeLive(o, now, slot, slot.Type(r))
+	return 0, true
 }
 
 // judgeLive says whether slot, read at now and of type typ, holds o's
@@ -279,6 +405,9 @@ func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64
 		// Older than anything put there since.
 	case o.age == rubystack.MaxAge && now.epoch == p.epoch && !(p.epoch == p.count && inGC):
 		// Old, and no major GC since.
+	case o.age == rubystack.MaxAge && onlyMajorIsNow(p, now) && !(p.epoch == p.count && inGC) && slot.Age > 0:
+		// Old, and the one major GC since is the one read under: an
+		// object put in its slot since that GC's sweep is 0 old.
 	default:
 		return liveUnproven
 	}
@@ -289,6 +418,22 @@ func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64
 		o.typ, o.klass = typ, slot.Klass
 	}
 	return liveProven
+}
+
+// oldAtEnd says whether o's object, as last proven, was old and not freed
+// when the recording ended at end: no major GC started between its proof
+// and then, and the one of its proof, if major, had swept it already.
+func oldAtEnd(o *liveObject, end rubystack.GCStamp) bool {
+	p := o.proof
+	inGC := !p.idle && !p.safe
+	return o.age == rubystack.MaxAge && p.count <= end.Count && p.epoch == end.Epoch &&
+		!(p.epoch == p.count && inGC) && !p.compacting
+}
+
+// onlyMajorIsNow says whether exactly one major GC started between p and
+// now, and it is the GC now is in (past its marking).
+func onlyMajorIsNow(p, now gcPoint) bool {
+	return p.majorsKnown && now.majorsKnown && now.majors == p.majors+1 && now.epoch == now.count
 }
 
 // liveRecords is what the recording keeps of the objects alive at its end

@@ -126,3 +126,58 @@ func TestJudgeLiveFirstRead(t *testing.T) {
 		t.Errorf("old after four GCs: %d", v)
 	}
 }
+
+// TestJudgeLiveOldPastOneMajor: an old object read under the one major GC
+// started since its proof (a minor GC, then at once a major one, between
+// two polls) is proven; past two major GCs, or a GC after the major one,
+// it is not, and where the major GC counts are unknown neither.
+func TestJudgeLiveOldPastOneMajor(t *testing.T) {
+	old := rubystack.SlotObject{Flags: 5, Klass: 0x1000, Age: rubystack.MaxAge, AgeKnown: true}
+	proof := gcPoint{count: 138, epoch: 121, idle: true, majors: 7, majorsKnown: true}
+	for _, c := range []struct {
+		name string
+		now  gcPoint
+		want liveVerdict
+	}{
+		{"minor then major", gcPoint{count: 140, epoch: 140, majors: 8, majorsKnown: true}, liveProven},
+		{"the major's sweep over", gcPoint{count: 140, epoch: 140, idle: true, majors: 8, majorsKnown: true}, liveProven},
+		{"two majors", gcPoint{count: 140, epoch: 140, majors: 9, majorsKnown: true}, liveUnproven},
+		{"a minor after the major", gcPoint{count: 141, epoch: 140, majors: 8, majorsKnown: true}, liveUnproven},
+		{"majors unknown", gcPoint{count: 140, epoch: 140}, liveUnproven},
+	} {
+		o := &liveObject{typ: 5, klass: 0x1000, age: rubystack.MaxAge, proof: proof}
+		if v := judgeLive(o, c.now, old, 5); v != c.want {
+			t.Errorf("%s: %d, want %d", c.name, v, c.want)
+		}
+	}
+	// Young in the slot now: another object, whatever the GCs.
+	o := &liveObject{typ: 5, klass: 0x1000, age: rubystack.MaxAge, proof: proof}
+	young := old
+	young.Age = 0
+	if v := judgeLive(o, gcPoint{count: 140, epoch: 140, majors: 8, majorsKnown: true}, young, 5); v != liveDead {
+		t.Errorf("young in an old object's slot: %d", v)
+	}
+}
+
+// TestOldAtEnd: an old object proven before the recording ended, with no
+// major GC started between, was not freed then; one proven before a major
+// GC that started before the end, or young, or proven in a major GC's
+// sweep that may still free it, may have been.
+func TestOldAtEnd(t *testing.T) {
+	end := rubystack.GCStamp{Count: 138, Epoch: 120, Idle: true}
+	for _, c := range []struct {
+		name string
+		o    liveObject
+		want bool
+	}{
+		{"old, proven at the end's GC", liveObject{age: rubystack.MaxAge, proof: gcPoint{count: 138, epoch: 120, idle: true}}, true},
+		{"old, proven earlier in the epoch", liveObject{age: rubystack.MaxAge, proof: gcPoint{count: 125, epoch: 120}}, true},
+		{"old, before the epoch's major", liveObject{age: rubystack.MaxAge, proof: gcPoint{count: 119, epoch: 101, idle: true}}, false},
+		{"old, in the major's own sweep", liveObject{age: rubystack.MaxAge, proof: gcPoint{count: 120, epoch: 120}}, false},
+		{"young", liveObject{age: 2, proof: gcPoint{count: 138, epoch: 120, idle: true}}, false},
+	} {
+		if got := oldAtEnd(&c.o, end); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -549,8 +549,11 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 	} else {
 		close(allocDone)
 	}
+	// The followed objects are watched past the end, until their last read.
+	liveCtx, stopLive := context.WithCancel(context.Background())
+	defer stopLive()
 	if opts.Alloc > 0 && opts.Live {
-		go s.watchLive(runCtx, liveDone)
+		go s.watchLive(liveCtx, liveDone)
 	} else {
 		close(liveDone)
 	}
@@ -563,10 +566,12 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		handle = opts.wrapHandle(handle)
 	}
 	runErr := sampler.Run(runCtx, handle)
+	s.mu.Lock()
+	s.endLive()
+	s.mu.Unlock()
 	sampler.Stop()
 	stop()
 	<-allocDone // its uprobes off before the targets are closed
-	<-liveDone
 	if cmd != nil {
 		s.sum.CommandEnd = s.endCommand(ctx, cmd, cmdDone)
 		s.sum.CommandState = cmd.ProcessState
@@ -579,6 +584,8 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 		s.sum.Refills, s.sum.AllocSamples, s.sum.AllocSeensLost = c.Refills, c.AllocSamples, c.AllocSeensLost
 		s.sum.Lost = max(s.sum.Lost, c.OutputErrors)
 	}
+	stopLive()
+	<-liveDone
 	finErr := s.finish()
 	if runErr != nil {
 		return &s.sum, runErr

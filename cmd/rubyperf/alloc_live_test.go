@@ -50,6 +50,7 @@ func TestRecordAllocLive(t *testing.T) {
 				inuse["Cache#remember"], inuse["Report#render"], alloc["Cache#remember"], alloc["Report#render"], objects, grew)
 			if inuse["Cache#remember"] < 90 || inuse["Report#render"] > 5 {
 				t.Errorf("in use: Cache#remember %.1f%% (want ≥ 90), Report#render %.1f%% (want ≤ 5)", inuse["Cache#remember"], inuse["Report#render"])
+				logInUse(t, p, "Report#render")
 			}
 			// A LeakedRecord never dies: every sample of one is alive at
 			// the end but those whose fate could not be proven (a sample
@@ -133,4 +134,21 @@ func liveProfile(t *testing.T, data string) *profile.Profile {
 		t.Fatalf("sample types %v (default %q)", types, p.DefaultSampleType)
 	}
 	return p
+}
+
+// logInUse logs the samples in use under function fn: their objects in
+// use and allocated, and their object's class.
+func logInUse(t *testing.T, p *profile.Profile, fn string) {
+	t.Helper()
+	for _, s := range p.Sample {
+		if s.Value[2] == 0 {
+			continue
+		}
+		for _, l := range s.Location {
+			if len(l.Line) > 0 && l.Line[0].Function.Name == fn {
+				t.Logf("in use under %s: %d objects (allocated %d), class %v", fn, s.Value[2], s.Value[0], s.Label["object.class"])
+				break
+			}
+		}
+	}
 }
