@@ -205,7 +205,7 @@ func (s *session) checkLive(final bool) (marking bool) {
 				// What the next GC after the end marks was alive when the
 				// recording ended; what it leaves unmarked stays young,
 				// and reads as dead.
-				for err == nil && (c.Count == p.end.Count || c.Marking) && time.Now().Before(deadline) {
+				for err == nil && (c.Count == p.end.Count || c.Marking || c.Starting) && time.Now().Before(deadline) {
 					time.Sleep(liveMarkingPoll)
 					c, err = t.Reader.GCStamp()
 				}
@@ -249,7 +249,7 @@ func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.
 	// Read after each GC's marking, and once more when the sweep last
 	// read under has ended: what it did not free is past it.
 	swept := p.read && c.Idle && !p.last.Idle && c.Count == p.last.Count
-	if c.Marking || c.Compacting || !final && p.read && c.Count == p.last.Count && !p.fresh && !swept {
+	if c.Marking || c.Starting || c.Compacting || !final && p.read && c.Count == p.last.Count && !p.fresh && !swept {
 		return false
 	}
 	p.fresh = false
@@ -288,7 +288,10 @@ func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.
 		after, err := r.GCStamp()
 		compactsAfter, _ := r.CompactCount()
 		compactedSince = compactsAfter != compacts
-		moved = err != nil || after.Count != c.Count || after.Marking || after.Compacting || compactedSince
+		// (Idle, then not at the same count: c was read as a GC started,
+		// before it set its mode.)
+		moved = err != nil || after.Count != c.Count || after.Marking || after.Starting || after.Compacting ||
+			c.Idle && !after.Idle || compactedSince
 	}
 	kept := p.objects[:0]
 	for i, o := range p.objects {
@@ -296,9 +299,10 @@ func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.
 		v := j.verdict
 		switch {
 		case !j.read || !moved:
-		case v != liveDead:
+		case v != liveGone:
 			// Too late to tell: read it again. (A slot that no longer
-			// holds the object tells of its death at any time.)
+			// holds the object tells of its death at any time; an age,
+			// only after the marking it was read under.)
 			kept = append(kept, o)
 			continue
 		case compactedSince:
@@ -315,7 +319,7 @@ func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.
 		case liveProven:
 			*o = j.next
 			kept = append(kept, o)
-		case liveDead:
+		case liveDead, liveGone:
 			s.sum.LiveDied++
 			s.allocLive.followed--
 		case liveUnproven:
@@ -345,8 +349,9 @@ type liveVerdict int
 
 const (
 	liveProven   liveVerdict = iota // the same object, alive
-	liveDead                        // the object is gone from its slot
+	liveDead                        // its slot's object is too young to be it
 	liveUnproven                    // the slot's object may or may not be it
+	liveGone                        // dead: its slot is free, or holds another type or class
 )
 
 // proveUnread says whether o's object is alive at now, a point after a
@@ -385,7 +390,7 @@ func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64
 	case compacted:
 		return liveUnproven // moved, perhaps, and another moved in
 	case !same:
-		return liveDead
+		return liveGone
 	case !slot.AgeKnown:
 		return liveUnproven
 	}

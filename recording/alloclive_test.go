@@ -44,8 +44,8 @@ func TestJudgeLive(t *testing.T) {
 		{"old, a major since, past three GCs", 3, idle, at(15, 11), slot(3), liveUnproven},
 		{"old, read in a major's sweep, more GCs since", 3, sweepingMajor, at(14, 10), slot(3), liveUnproven},
 		{"old, then young", 3, idle, at(12, 11), slot(0), liveDead},
-		{"freed", 1, idle, at(11, 8), rubystack.SlotObject{}, liveDead},
-		{"another class", 1, idle, at(11, 8), rubystack.SlotObject{Flags: str, Klass: 0x2000, Age: 2, AgeKnown: true}, liveDead},
+		{"freed", 1, idle, at(11, 8), rubystack.SlotObject{}, liveGone},
+		{"another class", 1, idle, at(11, 8), rubystack.SlotObject{Flags: str, Klass: 0x2000, Age: 2, AgeKnown: true}, liveGone},
 		{"compacted since", 1, idle, gcPoint{count: 11, epoch: 11, idle: true, compacts: 1}, slot(2), liveUnproven},
 		{"age unknown", 1, idle, at(11, 8), rubystack.SlotObject{Flags: str, Klass: klass}, liveUnproven},
 	} {

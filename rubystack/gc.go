@@ -17,6 +17,10 @@ type GCStamp struct {
 	Marking      bool // the GC is marking (only a major GC marks while Ruby runs)
 	Idle         bool // neither marking nor sweeping: nothing will be freed before the next GC
 	Compacting   bool // the GC is compacting: objects may move
+	// Starting: a GC has started (Count counts it) and not yet set its
+	// mode, which reads as idle: no object is marked or aged yet. Known
+	// only where the GC's counts by kind are read with the stamp.
+	Starting bool
 }
 
 // maxGCSpan bounds the one read of the GC's fields.
@@ -110,6 +114,8 @@ func (r *Reader) GCStamp() (GCStamp, error) {
 	s.Idle = mode == c["gc_mode_none"]
 	s.Compacting = flags>>g.Compacting.BitOffset&1 != 0
 	if counts {
+		// A GC's start bumps the count before its kind's (noteEpoch).
+		s.Starting = le64(buf[g.MinorCount-lo:])+le64(buf[g.MajorCount-lo:]) < s.Count
 		r.noteEpoch(s, buf, lo, read)
 	}
 	return s, nil
