@@ -198,7 +198,8 @@ func (s *session) checkLive(final bool) (marking bool) {
 		}
 		c, err := t.Reader.GCStamp()
 		if final && err == nil && p.end == nil {
-			p.end = &c
+			end := c
+			p.end = &end
 		}
 		for err == nil {
 			if final {
@@ -223,7 +224,7 @@ func (s *session) checkLive(final bool) (marking bool) {
 		if errors.Is(err, rubystack.ErrNoProcess) {
 			p.ended = true
 		}
-		marking = marking || err == nil && c.Marking
+		marking = marking || err == nil && (c.Marking || c.Starting)
 	}
 	return marking
 }
@@ -256,49 +257,52 @@ func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.
 	compacts, _ := r.CompactCount()
 	now := gcPoint{count: c.Count, epoch: c.Epoch, idle: c.Idle, compacts: compacts}
 	now.majors, now.majorsKnown = r.MajorsAt(c.Epoch)
-	judged := make([]liveJudgement, len(p.objects))
+	// Proofs that need no read hold whatever happens next; the others
+	// wait for their reads, all in a few system calls, so that a GC seldom
+	// starts among them.
+	var judged []liveJudgement
 	var addrs []uint64
-	var which []int
 	for i, o := range p.objects {
-		j := &judged[i]
-		j.next = *o
-		if j.verdict, j.read = proveUnread(&j.next, now, final); j.read {
-			addrs = append(addrs, o.key.Slot)
-			which = append(which, i)
+		next := *o
+		if _, read := proveUnread(&next, now, final); !read {
+			*o = next
+			continue
 		}
+		judged = append(judged, liveJudgement{index: i, next: next})
+		addrs = append(addrs, o.key.Slot)
 	}
-	reads := len(addrs)
-	if reads > 0 {
-		// All in a few system calls, so that a GC seldom starts among them.
-		slots, ok := make([]rubystack.SlotObject, reads), make([]bool, reads)
-		err := r.ReadSlots(addrs, slots, ok)
-		for k, i := range which {
-			j := &judged[i]
-			if err != nil || !ok[k] {
-				j.verdict = liveUnproven
-				continue
-			}
+	if len(judged) == 0 {
+		p.last, p.read = c, true
+		return false
+	}
+	slots, ok := make([]rubystack.SlotObject, len(addrs)), make([]bool, len(addrs))
+	err := r.ReadSlots(addrs, slots, ok)
+	for k := range judged {
+		j := &judged[k]
+		j.verdict = liveUnproven
+		if err == nil && ok[k] {
 			j.verdict = judgeLive(&j.next, now, slots[k], slots[k].Type(r))
 		}
 	}
 	// What the reads saw holds at now only if no GC started, nor
-	// compacted, while they ran.
-	compactedSince := false
-	if reads > 0 {
-		after, err := r.GCStamp()
-		compactsAfter, _ := r.CompactCount()
-		compactedSince = compactsAfter != compacts
-		// (Idle, then not at the same count: c was read as a GC started,
-		// before it set its mode.)
-		moved = err != nil || after.Count != c.Count || after.Marking || after.Starting || after.Compacting ||
-			c.Idle && !after.Idle || compactedSince
-	}
+	// compacted, while they ran. (Idle, then not at the same count: c was
+	// read as a GC started, before it set its mode.)
+	after, err := r.GCStamp()
+	compactsAfter, _ := r.CompactCount()
+	compactedSince := compactsAfter != compacts
+	moved = err != nil || after.Count != c.Count || after.Marking || after.Starting || after.Compacting ||
+		c.Idle && !after.Idle || compactedSince
 	kept := p.objects[:0]
 	for i, o := range p.objects {
-		j := &judged[i]
+		if len(judged) == 0 || judged[0].index != i {
+			kept = append(kept, o) // proven unread
+			continue
+		}
+		j := &judged[0]
+		judged = judged[1:]
 		v := j.verdict
 		switch {
-		case !j.read || !moved:
+		case !moved:
 		case v != liveGone:
 			// Too late to tell: read it again. (A slot that no longer
 			// holds the object tells of its death at any time; an age,
@@ -337,12 +341,12 @@ func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.
 	return false
 }
 
-// liveJudgement is what one pass of checkLive found of a followed object,
-// applied once the pass knows its reads hold.
+// liveJudgement is what one pass of checkProcess read of a followed
+// object, applied once the pass knows its reads hold.
 type liveJudgement struct {
+	index   int        // in liveProcess.objects
 	next    liveObject // the object as the verdict leaves it
 	verdict liveVerdict
-	read    bool // its slot was read
 }
 
 type liveVerdict int
