@@ -264,7 +264,7 @@ func (s *session) checkProcess(r *rubystack.Reader, p *liveProcess, c rubystack.
 	var addrs []uint64
 	for i, o := range p.objects {
 		next := *o
-		if _, read := proveUnread(&next, now, final); !read {
+		if provenUnread(&next, now, final) {
 			*o = next
 			continue
 		}
@@ -358,16 +358,16 @@ const (
 	liveGone                        // dead: its slot is free, or holds another type or class
 )
 
-// proveUnread says whether o's object is alive at now, a point after a
-// GC's marking, without reading its slot (a proof moves o's to now), or
-// that its slot must be read (read: judgeLive). final: the recording
-// ends, and a slot the GC of o's last proof may have swept since is read
-// though no GC started since.
-func proveUnread(o *liveObject, now gcPoint, final bool) (v liveVerdict, read bool) {
+// provenUnread says whether o's object is proven alive at now, a point
+// after a GC's marking, without reading its slot (the proof then moves
+// o's to now); else its slot must be read (judgeLive). final: the
+// recording ends, and a slot the GC of o's last proof may have swept since
+// is read though no GC started since.
+func provenUnread(o *liveObject, now gcPoint, final bool) bool {
 	p := o.proof
 	inGC := !p.idle && !p.safe // its sweep may free o after p
 	if now.count < p.count || now.count == p.count && !(inGC && (final || now.idle)) {
-		return liveProven, false // no GC since, or its sweep still under way: read at the next
+		return true // no GC since, or its sweep still under way: read at the next
 	}
 	compacted := p.compacting || now.compacts != p.compacts
 	if o.age == rubystack.MaxAge && now.epoch == p.epoch && !(p.epoch == p.count && inGC) && !compacted {
@@ -375,9 +375,9 @@ func proveUnread(o *liveObject, now gcPoint, final bool) (v liveVerdict, read bo
 		// sweep under way, a minor GC's, frees no old object.
 		now.safe = now.idle || now.epoch != now.count
 		o.proof = now
-		return liveProven, false
+		return true
 	}
-	return 0, true
+	return false
 }
 
 // judgeLive says whether slot, read at now and of type typ, holds o's
