@@ -32,26 +32,34 @@ import (
 // so an object older than 0 read before that second GC is P's. An old
 // object is freed only by a major GC: with none since P, it is P's; with
 // one, the GC read under (Reader.MajorsAt tells how many started between
-// two epochs), an object put in the slot since its sweep is 0 old. A
-// minor GC that leaves the heap full is often followed at once by a major
-// one, so a poll may find both passed: P's old objects are still proven.
-// Anything else (a read after more GCs, a compaction since P, which moves
-// objects) proves nothing, and the object is counted unknown, not alive.
+// two epochs), an object put in the slot since its sweep is 0 old (a minor
+// GC that leaves the heap full is followed at once by a major one, within
+// one poll). Anything else (a read after more GCs, a compaction since P,
+// which moves objects) proves nothing, and the object is counted unknown,
+// not alive.
+//
 // The slots are read after the GC stamp they are judged under, so a GC
 // that starts while they are read would age or replace what they hold
-// unseen: a read is judged only if the stamp read again after it has not
-// moved, else the object stays as it was and is read at the next poll.
+// unseen; and a stamp read as a GC starts (its count bumped, its mode not
+// yet set: GCStamp.Starting) reads idle before anything is marked. So a
+// pass reads no slot under a starting or marking GC, and reads the stamp
+// again after its reads: if it moved, only the deaths a slot shows (free,
+// or another type or class) count, and the rest is read at the next poll.
 //
 // Samples are followed as they are read from the rings (drained at the end
 // of each window of allocation sampling: bpf.Sampler.DrainSoon), their
 // slots read (all in a few system calls: Reader.ReadSlots) at the first
-// poll (every livePoll; liveMarkingPoll while a major GC marks) that finds
-// the process's GC count moved and its GC not marking; old objects only
-// when a major GC may have freed them. When the recording ends they are read once more
-// after the process's next GC (up to liveFinalWait): an object it did not
-// mark is garbage, however recent. What is alive then (for a process that
-// ended first, at its last read), having survived a GC, is written into
-// the recording (readback.FeatureAllocLive): the profile of what is in use.
+// poll (every livePoll; liveMarkingPoll while a GC starts or a major GC
+// marks) that finds the process's GC count moved and its GC not marking;
+// old objects only when a major GC may have freed them. The polls go on
+// past the recording's end (each process's stamp then: endLive) until a
+// last read after the process's next GC (up to liveFinalWait): an object
+// that GC did not mark is garbage, however recent; an old object that a
+// major GC after the end, followed at once by another GC, leaves
+// unprovable counts as it was at the end, when no major GC had started
+// (oldAtEnd). What is alive then (for a process that ended first, at its
+// last read), having survived a GC, is written into the recording
+// (readback.FeatureAllocLive): the profile of what is in use.
 
 // livePoll is how often each followed process's GC counters are read.
 const livePoll = 5 * time.Millisecond
