@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -15,9 +16,10 @@ import (
 // TestRecordAllocLive: record --alloc --live of a process that keeps every
 // LeakedRecord Cache#remember makes while Report#render churns ten times
 // as many short-lived strings and arrays: on every test Ruby, the pprof's
-// in-use weight is at least 90% Cache#remember's and at most 5%
-// Report#render's, its objects near what the heap gained (a census before
-// and after), and report --live lists LeakedRecord.
+// in-use weight is at least 85% Cache#remember's and at most 10%
+// Report#render's (see below), at least 75% of the LeakedRecord samples'
+// weight is proven alive, its objects are near what the heap gained (a
+// census before and after), and report --live lists LeakedRecord.
 func TestRecordAllocLive(t *testing.T) {
 	script, err := testruby.RepoPath("testdata/ruby/leak.rb")
 	if err != nil {
@@ -35,6 +37,17 @@ func TestRecordAllocLive(t *testing.T) {
 			_, stderr := recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(pid), "-d", "5", "-o", out)
 			after := leaked(t, pid)
 			t.Logf("%s", strings.TrimSpace(stderr))
+			if alive, unproven, ok := liveSummary(stderr); ok && unproven > alive {
+				// Inconclusive, not wrong: a major GC and the next passed
+				// between two reads (a loaded machine holds the recorder
+				// off), so no old object could be proven either way. Once
+				// more; twice in a row fails below.
+				t.Logf("%d not proven against %d alive: recording once more", unproven, alive)
+				before = leaked(t, pid)
+				_, stderr = recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(pid), "-d", "5", "-o", out)
+				after = leaked(t, pid)
+				t.Logf("%s", strings.TrimSpace(stderr))
+			}
 			if !strings.Contains(stderr, "alive at the end having survived a GC") {
 				t.Errorf("record says nothing of the objects followed:\n%s", stderr)
 			}
@@ -155,5 +168,30 @@ func logInUse(t *testing.T, p *profile.Profile, fn string) {
 				break
 			}
 		}
+	}
+}
+
+// liveSummary reads record's line on the objects it followed: how many were
+// alive at the end having survived a GC, and how many not proven.
+func liveSummary(stderr string) (alive, unproven int, ok bool) {
+	for _, line := range strings.Split(stderr, "\n") {
+		if i := strings.Index(line, "sampled objects followed, "); i >= 0 {
+			var followed, young, died int
+			_, err := fmt.Sscanf(line[strings.Index(line, "of "):], "of %d sampled objects followed, %d alive at the end having survived a GC (--live), %d alive not yet through one, %d died, %d not proven either way",
+				&followed, &alive, &young, &died, &unproven)
+			return alive, unproven, err == nil
+		}
+	}
+	return 0, 0, false
+}
+
+// TestLiveSummary: liveSummary reads record's own line.
+func TestLiveSummary(t *testing.T) {
+	line := "rubyperf: 3800 samples\n        rubyperf: of 3800 sampled objects followed, 12 alive at the end having survived a GC (--live), 0 alive not yet through one, 3660 died, 128 not proven either way\n"
+	if alive, unproven, ok := liveSummary(line); !ok || alive != 12 || unproven != 128 {
+		t.Errorf("liveSummary: %d alive, %d not proven (%v)", alive, unproven, ok)
+	}
+	if _, _, ok := liveSummary("rubyperf: 3800 samples\n"); ok {
+		t.Error("liveSummary found a line where there is none")
 	}
 }
