@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -159,7 +160,7 @@ func (f *failingFile) WriteAt(p []byte, off int64) (int, error) {
 // attrs, at and inside records, and in the feature sections.
 func TestWriteFailureAt(t *testing.T) {
 	const samples = 1200
-	write := func(limit int64) (w *Writer, path string, offered []Record, werr, cerr error) {
+	write := func(limit int64, keep ...Feature) (w *Writer, path string, offered []Record, werr, cerr error) {
 		path = filepath.Join(t.TempDir(), "f.data")
 		f, err := os.Create(path)
 		if err != nil {
@@ -168,6 +169,9 @@ func TestWriteFailureAt(t *testing.T) {
 		defer f.Close()
 		if w, err = newWriter(&failingFile{File: f, limit: limit}); err != nil {
 			t.Fatal(err)
+		}
+		for _, f := range keep {
+			w.KeepFeature(f)
 		}
 		offered, werr = writeUntilFull(t, w, samples)
 		return w, path, offered, werr, w.Close()
@@ -195,33 +199,68 @@ func TestWriteFailureAt(t *testing.T) {
 		checkPrefix(t, path, w, offered)
 	}
 
-	// The data fits; of the features, all, those placed before the data, or none.
+	// The data fits; of the features, all, or those placed before the
+	// data; where even their table does not fit, or a feature kept (here
+	// BUILD_ID, 2000 bytes set after the data) does not, the latest
+	// records, as few as make room for it.
+	all := []Feature{FeatBuildID, FeatHostname, FeatEventDesc, privateBit}
+	placed := []Feature{FeatHostname, FeatEventDesc, privateBit}
 	for _, c := range []struct {
-		room  int64
-		feats []Feature
+		room     int64
+		keep     []Feature
+		feats    []Feature
+		giveBack bool
 	}{
-		{5000, []Feature{FeatBuildID, FeatHostname, FeatEventDesc, privateBit}},
-		{100, []Feature{FeatHostname, FeatEventDesc, privateBit}},
-		{10, nil},
+		{5000, nil, all, false},
+		{100, nil, placed, false},
+		{10, nil, placed, true},
+		{5000, []Feature{FeatBuildID}, all, false},
+		{100, []Feature{FeatBuildID}, all, true},
 	} {
-		_, path, offered, werr, cerr := write(dataEnd + c.room)
-		if werr != nil || (cerr == nil) != (len(c.feats) == 4) {
-			t.Errorf("room %d for features: write %v, close %v", c.room, werr, cerr)
+		name := fmt.Sprintf("room %d for features, keeping %v", c.room, c.keep)
+		w, path, offered, werr, cerr := write(dataEnd+c.room, c.keep...)
+		if werr != nil || (cerr == nil) != (len(c.feats) == 4 && !c.giveBack) {
+			t.Errorf("%s: write %v, close %v", name, werr, cerr)
 		}
 		r, err := Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := len(readAll(t, r)); got != len(offered) {
-			t.Errorf("room %d for features: %d records of %d", c.room, got, len(offered))
+		got := readAll(t, r)
+		n, _ := w.Records()
+		if len(got) != n {
+			t.Errorf("%s: the file holds %d records, the Writer says %d", name, len(got), n)
 		}
-		if got := r.Features(); !reflect.DeepEqual(got, c.feats) && !(len(got) == 0 && len(c.feats) == 0) {
-			t.Errorf("room %d for features: features %v, want %v (close: %v)", c.room, got, c.feats, cerr)
+		for i := range got {
+			if !reflect.DeepEqual(got[i], offered[i]) {
+				t.Fatalf("%s: record %d: read %+v, offered %+v", name, i, got[i], offered[i])
+			}
+		}
+		// As few given back as make room: a record here is 80-128 bytes.
+		want := len(offered)
+		if c.giveBack {
+			need := int(16*len(c.feats)) - int(c.room)
+			if slices.Contains(c.keep, FeatBuildID) {
+				need += 2000
+			}
+			want -= need/80 + 1
+		}
+		if len(got) > len(offered) || len(got) < want || c.giveBack == (len(got) == len(offered)) {
+			t.Errorf("%s: %d records of %d (want at least %d; gave back: %v)", name, len(got), len(offered), want, cerr)
+		}
+		if got := r.Features(); !reflect.DeepEqual(got, c.feats) {
+			t.Errorf("%s: features %v, want %v (close: %v)", name, got, c.feats, cerr)
 		}
 		r.Close()
 		if _, err := exec.LookPath("perf"); err == nil {
+			samples := 0
+			for _, rec := range got {
+				if _, ok := rec.(*Sample); ok {
+					samples++
+				}
+			}
 			if n := perfScriptSamples(t, path); n != samples {
-				t.Errorf("room %d for features: perf script prints %d samples, want %d", c.room, n, samples)
+				t.Errorf("%s: perf script prints %d samples, want %d", name, n, samples)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package perfdata
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"reflect"
@@ -32,12 +33,14 @@ import (
 // in Flush or Close. Flush writes the buffer and rewrites the header, so the
 // file is valid, without feature sections, should the process die after
 // it. Close writes the feature table; if the table and the late payloads
-// do not fit, it writes only the 16-byte entries of the payloads placed
-// before the data (EVENT_DESC, so perf still prints the event names, and
-// whatever else was set before the first record), or none; it always
-// rewrites the header, which needs no new space. The file must not be in
-// append mode; the Writer never closes it. A Writer is not safe for
-// concurrent use.
+// do not fit, it leaves out the late payloads, the largest first, but
+// those KeepFeature names: for them it gives back the latest records, as
+// few as make room; failing that, it writes only the 16-byte entries of
+// the payloads placed before the data (EVENT_DESC, so perf still prints
+// the event names, and whatever else was set before the first record), or
+// none. It always rewrites the header, which needs no new space. The file
+// must not be in append mode; the Writer never closes it. A Writer is not
+// safe for concurrent use.
 type Writer struct {
 	f        writerFile
 	events   []Event
@@ -52,6 +55,11 @@ type Writer struct {
 	buf      []byte
 	bufRecs  int
 	err      error // the first failed write: later writes are refused
+	kept     map[Feature]bool
+	// ends are the data offsets just past the latest records in the file
+	// (at most maxRecordEnds, ascending), where Close may cut the data to
+	// give room to the features kept.
+	ends []int64
 
 	// BufferSize is how many bytes of records are held before they are
 	// written (0: 64 KiB).
@@ -65,6 +73,10 @@ type writerFile interface {
 }
 
 const writeBufferSize = 64 << 10
+
+// maxRecordEnds bounds Writer.ends: how many of the latest records Close
+// may give back to the features kept.
+const maxRecordEnds = 1 << 13
 
 // bufferSize is BufferSize or its default.
 func (w *Writer) bufferSize() int {
@@ -80,7 +92,8 @@ func NewWriter(f *os.File) (*Writer, error) {
 }
 
 func newWriter(f writerFile) (*Writer, error) {
-	w := &Writer{f: f, features: map[Feature][]byte{}, placed: map[Feature]section{}, dataOff: fileHeaderSize}
+	w := &Writer{f: f, features: map[Feature][]byte{}, placed: map[Feature]section{}, kept: map[Feature]bool{},
+		dataOff: fileHeaderSize}
 	if err := f.Truncate(0); err != nil {
 		return nil, fmt.Errorf("truncate: %w", err)
 	}
@@ -156,6 +169,12 @@ const trailerTypes = SampleTID | SampleTime | SampleID | SampleStreamID | Sample
 
 // Events returns the events added so far; the caller must not modify them.
 func (w *Writer) Events() []Event { return w.events }
+
+// KeepFeature says that feature f, when set, is worth more than the
+// latest records: should Close find no room for it on a full disk, it
+// gives back as many of the latest records as make room (at most the
+// last few thousand).
+func (w *Writer) KeepFeature(f Feature) { w.kept[f] = true }
 
 // SetFeature sets the payload of feature section f (1..255), replacing any
 // earlier one; nil data removes it. Payloads set before the first record
@@ -277,7 +296,7 @@ func (w *Writer) start() error {
 	}
 	b = append(b, make([]byte, align8(len(b))-len(b))...)
 	if _, err := w.f.WriteAt(b, fileHeaderSize); err != nil {
-		w.err = fmt.Errorf("write attrs: %w", err)
+		w.err = fmt.Errorf("write attrs: %w", bare(err))
 		return w.err
 	}
 	w.attrsOK = true
@@ -307,6 +326,7 @@ func (w *Writer) flushRecords() error {
 			keep += size
 			recs++
 		}
+		w.noteEnds(w.buf[:keep], w.dataSize)
 		w.dataSize += int64(keep)
 		w.records += recs
 		dropped := w.bufRecs - recs
@@ -314,9 +334,10 @@ func (w *Writer) flushRecords() error {
 		if terr := w.f.Truncate(w.dataOff + w.dataSize); terr != nil {
 			err = errors.Join(err, fmt.Errorf("truncate after the last whole record: %w", terr))
 		}
-		w.err = fmt.Errorf("write records: %w (kept %d records, dropped %d)", err, w.records, dropped)
+		w.err = fmt.Errorf("write records: %w (kept %d records, dropped %d)", bare(err), w.records, dropped)
 		return w.err
 	}
+	w.noteEnds(w.buf, w.dataSize)
 	w.dataSize += int64(n)
 	w.records += w.bufRecs
 	w.buf, w.bufRecs = w.buf[:0], 0
@@ -324,6 +345,22 @@ func (w *Writer) flushRecords() error {
 		w.buf = nil // after one huge record
 	}
 	return nil
+}
+
+// noteEnds notes the ends of the records in b, whole records written at
+// data offset off, keeping the latest maxRecordEnds.
+func (w *Writer) noteEnds(b []byte, off int64) {
+	for n := 0; n+recordHeaderSize <= len(b); {
+		size := int(le.Uint16(b[n+6:]))
+		if size < recordHeaderSize || size > len(b)-n {
+			break
+		}
+		n += size
+		w.ends = append(w.ends, off+int64(n))
+	}
+	if over := len(w.ends) - maxRecordEnds; over > 0 {
+		w.ends = append(w.ends[:0], w.ends[over:]...)
+	}
 }
 
 // wholeRecords returns the length and count of the whole records at the
@@ -386,35 +423,50 @@ func (w *Writer) Close() error {
 	if w.err != nil {
 		errs = append(errs, w.err)
 	}
-	// The feature table goes at the end of the data. Try every feature,
-	// then only those whose payloads start placed before the data.
+	// The feature table goes at the end of the data. Try every feature;
+	// then without the late payloads not kept, the largest first; then,
+	// the latest records given back, with those kept; then only those
+	// whose payloads start placed before the data.
 	h := w.header()
 	feats := w.featureList()
-	var placed []Feature
-	for _, f := range feats {
-		if _, ok := w.placed[f]; ok {
-			placed = append(placed, f)
-		}
-	}
-	featOff := w.dataOff + w.dataSize
 	var written []Feature
-	for _, try := range [][]Feature{feats, placed} {
-		if len(try) == 0 {
-			break
-		}
-		err := w.writeFeatures(featOff, try)
+	var tried error
+	gaveBack := false
+	for len(feats) > 0 {
+		featOff := w.dataOff + w.dataSize
+		err := w.writeFeatures(featOff, feats)
 		if err == nil {
-			written = try
+			written = feats
 			break
 		}
-		errs = append(errs, err)
+		if tried == nil {
+			tried = err
+			errs = append(errs, err)
+		}
 		w.f.Truncate(featOff) // give back what the partial write took
+		if i := w.largestDroppable(feats); i >= 0 {
+			feats = slices.Delete(feats, i, i+1)
+			continue
+		}
+		if !gaveBack {
+			gaveBack = true
+			if cut, n, ok := w.giveBack(w.featuresSize(feats)); ok {
+				errs = append(errs, fmt.Errorf("cut the last %d records (%d bytes) to make room for the feature sections", n, cut))
+				h = w.header()
+				continue
+			}
+		}
+		placed := slices.DeleteFunc(slices.Clone(feats), func(f Feature) bool { _, ok := w.placed[f]; return !ok })
+		if len(placed) == len(feats) {
+			break
+		}
+		feats = placed
 	}
 	for _, f := range written {
 		h.Features[f/64] |= 1 << (f % 64)
 	}
 	var lost []string
-	for _, f := range feats {
+	for _, f := range w.featureList() {
 		if !h.hasFeature(int(f)) {
 			lost = append(lost, f.String())
 		}
@@ -426,9 +478,72 @@ func (w *Writer) Close() error {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("close: %w", errors.Join(errs...))
+		// One line: what failed first, then what was done about it.
+		args := make([]any, len(errs))
+		for i, e := range errs {
+			args[i] = e
+		}
+		return fmt.Errorf("close: "+strings.Repeat("%w; ", len(errs)-1)+"%w", args...)
 	}
 	return nil
+}
+
+// bare is err without the name of the file (a PathError's): the Writer's
+// file may have been renamed since it was opened, and its caller names
+// it.
+func bare(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// largestDroppable is the index in feats of the largest payload not
+// placed before the data and not kept, or -1.
+func (w *Writer) largestDroppable(feats []Feature) int {
+	best := -1
+	for i, f := range feats {
+		if _, placed := w.placed[f]; placed || w.kept[f] {
+			continue
+		}
+		if best < 0 || len(w.features[f]) > len(w.features[feats[best]]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// featuresSize is how many bytes writeFeatures writes for feats.
+func (w *Writer) featuresSize(feats []Feature) int64 {
+	n := int64(16 * len(feats))
+	for _, f := range feats {
+		if _, placed := w.placed[f]; !placed {
+			n += int64(len(w.features[f]))
+		}
+	}
+	return n
+}
+
+// giveBack cuts the latest whole records from the file, as few as free
+// room bytes at the end of the data; it returns the bytes and records
+// cut, or false when that would take every record, or more than it knows
+// the ends of.
+func (w *Writer) giveBack(room int64) (cut int64, n int, ok bool) {
+	want := w.dataSize - room
+	i, _ := slices.BinarySearch(w.ends, want+1) // ends[:i] are ≤ want
+	if want <= 0 || i == 0 {
+		return 0, 0, false // not a record would be left, or not one known
+	}
+	end := w.ends[i-1]
+	if w.f.Truncate(w.dataOff+end) != nil {
+		return 0, 0, false
+	}
+	n = len(w.ends) - i
+	cut = w.dataSize - end
+	w.ends = w.ends[:i]
+	w.dataSize, w.records = end, w.records-n
+	return cut, n, true
 }
 
 // header is the file header for the records written so far, without features.
@@ -448,7 +563,7 @@ func (w *Writer) header() fileHeader {
 
 func (w *Writer) writeHeader(h fileHeader) error {
 	if _, err := w.f.WriteAt(h.append(nil), 0); err != nil {
-		return fmt.Errorf("write header: %w", err)
+		return fmt.Errorf("write header: %w", bare(err))
 	}
 	return nil
 }
@@ -472,7 +587,7 @@ func (w *Writer) writeFeatures(off int64, feats []Feature) error {
 		table = le.AppendUint64(table, s.Size)   // size
 	}
 	if _, err := w.f.WriteAt(append(table, payload...), off); err != nil {
-		return fmt.Errorf("write feature sections: %w", err)
+		return fmt.Errorf("write feature sections: %w", bare(err))
 	}
 	return nil
 }

@@ -412,6 +412,13 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 			return nil, fmt.Errorf("%s: %w", opts.Output, err)
 		}
 		w.BufferSize = recordBufferSize
+		// On a full disk, the Ruby names and what says how to read the
+		// samples are worth more than the last few records; perf's host
+		// description is not, nor the kernel's symbols (about 1 MB: the
+		// last thousands of samples; kernel frames then go unnamed).
+		for _, f := range []int{readback.FeatureRubySymbols, readback.FeatureAllocLive, readback.FeatureStartTime, readback.FeatureSampleKinds} {
+			w.KeepFeature(perfdata.Feature(f))
+		}
 		s.w = &fileOutput{Writer: w}
 	}
 	s.attr = outputAttr(bo)
