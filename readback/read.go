@@ -102,6 +102,12 @@ var interpFrames = map[string]bool{
 	"vm_call_method_each_type": true, "vm_call_general": true, "vm_call_iseq_setup": true,
 }
 
+// fileExists says whether path names something (it may not be readable).
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
 // threadStarts are the native functions at the bottom of every thread, and
 // of every fiber's stack (libruby's fiber_entry, entered from a coroutine
 // switch that leaves no caller to unwind to).
@@ -132,11 +138,12 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		} else {
 			warn("%s: %v: Ruby frames show as %s", path, err, rubystack.UnknownLabel)
 		}
-	} else if len(r.Features()) == 0 {
+	} else if unfinished := len(r.Features()) == 0; unfinished || fileExists(SymbolsPath(path)) {
 		// No feature section at all, where a finished file has a dozen
 		// (perf's or ours): its recorder died after a checkpoint, which
-		// left the Ruby names beside it.
-		stats.Unfinished = true
+		// left the Ruby names beside it. Or a full disk left no room for
+		// them in the file, and the copy stayed.
+		stats.Unfinished = unfinished
 		names := "no readable " + SymbolsPath(path)
 		// Its names are trusted only from the recording's own owner: a
 		// neighbour may plant one beside it in a shared directory.
@@ -162,7 +169,11 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		if stats.SymbolsFrom == "" {
 			names += ": Ruby frames show as " + rubystack.UnknownLabel
 		}
-		warn("%s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s", path, names)
+		if unfinished {
+			warn("%s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s", path, names)
+		} else {
+			warn("%s: its Ruby names are not in it (was the disk full?); %s", path, names)
+		}
 	}
 	stats.Kinds, stats.Kind = KindsCPU, opts.Kind
 	if b, ok := r.Feature(perfdata.Feature(FeatureSampleKinds)); ok && len(b) == 4 {

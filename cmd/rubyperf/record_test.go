@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,8 @@ import (
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
+	"github.com/rubyperf/rubyperf/perfdata"
+	"github.com/rubyperf/rubyperf/readback"
 	"github.com/rubyperf/rubyperf/recording"
 )
 
@@ -737,12 +740,25 @@ func TestRecordFullOrReadOnlyDisk(t *testing.T) {
 	if samples < 50 || samples > sum.samples {
 		t.Errorf("report reads %d samples, record handled %d", samples, sum.samples)
 	}
+	// The Ruby names are kept, in the file or beside it, at the cost of
+	// the last few records if need be.
+	if !strings.Contains(stdout.String(), "Fib.fib") {
+		t.Errorf("report of the full disk's recording does not name Fib.fib:\n%s\nrecord said:\n%s", stdout.String(), stderr.String())
+	}
 	if n := len(perfScript(t, out)); n != samples {
 		// What perf said, for a failure seen once in CI and not here.
 		o, err := exec.Command(perfBinary(t), "script", "-F", "comm,pid,tid,event,ip,sym", "-i", out).CombinedOutput()
 		hdr, _ := exec.Command(perfBinary(t), "report", "--header-only", "-i", out).CombinedOutput()
-		t.Errorf("perf script reads %d samples, report %d; perf script (%v) began:\n%s\nperf report --header-only:\n%s",
-			n, samples, err, firstLines(string(o), 8), firstLines(string(hdr), 30))
+		stats, _ := exec.Command(perfBinary(t), "report", "--stats", "-i", out).CombinedOutput()
+		dump, _ := exec.Command(perfBinary(t), "script", "-D", "-i", out).CombinedOutput()
+		lines := strings.Split(string(dump), "\n")
+		t.Errorf("perf script reads %d samples, report %d; perf script (%v) began:\n%s\nperf report --header-only:\n%s\nperf report --stats:\n%s\nperf script -D (%d lines) began:\n%s\nand ended:\n%s\nenvironment: %q",
+			n, samples, err, firstLines(string(o), 8), firstLines(string(hdr), 30), firstLines(string(stats), 20),
+			len(lines), firstLines(string(dump), 40), strings.Join(lines[max(0, len(lines)-30):], "\n"),
+			slices.DeleteFunc(os.Environ(), func(kv string) bool {
+				return !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PAGER=") && !strings.HasPrefix(kv, "PERF") &&
+					!strings.HasPrefix(kv, "TERM=") && !strings.HasPrefix(kv, "LANG") && !strings.HasPrefix(kv, "TMPDIR=")
+			}))
 	}
 	if entries, _ := os.ReadDir(full); len(entries) > 2 { // the file, and perhaps its symbol table's copy
 		var names []string
@@ -760,5 +776,36 @@ func TestRecordFullOrReadOnlyDisk(t *testing.T) {
 	if code != 1 || strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "rubyperf: "+out+": ") ||
 		!strings.Contains(msg, "read-only file system") || strings.Contains(msg, ".tmp") {
 		t.Errorf("record onto a read-only mount: exit %d, stderr %q: want one line naming %s and why", code, msg, out)
+	}
+}
+
+// TestSymbolsBesideFinishedRecording: a finished recording without its
+// Ruby names (a full disk left no room even after giving back records)
+// takes them from the copy the checkpoints left beside it, and says so.
+func TestSymbolsBesideFinishedRecording(t *testing.T) {
+	file, _ := workloadRecording(t, time.Second)
+	r, err := perfdata.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, ok := r.Feature(perfdata.Feature(readback.FeatureRubySymbols))
+	r.Close()
+	if !ok {
+		t.Fatalf("%s has no Ruby names", file)
+	}
+	nameless := filepath.Join(t.TempDir(), "rubyperf.data")
+	rewriteRecording(t, file, nameless, recordingRewrite{feats: map[perfdata.Feature][]byte{perfdata.Feature(readback.FeatureRubySymbols): nil}})
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"report", "-i", nameless, "-n", "5"}, &stdout, &stderr); code != 0 || strings.Contains(stdout.String(), "Fib.fib") {
+		t.Fatalf("report without the names: exit %d, names Fib.fib: %v: %s", code, strings.Contains(stdout.String(), "Fib.fib"), stderr.String())
+	}
+	if err := os.WriteFile(readback.SymbolsPath(nameless), table, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"report", "-i", nameless, "-n", "5"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "Fib.fib") || !strings.Contains(stderr.String(), "Ruby names from "+readback.SymbolsPath(nameless)) {
+		t.Errorf("report with the names beside: exit %d:\n%s%s", code, stdout.String(), stderr.String())
 	}
 }
