@@ -205,9 +205,12 @@ type Layout struct {
 		AgeBits     int64 // heap_page age_bits
 		AgeBitsSize int64 // its bytes
 		MarkBits    int64 // heap_page mark_bits: one bit a slot, set for what the last marking reached
-		Page        int64 // heap_page_header page
-		Align       int64 // HEAP_PAGE_ALIGN: a page body's alignment and size
-		SlotSize    int64 // the smallest slot: HEAP_PAGE_OBJ_LIMIT of them fill a page after its header
+		// heap_page wb_unprotected_bits: one bit a slot, set for an object
+		// without write barriers, which the GC never ages
+		WBUnprotectedBits int64
+		Page              int64 // heap_page_header page
+		Align             int64 // HEAP_PAGE_ALIGN: a page body's alignment and size
+		SlotSize          int64 // the smallest slot: HEAP_PAGE_OBJ_LIMIT of them fill a page after its header
 	}
 
 	// Allocated is where the GC counts the objects allocated since the
@@ -472,6 +475,7 @@ func (l *Layout) fields() []field {
 		// check them together; listed so that tables keep them.
 		f(new(int64), "heap_page", "age_bits", opt),
 		f(new(int64), "heap_page", "mark_bits", opt),
+		f(new(int64), "heap_page", "wb_unprotected_bits", opt),
 		f(new(int64), "heap_page", "free_slots", opt),
 		f(new(int64), "heap_page", "freelist", opt),
 		f(new(int64), "heap_page", "slot_size", opt),
@@ -766,7 +770,7 @@ func (l *Layout) resolveHeap() {
 // of age_bits (HEAP_PAGE_BITMAP_LIMIT words of bits each), where present.
 func (l *Layout) resolveHeapPage() {
 	h := &l.HeapPage
-	h.AgeBits, h.Page, h.MarkBits = -1, -1, -1
+	h.AgeBits, h.Page, h.MarkBits, h.WBUnprotectedBits = -1, -1, -1, -1
 	members := l.Structs["heap_page"].Members
 	header, okHeader := l.Structs["heap_page_header"]
 	hp, okHP := header.Members["page"]
@@ -784,6 +788,9 @@ func (l *Layout) resolveHeapPage() {
 	if m, ok := members["mark_bits"]; ok && m.Size == words*8 {
 		h.MarkBits = m.Offset
 	}
+	if m, ok := members["wb_unprotected_bits"]; ok && m.Size == words*8 {
+		h.WBUnprotectedBits = m.Offset
+	}
 	if m, ok := members["age_bits"]; ok && m.Size == words*8*ageBitsPerSlot {
 		h.AgeBits, h.AgeBitsSize = m.Offset, m.Size
 	}
@@ -796,6 +803,12 @@ const ageBitsPerSlot = 2
 // AgesInPages says whether the layout finds an object's age in its heap
 // page (Layout.HeapPage).
 func (l *Layout) AgesInPages() bool { return l.HeapPage.AgeBits >= 0 && l.HeapPage.Page >= 0 }
+
+// WBUnprotectedInPages says whether the layout finds in an object's heap
+// page whether it lacks write barriers (Layout.HeapPage).
+func (l *Layout) WBUnprotectedInPages() bool {
+	return l.HeapPage.WBUnprotectedBits >= 0 && l.HeapPage.Page >= 0
+}
 
 // MarksInPages says whether the layout finds an object's mark bit in its
 // heap page (Layout.HeapPage).

@@ -239,24 +239,23 @@ func (r *Reader) Age(v uint64) (int, error) {
 	if v == 0 || r.o.special(v) {
 		return MaxAge, nil
 	}
-	promoted := uint64(r.Layout.Constants["RUBY_FL_PROMOTED"])
-	if promoted == 0 {
+	if r.Layout.Constants["RUBY_FL_PROMOTED"] == 0 {
 		return 0, ErrAgeUnknown
 	}
-	flags, err := r.direct.word(v + uint64(r.Layout.Basic.Flags))
-	if err != nil {
+	var o [1]SlotObject
+	var ok [1]bool
+	if err := r.readSlots([]uint64{v}, o[:], ok[:], false); err != nil {
 		return 0, err
 	}
-	if flags&promoted == promoted {
-		return MaxAge, nil
-	}
-	if mask, shift, ok := r.Layout.AgeBits(); ok {
-		return int(flags & mask >> shift), nil
-	}
-	if !r.Layout.AgesInPages() {
+	switch {
+	case !ok[0]:
+		return 0, fmt.Errorf("object %#x: could not be read", v)
+	case o[0].AgeKnown:
+		return o[0].Age, nil
+	case !r.AgesKnown():
 		return 0, ErrAgeUnknown
 	}
-	return r.pageAge(v)
+	return 0, fmt.Errorf("%w: the heap page of %#x gives no age", errTorn, v)
 }
 
 // AgesKnown says whether the layout tells a young object's age (Age): in
@@ -264,29 +263,4 @@ func (r *Reader) Age(v uint64) (int, error) {
 func (r *Reader) AgesKnown() bool {
 	_, _, flags := r.Layout.AgeBits()
 	return flags || r.Layout.AgesInPages()
-}
-
-// pageAge reads the age of the object at v from its heap page's age bits:
-// two bits a slot, numbered in the smallest slot's size from the start of
-// the page's aligned body, whose header points to its struct heap_page.
-func (r *Reader) pageAge(v uint64) (int, error) {
-	h := &r.Layout.HeapPage
-	page, err := r.direct.word(r.pageHeader(v))
-	if err != nil {
-		return 0, err
-	}
-	if page == 0 || page&7 != 0 {
-		return 0, fmt.Errorf("%w: the heap page of %#x is at %#x", errTorn, v, page)
-	}
-	slot := r.slotIndex(v)
-	const perWord = 64 / 2 // ages a 64-bit word of age_bits holds
-	word := slot / perWord * 8
-	if word+8 > uint64(h.AgeBitsSize) {
-		return 0, fmt.Errorf("%w: slot %d of the heap page of %#x is past its age bits", errTorn, slot, v)
-	}
-	bits, err := r.direct.word(page + uint64(h.AgeBits) + word)
-	if err != nil {
-		return 0, err
-	}
-	return int(bits >> (slot % perWord * 2) & MaxAge), nil
 }

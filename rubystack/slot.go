@@ -17,6 +17,10 @@ type SlotObject struct {
 	// marking reached the object (once its page is swept, only an old
 	// object's is). MarkKnown where the layout tells it.
 	Marked, MarkKnown bool
+	// WBUnprotected: the slot's bit in its page's wb_unprotected_bits is
+	// set: the object has no write barriers, and the GC never ages it (its
+	// age proves nothing). WBKnown where the layout tells it.
+	WBUnprotected, WBKnown bool
 }
 
 // Type is the object's type tag (RUBY_T_*), 0 for a free slot.
@@ -42,9 +46,16 @@ func (r *Reader) ReadSlot(addr uint64) (SlotObject, error) {
 
 // ReadSlots reads the slots at addrs now, never from a cache, in a few
 // system calls however many there are: out[i] is what addrs[i] holds
-// where ok[i], with its age and mark bit where they could be read (else
-// AgeKnown, MarkKnown false). All three slices have one length.
+// where ok[i], with its age, mark bit and write-barrier bit where they
+// could be read (else AgeKnown, MarkKnown, WBKnown false). All three
+// slices have one length.
 func (r *Reader) ReadSlots(addrs []uint64, out []SlotObject, ok []bool) error {
+	return r.readSlots(addrs, out, ok, true)
+}
+
+// readSlots is ReadSlots, reading the mark and write-barrier bits only
+// where bits says.
+func (r *Reader) readSlots(addrs []uint64, out []SlotObject, ok []bool, bits bool) error {
 	if r.Layout.Basic.Flags != 0 || r.Layout.Basic.Klass != 8 {
 		return errors.New("RBasic is not flags then klass")
 	}
@@ -59,7 +70,8 @@ func (r *Reader) ReadSlots(addrs []uint64, out []SlotObject, ok []bool) error {
 	readPieces(r.direct.mem, pieces, addrs, ok)
 	promoted := uint64(r.Layout.Constants["RUBY_FL_PROMOTED"])
 	mask, shift, inFlags := r.Layout.AgeBits()
-	agesInPages, marksInPages := r.Layout.AgesInPages(), r.Layout.MarksInPages()
+	agesInPages, marksInPages := r.Layout.AgesInPages(), bits && r.Layout.MarksInPages()
+	wbInPages := bits && r.Layout.WBUnprotectedInPages()
 	var headers words // each slot's page header: where its struct heap_page is
 	pageOf := make([]int, len(addrs))
 	for i := range addrs {
@@ -75,7 +87,7 @@ func (r *Reader) ReadSlots(addrs []uint64, out []SlotObject, ok []bool) error {
 			case inFlags:
 				o.Age, o.AgeKnown = int(o.Flags&mask>>shift), true
 			}
-			if agesInPages && !o.AgeKnown || marksInPages {
+			if agesInPages && !o.AgeKnown || marksInPages || wbInPages {
 				pageOf[i] = headers.add(r.pageHeader(addrs[i]))
 			}
 		}
@@ -85,13 +97,14 @@ func (r *Reader) ReadSlots(addrs []uint64, out []SlotObject, ok []bool) error {
 		return nil
 	}
 	headers.read(r.direct.mem)
-	// The bitmap words: two bits of age a slot, one of marking.
+	// The bitmap words: two bits of age a slot, one of marking, one of
+	// write barriers.
 	h := &r.Layout.HeapPage
 	const agesPerWord = 64 / 2
 	var bitmaps words
-	ageAt, markAt := make([]int, len(addrs)), make([]int, len(addrs))
+	ageAt, markAt, wbAt := make([]int, len(addrs)), make([]int, len(addrs)), make([]int, len(addrs))
 	for i, pg := range pageOf {
-		ageAt[i], markAt[i] = -1, -1
+		ageAt[i], markAt[i], wbAt[i] = -1, -1, -1
 		if pg < 0 || !headers.ok[pg] {
 			continue
 		}
@@ -108,6 +121,9 @@ func (r *Reader) ReadSlots(addrs []uint64, out []SlotObject, ok []bool) error {
 		if marksInPages {
 			markAt[i] = bitmaps.add(page + uint64(h.MarkBits) + slot/64*8)
 		}
+		if wbInPages {
+			wbAt[i] = bitmaps.add(page + uint64(h.WBUnprotectedBits) + slot/64*8)
+		}
 	}
 	bitmaps.read(r.direct.mem)
 	for i := range addrs {
@@ -117,6 +133,9 @@ func (r *Reader) ReadSlots(addrs []uint64, out []SlotObject, ok []bool) error {
 		}
 		if m := markAt[i]; m >= 0 && bitmaps.ok[m] {
 			out[i].Marked, out[i].MarkKnown = bitmaps.vals[m]>>(slot%64)&1 != 0, true
+		}
+		if w := wbAt[i]; w >= 0 && bitmaps.ok[w] {
+			out[i].WBUnprotected, out[i].WBKnown = bitmaps.vals[w]>>(slot%64)&1 != 0, true
 		}
 	}
 	return nil

@@ -12,8 +12,10 @@ import (
 )
 
 // slotsScript makes strings of known ages (old: through four GCs; one:
-// through one minor GC; zero: made after the last GC) and prints, for
-// each, its age and what ObjectSpace.dump says of it: address, marked.
+// through one minor GC; zero: made after the last GC) and fibers, which
+// have no write barriers (printed as of age 9), and prints, for each, its
+// age and what ObjectSpace.dump says of it: address, marked, and
+// wb_protected where it has them.
 const slotsScript = `require "objspace"
 GC.disable
 $old = Array.new(50) { |i| "old #{i}" }
@@ -22,15 +24,17 @@ GC.enable
 $one = Array.new(50) { |i| "one #{i}" }
 GC.start(full_mark: false)
 $zero = Array.new(50) { |i| "zero #{i}" }
-{3 => $old, 1 => $one, 0 => $zero}.each do |age, objs|
+$fibers = Array.new(50) { Fiber.new {} }
+{3 => $old, 1 => $one, 0 => $zero, 9 => $fibers}.each do |age, objs|
   objs.each { |o| STDOUT.puts "#{age} #{ObjectSpace.dump(o)}" }
 end
 STDOUT.puts "ready"; STDOUT.flush; sleep`
 
 // TestReadSlots: on every test Ruby, the slots of strings of known ages
 // read in one batch hold strings, each of the age it has (from its flags
-// up to 3.2, its page's age bits from 3.3), and marked as ObjectSpace.dump
-// says where the layout tells it; ReadSlot reads each alike; an unmapped
+// up to 3.2, its page's age bits from 3.3; Age says the same), and marked
+// and with write barriers as ObjectSpace.dump says where the layout tells
+// it, as the fibers' are not; ReadSlot reads each alike; an unmapped
 // address in the batch fails alone.
 func TestReadSlots(t *testing.T) {
 	for _, r := range testruby.All(t) {
@@ -52,6 +56,7 @@ func TestReadSlots(t *testing.T) {
 				age    int
 				addr   uint64
 				marked bool
+				wb     bool // wb_protected
 			}
 			var objs []object
 			for _, l := range lines {
@@ -71,13 +76,14 @@ func TestReadSlots(t *testing.T) {
 					t.Fatalf("address %q: %v", d.Address, err)
 				}
 				o.marked = d.Flags["marked"] == true
-				if age, ok := d.Flags["age"].(float64); ok && int(age) != o.age { // 4.0 says
+				o.wb = d.Flags["wb_protected"] == true
+				if age, ok := d.Flags["age"].(float64); ok && int(age) != o.age && o.age != 9 { // 4.0 says
 					t.Fatalf("the Ruby's own age of %#x is %v, not %d", o.addr, age, o.age)
 				}
 				objs = append(objs, o)
 			}
-			if len(objs) != 150 {
-				t.Fatalf("%d objects printed, want 150", len(objs))
+			if len(objs) != 200 {
+				t.Fatalf("%d objects printed, want 200", len(objs))
 			}
 			addrs := []uint64{0x10}
 			for _, o := range objs {
@@ -94,11 +100,22 @@ func TestReadSlots(t *testing.T) {
 			for i, o := range objs {
 				s := out[i+1]
 				one, err := rd.ReadSlot(o.addr)
+				if o.age == 9 { // a fiber
+					if typ := s.Type(rd); !ok[i+1] || typ != uint64(rd.Layout.Constants["RUBY_T_DATA"]) || o.wb || !s.WBKnown || !s.WBUnprotected {
+						t.Errorf("%#x: %+v (read %v), want a T_DATA without write barriers (ObjectSpace.dump: wb_protected %v)", o.addr, s, ok[i+1], o.wb)
+					}
+					continue
+				}
+				age, ageErr := rd.Age(o.addr)
 				switch {
 				case !ok[i+1] || err != nil:
 					t.Errorf("%#x (age %d): not read (%v)", o.addr, o.age, err)
 				case s.Type(rd) != uint64(rd.Layout.Constants["RUBY_T_STRING"]) || !s.AgeKnown:
 					t.Errorf("%#x: %+v, want a string of known age", o.addr, s)
+				case !o.wb || !s.WBKnown || s.WBUnprotected:
+					t.Errorf("%#x: %+v, want a string with write barriers (ObjectSpace.dump: wb_protected %v)", o.addr, s, o.wb)
+				case ageErr != nil || age != s.Age:
+					t.Errorf("%#x: Age %d (%v), ReadSlot's %d", o.addr, age, ageErr, s.Age)
 				case s.Age != o.age || s.MarkKnown && s.Marked != o.marked:
 					if wrong++; wrong <= 5 {
 						t.Errorf("%#x: age %d marked %v (known %v), want age %d marked %v", o.addr, s.Age, s.Marked, s.MarkKnown, o.age, o.marked)
