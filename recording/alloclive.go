@@ -85,6 +85,9 @@ type liveObject struct {
 	klass, typ uint64  // of what its slot held, once read (typ 0: not yet)
 	age        int     // at the last proof
 	proof      gcPoint // where the GC was at the last proof
+	// survived: proven through a GC by its mark bit, not its age (an
+	// object without write barriers, which the GC never ages).
+	survived bool
 }
 
 // gcPoint is where a process's GC was at a proof.
@@ -403,6 +406,8 @@ func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64
 		return liveUnproven // moved, perhaps, and another moved in
 	case !same:
 		return liveGone
+	case slot.WBKnown && slot.WBUnprotected:
+		return judgeUnaged(o, now, slot, typ)
 	case !slot.AgeKnown:
 		return liveUnproven
 	}
@@ -437,6 +442,34 @@ func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64
 	return liveProven
 }
 
+// judgeUnaged judges, by its mark bit, an object without write barriers,
+// which the GC never ages (nor, if it had been old, keeps old). A slot's
+// mark bit is set, at a read after the marking of the GC now is in (reads
+// are never made under one), for what that marking reached, until the
+// sweep reaches its page; from then on, for an uncollectible object
+// alone (old, or, up to Ruby 3.2, without write barriers and referenced
+// from an old one), which only a major GC that does not mark it frees. An
+// object put in the slot after a sweep freed o's is neither. So with that
+// GC the first since p whose sweep could free o's (one GC started since
+// p, idle or safe; or none, and p under its sweep), a marked slot holds
+// o's object, alive through it. An unmarked one proves nothing: its page
+// may have been swept (and from Ruby 3.3, a young object without write
+// barriers is never uncollectible).
+func judgeUnaged(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64) liveVerdict {
+	p := o.proof
+	inGC := !p.idle && !p.safe
+	started := now.count - p.count
+	if !slot.MarkKnown || !slot.Marked || !(started == 1 && !inGC || started == 0 && inGC) {
+		return liveUnproven
+	}
+	now.safe = true // marked by the GC whose sweep it may be
+	if o.typ == 0 {
+		o.typ, o.klass = typ, slot.Klass
+	}
+	o.age, o.proof, o.survived = 0, now, true
+	return liveProven
+}
+
 // oldAtEnd says whether o's object, as last proven, was old and not freed
 // when the recording ended at end: no major GC started between its proof
 // and then, and the one of its proof, if major, had swept it already.
@@ -462,7 +495,7 @@ func (s *session) liveRecords() []byte {
 	young := uint64(0)
 	for _, p := range s.allocLive.procs {
 		for _, o := range p.objects {
-			if o.age == 0 {
+			if o.age == 0 && !o.survived {
 				young++
 				continue
 			}

@@ -159,6 +159,50 @@ func TestJudgeLiveOldPastOneMajor(t *testing.T) {
 	}
 }
 
+// TestJudgeUnaged: an object without write barriers (its age stays 0)
+// is proven alive by its mark bit, read after the first GC that could
+// free it; never by its age, and never dead by an unmarked bit (its page
+// may have been swept since its GC marked it).
+func TestJudgeUnaged(t *testing.T) {
+	slot := func(marked bool) rubystack.SlotObject {
+		return rubystack.SlotObject{Flags: 0xc, Klass: 0x1000, AgeKnown: true, MarkKnown: true, Marked: marked,
+			WBKnown: true, WBUnprotected: true}
+	}
+	proof := gcPoint{count: 10, epoch: 9, idle: true}
+	sweeping := gcPoint{count: 10, epoch: 9} // read under GC 10's sweep, not proven safe
+	for _, c := range []struct {
+		name   string
+		proof  gcPoint
+		now    gcPoint
+		marked bool
+		want   liveVerdict
+	}{
+		{"marked by the next GC", proof, gcPoint{count: 11, epoch: 9}, true, liveProven},
+		{"marked, its sweep over", proof, gcPoint{count: 11, epoch: 9, idle: true}, true, liveProven},
+		{"unmarked after the next GC", proof, gcPoint{count: 11, epoch: 9, idle: true}, false, liveUnproven},
+		{"marked, two GCs since", proof, gcPoint{count: 12, epoch: 9}, true, liveUnproven},
+		{"marked under the sweep of its proof", sweeping, gcPoint{count: 10, epoch: 9, idle: true}, true, liveProven},
+		{"marked by the GC after an unsafe proof", sweeping, gcPoint{count: 11, epoch: 9}, true, liveUnproven},
+	} {
+		o := &liveObject{typ: 0xc, klass: 0x1000, proof: c.proof}
+		v := judgeLive(o, c.now, slot(c.marked), 0xc)
+		if v != c.want {
+			t.Errorf("%s: %d, want %d", c.name, v, c.want)
+		}
+		if v == liveProven && (!o.survived || o.age != 0 || o.proof.count != c.now.count) {
+			t.Errorf("%s: proven, but left %+v", c.name, *o)
+		}
+	}
+	// The same slot read as if it had write barriers: age 0 after a GC is
+	// a successor's, and the object is dead.
+	o := &liveObject{typ: 0xc, klass: 0x1000, proof: proof}
+	aged := slot(true)
+	aged.WBUnprotected = false
+	if v := judgeLive(o, gcPoint{count: 11, epoch: 9}, aged, 0xc); v != liveDead {
+		t.Errorf("age 0 after a GC, with write barriers: %d, want dead", v)
+	}
+}
+
 // TestOldAtEnd: an old object proven before the recording ended, with no
 // major GC started between, was not freed then; one proven before a major
 // GC that started before the end, or young, or proven in a major GC's
