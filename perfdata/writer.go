@@ -315,6 +315,7 @@ func (w *Writer) flushRecords() error {
 		err = errors.New("short write")
 	}
 	if err != nil {
+		err = bare(err)
 		keep, recs := wholeRecords(w.buf[:n])
 		// A large write can fail whole where smaller ones still fit (tmpfs
 		// allocating large folios does): write the rest record by record.
@@ -334,7 +335,7 @@ func (w *Writer) flushRecords() error {
 		if terr := w.f.Truncate(w.dataOff + w.dataSize); terr != nil {
 			err = errors.Join(err, fmt.Errorf("truncate after the last whole record: %w", terr))
 		}
-		w.err = fmt.Errorf("write records: %w (kept %d records, dropped %d)", bare(err), w.records, dropped)
+		w.err = fmt.Errorf("write records: %w (kept %d records, dropped %d)", err, w.records, dropped)
 		return w.err
 	}
 	w.noteEnds(w.buf, w.dataSize)
