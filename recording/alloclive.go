@@ -90,6 +90,10 @@ type liveObject struct {
 	survived bool
 }
 
+// throughGC says whether o's object was proven alive through a GC: older
+// than new, or marked by one (survived).
+func (o *liveObject) throughGC() bool { return o.age > 0 || o.survived }
+
 // gcPoint is where a process's GC was at a proof.
 type gcPoint struct {
 	count, epoch uint64
@@ -408,6 +412,8 @@ func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64
 		return liveGone
 	case slot.WBKnown && slot.WBUnprotected:
 		return judgeUnaged(o, now, slot, typ)
+	case o.survived && !slot.WBKnown:
+		return liveUnproven // without write barriers before: its age tells nothing
 	case !slot.AgeKnown:
 		return liveUnproven
 	}
@@ -487,7 +493,7 @@ func onlyMajorIsNow(p, now gcPoint) bool {
 }
 
 // liveRecords is what the recording keeps of the objects alive at its end
-// (s.mu held): each one that survived a GC (age ≥ 1), as the AllocKey of
+// (s.mu held): each one that survived a GC (throughGC), as the AllocKey of
 // its sample, 24 bytes (pid, tid, window, seq: u32; slot: u64), after a
 // header of the counts (readback.FeatureAllocLive).
 func (s *session) liveRecords() []byte {
@@ -495,7 +501,7 @@ func (s *session) liveRecords() []byte {
 	young := uint64(0)
 	for _, p := range s.allocLive.procs {
 		for _, o := range p.objects {
-			if o.age == 0 && !o.survived {
+			if !o.throughGC() {
 				young++
 				continue
 			}
@@ -568,7 +574,7 @@ func (v *LiveView) Objects(fn func(pid int, o merge.AllocObject, alive bool)) bo
 		}
 		for _, o := range p.objects {
 			k := o.key
-			fn(pid, merge.AllocObject{TID: k.TID, Window: k.Window, Seq: k.Seq, Slot: k.Slot}, o.age > 0)
+			fn(pid, merge.AllocObject{TID: k.TID, Window: k.Window, Seq: k.Seq, Slot: k.Slot}, o.throughGC())
 		}
 	}
 	return true

@@ -193,9 +193,17 @@ func TestJudgeUnaged(t *testing.T) {
 			t.Errorf("%s: proven, but left %+v", c.name, *o)
 		}
 	}
+	// Proven by its mark once, then read where the page's bits could not
+	// be: its age 0 tells nothing.
+	o := &liveObject{typ: 0xc, klass: 0x1000, proof: proof, survived: true}
+	unread := slot(true)
+	unread.WBKnown, unread.WBUnprotected, unread.MarkKnown = false, false, false
+	if v := judgeLive(o, gcPoint{count: 11, epoch: 9}, unread, 0xc); v != liveUnproven {
+		t.Errorf("once without write barriers, its bits unread: %d, want not proven", v)
+	}
 	// The same slot read as if it had write barriers: age 0 after a GC is
 	// a successor's, and the object is dead.
-	o := &liveObject{typ: 0xc, klass: 0x1000, proof: proof}
+	o = &liveObject{typ: 0xc, klass: 0x1000, proof: proof}
 	aged := slot(true)
 	aged.WBUnprotected = false
 	if v := judgeLive(o, gcPoint{count: 11, epoch: 9}, aged, 0xc); v != liveDead {
