@@ -156,6 +156,9 @@ func (f *failingFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
 }
 
+// hugeBit is a feature TestWriteFailureAt keeps that never fits.
+const hugeBit Feature = 250
+
 // TestWriteFailureAt simulates a full disk at many file sizes: in the
 // attrs, at and inside records, and in the feature sections.
 func TestWriteFailureAt(t *testing.T) {
@@ -174,6 +177,10 @@ func TestWriteFailureAt(t *testing.T) {
 			w.KeepFeature(f)
 		}
 		offered, werr = writeUntilFull(t, w, samples)
+		if slices.Contains(keep, hugeBit) {
+			// Kept, and larger than all the records: never room for it.
+			w.SetFeature(hugeBit, make([]byte, 1<<20))
+		}
 		return w, path, offered, werr, w.Close()
 	}
 	// Where the data ends when everything fits.
@@ -216,6 +223,7 @@ func TestWriteFailureAt(t *testing.T) {
 		{10, nil, placed, true},
 		{5000, []Feature{FeatBuildID}, all, false},
 		{100, []Feature{FeatBuildID}, all, true},
+		{100, []Feature{FeatBuildID, hugeBit}, all, true},
 	} {
 		name := fmt.Sprintf("room %d for features, keeping %v", c.room, c.keep)
 		w, path, offered, werr, cerr := write(dataEnd+c.room, c.keep...)

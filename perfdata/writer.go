@@ -34,11 +34,13 @@ import (
 // file is valid, without feature sections, should the process die after
 // it. Close writes the feature table; if the table and the late payloads
 // do not fit, it leaves out the late payloads, the largest first, but
-// those KeepFeature names: for them it gives back the latest records, as
-// few as make room; failing that, it writes only the 16-byte entries of
-// the payloads placed before the data (EVENT_DESC, so perf still prints
-// the event names, and whatever else was set before the first record), or
-// none. It always rewrites the header, which needs no new space. The file
+// those KeepFeature names; then it gives back the latest records, as few
+// as make room for what is left (those kept, and the 16-byte entries of
+// the payloads placed before the data: EVENT_DESC, so perf still prints
+// the event names, and whatever else was set before the first record),
+// leaving out the kept ones too, the largest first, while that cannot be
+// done; or it writes none. It always rewrites the header, which needs no
+// new space. The file
 // must not be in append mode; the Writer never closes it. A Writer is not
 // safe for concurrent use.
 type Writer struct {
@@ -56,6 +58,7 @@ type Writer struct {
 	bufRecs  int
 	err      error // the first failed write: later writes are refused
 	kept     map[Feature]bool
+	written  []Feature // by Close
 	// ends are the data offsets just past the latest records in the file
 	// (at most maxRecordEnds, ascending), where Close may cut the data to
 	// give room to the features kept.
@@ -95,7 +98,7 @@ func newWriter(f writerFile) (*Writer, error) {
 	w := &Writer{f: f, features: map[Feature][]byte{}, placed: map[Feature]section{}, kept: map[Feature]bool{},
 		dataOff: fileHeaderSize}
 	if err := f.Truncate(0); err != nil {
-		return nil, fmt.Errorf("truncate: %w", err)
+		return nil, fmt.Errorf("truncate: %w", bare(err))
 	}
 	if err := w.writeHeader(w.header()); err != nil {
 		return nil, err
@@ -170,10 +173,14 @@ const trailerTypes = SampleTID | SampleTime | SampleID | SampleStreamID | Sample
 // Events returns the events added so far; the caller must not modify them.
 func (w *Writer) Events() []Event { return w.events }
 
+// Written says whether Close wrote feature section f (and the header
+// that lists it).
+func (w *Writer) Written(f Feature) bool { return slices.Contains(w.written, f) }
+
 // KeepFeature says that feature f, when set, is worth more than the
 // latest records: should Close find no room for it on a full disk, it
 // gives back as many of the latest records as make room (at most the
-// last few thousand).
+// last 8,192), where others are left out.
 func (w *Writer) KeepFeature(f Feature) { w.kept[f] = true }
 
 // SetFeature sets the payload of feature section f (1..255), replacing any
@@ -333,7 +340,7 @@ func (w *Writer) flushRecords() error {
 		dropped := w.bufRecs - recs
 		w.buf, w.bufRecs = w.buf[:0], 0
 		if terr := w.f.Truncate(w.dataOff + w.dataSize); terr != nil {
-			err = errors.Join(err, fmt.Errorf("truncate after the last whole record: %w", terr))
+			err = fmt.Errorf("%w; truncate after the last whole record: %w", err, bare(terr))
 		}
 		w.err = fmt.Errorf("write records: %w (kept %d records, dropped %d)", err, w.records, dropped)
 		return w.err
@@ -351,14 +358,7 @@ func (w *Writer) flushRecords() error {
 // noteEnds notes the ends of the records in b, whole records written at
 // data offset off, keeping the latest maxRecordEnds.
 func (w *Writer) noteEnds(b []byte, off int64) {
-	for n := 0; n+recordHeaderSize <= len(b); {
-		size := int(le.Uint16(b[n+6:]))
-		if size < recordHeaderSize || size > len(b)-n {
-			break
-		}
-		n += size
-		w.ends = append(w.ends, off+int64(n))
-	}
+	eachWholeRecord(b, func(end int) { w.ends = append(w.ends, off+int64(end)) })
 	if over := len(w.ends) - maxRecordEnds; over > 0 {
 		w.ends = append(w.ends[:0], w.ends[over:]...)
 	}
@@ -367,6 +367,12 @@ func (w *Writer) noteEnds(b []byte, off int64) {
 // wholeRecords returns the length and count of the whole records at the
 // start of b, a run of records as written.
 func wholeRecords(b []byte) (n, count int) {
+	return eachWholeRecord(b, nil)
+}
+
+// eachWholeRecord walks the whole records at the start of b, calling fn
+// (if not nil) with the end of each, and returns their length and count.
+func eachWholeRecord(b []byte, fn func(end int)) (n, count int) {
 	for n+recordHeaderSize <= len(b) {
 		size := int(le.Uint16(b[n+6:]))
 		if size < recordHeaderSize || size > len(b)-n {
@@ -374,6 +380,9 @@ func wholeRecords(b []byte) (n, count int) {
 		}
 		n += size
 		count++
+		if fn != nil {
+			fn(n)
+		}
 	}
 	return n, count
 }
@@ -445,7 +454,7 @@ func (w *Writer) Close() error {
 			errs = append(errs, err)
 		}
 		w.f.Truncate(featOff) // give back what the partial write took
-		if i := w.largestDroppable(feats); i >= 0 {
+		if i := w.largestLate(feats, false); i >= 0 {
 			feats = slices.Delete(feats, i, i+1)
 			continue
 		}
@@ -457,11 +466,14 @@ func (w *Writer) Close() error {
 				continue
 			}
 		}
-		placed := slices.DeleteFunc(slices.Clone(feats), func(f Feature) bool { _, ok := w.placed[f]; return !ok })
-		if len(placed) == len(feats) {
-			break
+		// No room even so: the largest kept one goes, and records are
+		// given back again for the rest.
+		if i := w.largestLate(feats, true); i >= 0 {
+			feats = slices.Delete(feats, i, i+1)
+			gaveBack = false
+			continue
 		}
-		feats = placed
+		break
 	}
 	for _, f := range written {
 		h.Features[f/64] |= 1 << (f % 64)
@@ -477,6 +489,8 @@ func (w *Writer) Close() error {
 	}
 	if err := w.writeHeader(h); err != nil {
 		errs = append(errs, err)
+	} else {
+		w.written = written
 	}
 	if len(errs) > 0 {
 		// One line: what failed first, then what was done about it.
@@ -500,12 +514,12 @@ func bare(err error) error {
 	return err
 }
 
-// largestDroppable is the index in feats of the largest payload not
-// placed before the data and not kept, or -1.
-func (w *Writer) largestDroppable(feats []Feature) int {
+// largestLate is the index in feats of the largest payload not placed
+// before the data, of those kept or of the others, or -1.
+func (w *Writer) largestLate(feats []Feature, kept bool) int {
 	best := -1
 	for i, f := range feats {
-		if _, placed := w.placed[f]; placed || w.kept[f] {
+		if _, placed := w.placed[f]; placed || w.kept[f] != kept {
 			continue
 		}
 		if best < 0 || len(w.features[f]) > len(w.features[feats[best]]) {

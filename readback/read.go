@@ -172,7 +172,7 @@ func ReadStacks(path string, opts ReadOptions, fn func(merge.Stack) error) (*Rea
 		if unfinished {
 			warn("%s: not finished (its recorder was killed?): the samples up to its last checkpoint; %s", path, names)
 		} else {
-			warn("%s: its Ruby names are not in it (was the disk full?); %s", path, names)
+			warn("%s: its Ruby names are not in it (was the disk full?); %s as of its last checkpoint", path, names)
 		}
 	}
 	stats.Kinds, stats.Kind = KindsCPU, opts.Kind

@@ -35,6 +35,8 @@ type output interface {
 	WriteRecord(raw []byte, rec perfdata.Record, p *payload.Payload) error
 	Synthesize(event int, rec perfdata.Record) error
 	SetFeature(f perfdata.Feature, data []byte) error
+	// Written says whether Close wrote feature section f.
+	Written(f perfdata.Feature) bool
 	Flush() error
 	Close() error
 }
@@ -151,6 +153,7 @@ func (l *live) Synthesize(_ int, rec perfdata.Record) error { return l.take(rec,
 
 func (l *live) SetFeature(perfdata.Feature, []byte) error { return nil }
 func (l *live) Flush() error                              { return nil }
+func (l *live) Written(perfdata.Feature) bool             { return false }
 func (l *live) Close() error                              { return nil }
 
 // take applies a side-band record, or merges a sample (p: its payload,

@@ -748,7 +748,7 @@ func (s *session) finish() error {
 	if err := s.w.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", s.opts.Output, err))
 	}
-	if len(errs) == 0 && s.live == nil {
+	if s.live == nil && s.w.Written(perfdata.Feature(readback.FeatureRubySymbols)) {
 		os.Remove(readback.SymbolsPath(s.opts.Output)) // the table is in the file now
 	}
 	return errors.Join(errs...)
