@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 # Leaks of objects without write barriers, which the GC never ages: Clock
 # keeps every Time it takes (such an object up to Ruby 3.2) and Pool every
-# Fiber it makes (in every Ruby), beside churn. Prints, first, the classes
+# Fiber it makes (in every Ruby), beside churn that makes them too. Prints, first, the classes
 # of this Ruby whose objects have no write barriers, and those of them a GC
 # keeps marked once kept, as ObjectSpace.dump tells them.
 #
@@ -18,8 +18,12 @@ class Pool
   def spawn(n) = n.times { @fibers << Fiber.new { :done } }
 end
 
+# Churn, Times and a Fiber among it: garbage at once.
 class Report
-  def render(n) = n.times.map { |i| ["row #{i}", i.to_s * 3] }.size
+  def render(n)
+    Fiber.new { :discarded }
+    n.times.map { |i| ["row #{i}", i.to_s * 3, Time.now] }.size
+  end
 end
 
 unaged = { "Time" => Time.now, "Fiber" => Fiber.new {} }.reject { |_, o| ObjectSpace.dump(o).include?('"wb_protected":true') }
