@@ -766,8 +766,9 @@ func (l *Layout) resolveHeap() {
 // resolveHeapPage finds the struct heap_page of an object's slot
 // (Layout.HeapPage), when the layout has every piece, each plausible: a
 // power-of-two alignment, one slot size that HEAP_PAGE_OBJ_LIMIT slots
-// after the header imply; and in it, one bit a slot of mark_bits and two
-// of age_bits (HEAP_PAGE_BITMAP_LIMIT words of bits each), where present.
+// after the header imply; and in it, one bit a slot of mark_bits and of
+// wb_unprotected_bits, and two of age_bits (HEAP_PAGE_BITMAP_LIMIT words
+// of bits each), where present.
 func (l *Layout) resolveHeapPage() {
 	h := &l.HeapPage
 	h.AgeBits, h.Page, h.MarkBits, h.WBUnprotectedBits = -1, -1, -1, -1
