@@ -31,6 +31,7 @@ type key struct{ pkg, test string }
 type summary struct {
 	out     io.Writer
 	output  map[key][]string // each test's and package's output, until it ends
+	running map[key]bool     // tests started and not ended
 	passed  int
 	failed  []failure
 	skipped []skip
@@ -85,7 +86,7 @@ type skip struct {
 }
 
 func newSummary(out io.Writer) *summary {
-	return &summary{out: out, output: map[key][]string{}}
+	return &summary{out: out, output: map[key][]string{}, running: map[key]bool{}}
 }
 
 // take reads one line of go test's output: an event, or text go test
@@ -97,6 +98,14 @@ func (s *summary) take(line string) {
 		return
 	}
 	k := key{e.Package, e.Test}
+	if e.Test != "" {
+		switch e.Action {
+		case "run":
+			s.running[k] = true
+		case "pass", "fail", "skip":
+			delete(s.running, k)
+		}
+	}
 	switch e.Action {
 	case "output", "build-output":
 		s.output[k] = append(s.output[k], e.Output)
@@ -140,9 +149,31 @@ func skipReason(lines []string) string {
 	return "(no reason given)"
 }
 
+// maxUnfinishedLines bounds what finish prints of a test that never ended.
+const maxUnfinishedLines = 40
+
 // finish prints the counts and the skips, and says whether the run passed:
-// no failure, and no skip where skips are failures (mustRun).
+// no failure, and no skip where skips are failures (mustRun). A test that
+// started and never ended (its package killed: go test's -timeout, whose
+// panic lands in the output of the test running) is a failure, its last
+// lines printed.
 func (s *summary) finish(mustRun bool) bool {
+	var unfinished []key
+	for k := range s.running {
+		unfinished = append(unfinished, k)
+	}
+	sort.Slice(unfinished, func(i, j int) bool {
+		a, b := unfinished[i], unfinished[j]
+		return a.pkg < b.pkg || a.pkg == b.pkg && a.test < b.test
+	})
+	for _, k := range unfinished {
+		lines := s.output[k]
+		fmt.Fprintf(s.out, "=== %s %s never ended; its last lines:\n", k.pkg, k.test)
+		for _, l := range lines[max(0, len(lines)-maxUnfinishedLines):] {
+			fmt.Fprint(s.out, l)
+		}
+		s.failed = append(s.failed, failure{k, append(digest(lines), "(never ended: killed with its package?)")})
+	}
 	sort.Slice(s.skipped, func(i, j int) bool {
 		a, b := s.skipped[i].test, s.skipped[j].test
 		return a.pkg < b.pkg || a.pkg == b.pkg && a.test < b.test

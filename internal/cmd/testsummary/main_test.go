@@ -54,3 +54,28 @@ func TestSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryUnfinished: a test that never ended (go test's -timeout
+// killed its package; the panic is in its output) is a failure, named,
+// with its last lines.
+func TestSummaryUnfinished(t *testing.T) {
+	var out strings.Builder
+	s := newSummary(&out)
+	for _, l := range []string{
+		`{"Action":"run","Package":"p","Test":"TestSlow"}`,
+		`{"Action":"output","Package":"p","Test":"TestSlow","Output":"=== RUN   TestSlow\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestSlow","Output":"panic: test timed out after 25m0s\n"}`,
+		`{"Action":"fail","Package":"p","Elapsed":1500.3}`,
+	} {
+		s.take(l)
+	}
+	if s.finish(false) {
+		t.Error("a run with a test that never ended passed")
+	}
+	got := out.String()
+	for _, want := range []string{"p TestSlow never ended", "panic: test timed out after 25m0s", "failed: p TestSlow", "tests: 0 passed, 1 failed, 0 skipped"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+}
