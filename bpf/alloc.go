@@ -161,6 +161,9 @@ type AllocWindow struct {
 	Refills     uint32
 	First, Last time.Duration
 	Objects     uint64 // the refills' objects, as seen
+	// Busy is how long the program ran for the refills, their samples'
+	// walks included: the part of their stall that grows with the stack.
+	Busy time.Duration
 }
 
 // CountAllocations gives the program the allocation counters that make
@@ -185,5 +188,5 @@ func (s *Sampler) AllocWindow(pid int) (AllocWindow, bool) {
 		return AllocWindow{}, false
 	}
 	return AllocWindow{Window: w.Window, Refills: w.Refills, First: time.Duration(w.First), Last: time.Duration(w.Last),
-		Objects: w.Objects}, true
+		Objects: w.Objects, Busy: time.Duration(w.Busy)}, true
 }

@@ -649,6 +649,11 @@ struct alloc_window {
 	__u32 window, refills;
 	__u64 first, last; // bpf_ktime_get_ns
 	__u64 objects;     // the refills' objects (refill_weight), as seen
+	// busy: the time (ns) the program ran for the refills counted, their
+	// samples' walks included. A deep stack costs more to walk than a
+	// shallow one: the part of a refill's stall that is not the same at
+	// every refill, measured rather than fitted.
+	__u64 busy;
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -790,6 +795,7 @@ static __always_inline __u64 refill_page(struct pt_regs *ctx, __u64 cookie)
 SEC("uprobe.multi")
 int alloc_refill(struct pt_regs *ctx)
 {
+	__u64 start = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
 	struct proc_config *c = bpf_map_lookup_elem(&procs, &tgid);
@@ -817,18 +823,19 @@ int alloc_refill(struct pt_regs *ctx)
 	} else {
 		struct alloc_window w = {.window = c->alloc_window, .refills = 1, .first = now, .last = now, .objects = objects};
 		bpf_map_update_elem(&alloc_windows, &tgid, &w, BPF_ANY);
+		win = bpf_map_lookup_elem(&alloc_windows, &tgid);
 	}
 	if (!acc) {
 		struct alloc_acc zero = {};
 		bpf_map_update_elem(&alloc_accs, &tid, &zero, BPF_NOEXIST);
 		acc = bpf_map_lookup_elem(&alloc_accs, &tid);
 		if (!acc)
-			return 0;
+			goto out;
 	}
 	acc->objects += objects;
 	acc->bytes += objects * size;
 	if (acc->objects < c->alloc_every)
-		return 0;
+		goto out;
 	// Read where it is kept, not onto the stack: the sample's walk has that.
 	if (!REFILL_FREELIST(cookie) ||
 	    bpf_probe_read_user(&acc->slot, sizeof(acc->slot), (void *)(page + REFILL_FREELIST(cookie) - 1)))
@@ -840,6 +847,11 @@ int alloc_refill(struct pt_regs *ctx)
 	else
 		acc->slot = 0;
 	acc->objects = acc->bytes = 0;
+out:
+	// The window may have ended meanwhile: then its busy time is left
+	// out, as its refill is.
+	if (win && win->window == c->alloc_window)
+		__sync_fetch_and_add(&win->busy, bpf_ktime_get_ns() - start);
 	return 0;
 }
 

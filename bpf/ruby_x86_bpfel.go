@@ -44,6 +44,7 @@ type rubyAllocWindow struct {
 	First   uint64
 	Last    uint64
 	Objects uint64
+	Busy    uint64
 }
 
 type rubyCachedRow struct {

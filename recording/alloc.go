@@ -73,24 +73,33 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 		steady  = false // the uprobes stay on
 		counts  = map[int]*allocCounter{}
 		lastEnd = time.Now() // the last window's end: this cycle's start
+		// The gap before this window: as drawn, and its draw's mean.
+		drawn, expected time.Duration
 	)
 	s.weighWindow(0, counts, 0, 0, false) // the counters, as the first cycle starts
 	for {
 		window++
-		s.armRefills(true, window)
-		on := time.Now()
+		on := s.armRefills(true, window)
 		length := allocWindow
 		if steady {
 			length = allocSteady
 		}
 		ended := !sleepCtx(ctx, length)
-		armed := time.Since(on)
+		off := time.Now()
 		if !steady || ended {
 			// Off before the window is read: every refill it saw is
 			// in it, and in the counters read next.
-			s.armRefills(false, 0)
+			off = s.armRefills(false, 0)
 		}
-		cycle := time.Since(lastEnd)
+		armed := off.Sub(on)
+		// The window stands for its cycle with the gap's mean for the gap
+		// drawn: where it landed in the gap must not weigh it. Weighed by
+		// the gap it followed, a window landed late stood for more than
+		// one landed early, and a program whose parts alternate faster
+		// than the gaps (RDoc lexes a file, then parses it) had the part
+		// that follows the one a window saw weigh more: RDoc's parser
+		// 1-2 points over Ruby's count, its lexer under.
+		cycle := max(armed, time.Since(lastEnd)-drawn+expected)
 		lastEnd = time.Now()
 		// A window the recording's end cut short says too little of its
 		// cycle to be weighed by it (armed a few microseconds, it would
@@ -110,6 +119,7 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 		default:
 			rate = 0.7*rate + 0.3*r
 		}
+		drawn, expected = 0, 0
 		if r <= allocTrapBudget/2 && rate <= allocTrapBudget/2 {
 			steady = true // few enough to see them all: the uprobes stay on
 			continue
@@ -119,11 +129,26 @@ func (s *session) watchAllocations(ctx context.Context, done chan<- struct{}) {
 			s.armRefills(false, 0)
 		}
 		mean := float64(armed) * max(0, rate/allocTrapBudget-1)
-		gap := min(allocMaxGap, time.Duration(mean*(0.5+rand.Float64())))
-		if !sleepCtx(ctx, gap) {
+		drawn = min(allocMaxGap, time.Duration(mean*(0.5+rand.Float64())))
+		expected = gapMean(time.Duration(mean), allocMaxGap)
+		if !sleepCtx(ctx, drawn) {
 			return // the gap saw nothing; its window was weighed
 		}
 	}
+}
+
+// gapMean is the mean of a gap drawn at random between half and one and
+// a half times mean, and cut at most.
+func gapMean(mean, most time.Duration) time.Duration {
+	lo, hi, c := 0.5*float64(mean), 1.5*float64(mean), float64(most)
+	switch {
+	case c >= hi:
+		return mean
+	case c <= lo:
+		return most
+	}
+	// Uniform on [lo, hi]: below c as drawn, c above.
+	return time.Duration(((c*c-lo*lo)/2 + c*(hi-c)) / (hi - lo))
 }
 
 // weighWindow ends window n (0: none yet, only the counters are read):
@@ -164,7 +189,10 @@ func (s *session) weighWindow(n uint32, counts map[int]*allocCounter, armed, cyc
 			s.allocWeighed(pid, n, s.latestAllocWeight(uint32(pid)))
 			continue
 		}
-		facts := allocWindowFacts{objects: float64(w.Objects), refills: float64(w.Refills), armed: armed, cycle: cycle}
+		s.sum.AllocBusy += w.Busy
+		s.sum.AllocBusyRefills += uint64(w.Refills)
+		facts := allocWindowFacts{objects: float64(w.Objects), refills: float64(w.Refills), busy: float64(w.Busy),
+			armed: armed, cycle: cycle}
 		trap := 0.0
 		if c.counted && before.counted && now >= before.n {
 			facts.counted = float64(now - before.n)
@@ -184,43 +212,64 @@ func (s *session) weighWindow(n uint32, counts map[int]*allocCounter, armed, cyc
 
 // armRefills puts the uprobes on every target's refills, as window n, or
 // ends the window and takes them off (in the background: bpf.Refills
-// Disarm). Attaching and detaching take milliseconds: not under the
-// session's lock.
-func (s *session) armRefills(on bool, n uint32) {
+// Disarm), and returns when the window started or ended. Attaching and
+// detaching take milliseconds (a tenth of one usually, ten at times,
+// measured here): not under the session's lock. The program counts a
+// target's refills from when its window is numbered to when it is
+// numbered 0, and that is when its time is taken: numbered before its
+// uprobes were on, a window counted the refills of the attach's tail,
+// and one ended after waiting for the session's lock those of the wait,
+// untimed, and RDoc's weights added up to more than Ruby counted.
+func (s *session) armRefills(on bool, n uint32) time.Time {
 	type armed struct {
 		pid int
 		r   *bpf.Refills
 	}
 	var all []armed
 	s.mu.Lock()
+	at := time.Now()
 	for pid, t := range s.targets {
 		if t.refills == nil || s.gone[pid] {
 			continue
 		}
 		if !on {
-			n = 0 // the window ends here, before its uprobes are off
-		}
-		t.Config.SetAllocWindow(n)
-		if err := s.sampler.Reconfigure(pid, t.Config); err != nil && on {
-			continue
+			t.Config.SetAllocWindow(0)
+			s.sampler.Reconfigure(pid, t.Config)
 		}
 		all = append(all, armed{pid, t.refills})
 	}
 	s.mu.Unlock()
+	var ready []int
 	for _, a := range all {
 		if !on {
 			a.r.Disarm()
 			continue
 		}
-		if err := a.r.Arm(); err != nil && alive(a.pid) {
-			s.mu.Lock()
-			if !s.allocWarned {
-				s.allocWarned = true
-				s.event(fmt.Sprintf("--alloc: %v", err))
+		if err := a.r.Arm(); err != nil {
+			if alive(a.pid) {
+				s.mu.Lock()
+				if !s.allocWarned {
+					s.allocWarned = true
+					s.event(fmt.Sprintf("--alloc: %v", err))
+				}
+				s.mu.Unlock()
 			}
-			s.mu.Unlock()
+			continue
+		}
+		ready = append(ready, a.pid)
+	}
+	if !on || len(ready) == 0 {
+		return at
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pid := range ready {
+		if t := s.targets[pid]; t != nil && !s.gone[pid] {
+			t.Config.SetAllocWindow(n)
+			s.sampler.Reconfigure(pid, t.Config)
 		}
 	}
+	return time.Now()
 }
 
 // sleepCtx sleeps for d, or until ctx ends: false then.

@@ -143,6 +143,11 @@ type Summary struct {
 	// AllocTrap is what a refill's trap was fitted to cost the program,
 	// at the last window weighed (0: not fitted, or nothing).
 	AllocTrap time.Duration
+	// AllocBusy is what the BPF program ran for the refills of the
+	// windows weighed, all together (bpf.AllocWindow.Busy), and
+	// AllocBusyRefills how many refills that was.
+	AllocBusy        time.Duration
+	AllocBusyRefills uint64
 	// AllocClassed counts the allocation samples written with their
 	// object's class; AllocUnclassed those without (the slot was not
 	// seen again in time, held no object then, or its class could not be

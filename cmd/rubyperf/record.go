@@ -117,8 +117,13 @@ func runRecord(args []string, _, stderr io.Writer) error {
 			}
 			fmt.Fprintf(stderr, "rubyperf: %d allocation samples, %s %d allocation-cache refills seen, each weighed by what its window of watched refills stands for\n",
 				sum.AllocSamples, every, sum.Refills)
-			if sum.AllocTrap > 0 {
-				fmt.Fprintf(stderr, "rubyperf: a refill's trap stalled the target about %s (fitted to Ruby's count of allocations)\n", sum.AllocTrap.Round(100*time.Nanosecond))
+			if sum.AllocTrap > 0 || sum.AllocBusyRefills > 0 {
+				walk := time.Duration(0)
+				if sum.AllocBusyRefills > 0 {
+					walk = sum.AllocBusy / time.Duration(sum.AllocBusyRefills)
+				}
+				fmt.Fprintf(stderr, "rubyperf: a refill stalled the target about %s: its trap %s (fitted to Ruby's count of allocations), its sample %s (measured)\n",
+					(sum.AllocTrap + walk).Round(100*time.Nanosecond), sum.AllocTrap.Round(100*time.Nanosecond), walk.Round(100*time.Nanosecond))
 			}
 			if sum.AllocUnweighed > 0 {
 				fmt.Fprintf(stderr, "rubyperf: %d of them weighed by an earlier window's weight: their own window never ended\n", sum.AllocUnweighed)
