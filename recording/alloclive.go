@@ -111,6 +111,10 @@ type gcPoint struct {
 	majorsKnown bool
 }
 
+// sweepMayFree says whether the sweep of the GC p is in may still free an
+// object proven alive at p: p is in a GC, and not safe.
+func (p gcPoint) sweepMayFree() bool { return !p.idle && !p.safe }
+
 // liveProcess is what is known of one followed process.
 type liveProcess struct {
 	objects []*liveObject
@@ -380,7 +384,7 @@ const (
 // is read though no GC started since.
 func provenUnread(o *liveObject, now gcPoint, final bool) bool {
 	p := o.proof
-	inGC := !p.idle && !p.safe // its sweep may free o after p
+	inGC := p.sweepMayFree()
 	if now.count < p.count || now.count == p.count && !(inGC && (final || now.idle)) {
 		return true // no GC since, or its sweep still under way: read at the next
 	}
@@ -399,7 +403,7 @@ func provenUnread(o *liveObject, now gcPoint, final bool) bool {
 // object, by the bounds above; a proof moves o's to now.
 func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64) liveVerdict {
 	p := o.proof
-	inGC := !p.idle && !p.safe
+	inGC := p.sweepMayFree()
 	compacted := p.compacting || now.compacts != p.compacts
 	// Its first read (unseen: the allocation's slot was not read yet)
 	// takes whatever object is there, if its age proves it the one.
@@ -463,7 +467,7 @@ func judgeLive(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64
 // barriers is never uncollectible).
 func judgeUnaged(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint64) liveVerdict {
 	p := o.proof
-	inGC := !p.idle && !p.safe
+	inGC := p.sweepMayFree()
 	started := now.count - p.count
 	if !slot.MarkKnown || !slot.Marked || !(started == 1 && !inGC || started == 0 && inGC) {
 		return liveUnproven
@@ -481,7 +485,7 @@ func judgeUnaged(o *liveObject, now gcPoint, slot rubystack.SlotObject, typ uint
 // and then, and the one of its proof, if major, had swept it already.
 func oldAtEnd(o *liveObject, end rubystack.GCStamp) bool {
 	p := o.proof
-	inGC := !p.idle && !p.safe
+	inGC := p.sweepMayFree()
 	return o.age == rubystack.MaxAge && p.count <= end.Count && p.epoch == end.Epoch &&
 		!(p.epoch == p.count && inGC) && !p.compacting
 }

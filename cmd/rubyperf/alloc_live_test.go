@@ -41,21 +41,14 @@ func TestRecordAllocLive(t *testing.T) {
 			cmd := testruby.Start(t, r, script)
 			pid := cmd.Process.Pid
 			out := t.TempDir() + "/live.data"
-			before := leaked(t, pid)
-			_, stderr := recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(pid), "-d", liveSeconds, "-o", out)
-			after := leaked(t, pid)
-			t.Logf("%s", strings.TrimSpace(stderr))
-			if alive, unproven, ok := liveSummary(stderr); ok && unproven > alive {
-				// Inconclusive, not wrong: a major GC and the next passed
-				// between two reads (a loaded machine holds the recorder
-				// off), so no old object could be proven either way. Once
-				// more; twice in a row fails below.
-				t.Logf("%d not proven against %d alive: recording once more", unproven, alive)
-				before = leaked(t, pid)
-				_, stderr = recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(pid), "-d", liveSeconds, "-o", out)
-				after = leaked(t, pid)
-				t.Logf("%s", strings.TrimSpace(stderr))
-			}
+			var before, after uint64
+			stderr := recordLiveConclusive(t, func(end bool) {
+				if end {
+					after = leaked(t, pid)
+				} else {
+					before = leaked(t, pid)
+				}
+			}, "-p", strconv.Itoa(pid), "-d", liveSeconds, "-o", out)
 			if !strings.Contains(stderr, "alive at the end having survived a GC") {
 				t.Errorf("record says nothing of the objects followed:\n%s", stderr)
 			}
@@ -130,17 +123,7 @@ func TestRecordLiveUnaged(t *testing.T) {
 				t.Fatalf("the workload does not find Fiber without write barriers: %q", lines)
 			}
 			out := t.TempDir() + "/live.data"
-			_, stderr := recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(cmd.Process.Pid), "-d", "3", "-o", out)
-			t.Logf("%s", strings.TrimSpace(stderr))
-			if alive, unproven, ok := liveSummary(stderr); ok && unproven > alive {
-				// Inconclusive, not wrong: an object without write
-				// barriers must be read between every two GCs, and a
-				// loaded machine (CI's other packages) holds the recorder
-				// off past some. Once more (see TestRecordAllocLive).
-				t.Logf("%d not proven against %d alive: recording once more", unproven, alive)
-				_, stderr = recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(cmd.Process.Pid), "-d", "3", "-o", out)
-				t.Logf("%s", strings.TrimSpace(stderr))
-			}
+			recordLiveConclusive(t, nil, "-p", strconv.Itoa(cmd.Process.Pid), "-d", "3", "-o", out)
 			t.Logf("without write barriers: %v; of them kept marked: %v", unaged, uncollectible)
 			p := liveProfile(t, out)
 			// Of each class, what the keepers made, and what the churn
@@ -280,6 +263,35 @@ func logInUse(t *testing.T, p *profile.Profile, fn string) {
 			}
 		}
 	}
+}
+
+// recordLiveConclusive runs record --alloc --live with args and returns
+// what it wrote on stderr, logged; around (if not nil) runs before
+// (false) and after (true) the recording. A recording that proved fewer
+// objects alive than it left unproven is inconclusive, not wrong: an old
+// object is proven only when no major GC passed between two reads of its
+// slot, one without write barriers only when no two GCs did, and a loaded
+// machine (CI's other packages) holds the recorder off past some. It is
+// made once more, and the caller judges the second.
+func recordLiveConclusive(t *testing.T, around func(end bool), args ...string) string {
+	t.Helper()
+	record := func() string {
+		if around != nil {
+			around(false)
+		}
+		_, stderr := recordOutput(t, append([]string{"--alloc", "--live"}, args...)...)
+		if around != nil {
+			around(true)
+		}
+		t.Logf("%s", strings.TrimSpace(stderr))
+		return stderr
+	}
+	stderr := record()
+	if alive, unproven, ok := liveSummary(stderr); ok && unproven > alive {
+		t.Logf("%d not proven against %d alive: recording once more", unproven, alive)
+		stderr = record()
+	}
+	return stderr
 }
 
 // liveSummary reads record's line on the objects it followed: how many were
