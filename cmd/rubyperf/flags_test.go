@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -37,13 +38,52 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// TestHelp: -h prints the command's usage and every flag, exit 0.
+// TestHelp: -h prints the command's usage and every flag on stdout (asked
+// for, so a pager or grep takes it), exit 0, each flag of more than one
+// letter spelled with two dashes as the usage lines spell them; rubyperf
+// --help lists every command there too, and with no argument at all on
+// stderr, exit 2.
 func TestHelp(t *testing.T) {
 	for _, c := range commands {
 		var stdout, stderr bytes.Buffer
 		code := run([]string{c.name, "-h"}, &stdout, &stderr)
-		if code != 0 || !strings.HasPrefix(stderr.String(), "usage: rubyperf "+c.name) || strings.Count(stderr.String(), "\n  -") == 0 {
-			t.Errorf("%s -h: exit %d: %q", c.name, code, stderr.String())
+		out := stdout.String()
+		if code != 0 || stderr.Len() > 0 || !strings.HasPrefix(out, "usage: rubyperf "+c.name) || strings.Count(out, "\n  -") == 0 {
+			t.Errorf("%s -h: exit %d: stdout %q, stderr %q", c.name, code, out, stderr.String())
+		}
+		for _, line := range strings.Split(out, "\n") {
+			name, ok := strings.CutPrefix(line, "  -")
+			if !ok {
+				continue
+			}
+			long, dashes := strings.CutPrefix(name, "-")
+			if n := len(strings.Fields(long)[0]); n > 1 != dashes {
+				t.Errorf("%s -h: %q: the usage spells a flag of one letter with one dash, a longer one with two", c.name, line)
+			}
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"help"}, {}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		got, want, wantCode := stdout.String(), "stdout", 0
+		if len(args) == 0 {
+			got, want, wantCode = stderr.String(), "stderr", 2
+		}
+		if code != wantCode || !strings.HasPrefix(got, "usage: rubyperf COMMAND") || !strings.Contains(got, "  record ") {
+			t.Errorf("rubyperf %q: exit %d, want %d and the commands on %s: stdout %q, stderr %q", args, code, wantCode, want, stdout.String(), stderr.String())
+		}
+	}
+}
+
+// TestVersion: rubyperf version and --version print one line naming the
+// Go it was built with.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{arg}, &stdout, &stderr)
+		if out := stdout.String(); code != 0 || !strings.HasPrefix(out, "rubyperf ") || !strings.Contains(out, runtime.Version()) ||
+			strings.Count(out, "\n") != 1 {
+			t.Errorf("rubyperf %s: exit %d: %q", arg, code, out)
 		}
 	}
 }

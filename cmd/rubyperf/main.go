@@ -49,16 +49,40 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.args, c.summary)
 	}
+	fmt.Fprintf(w, "  %-9s %s\n            %s\n", "version", "", "rubyperf's version, and the Go and platform it was built with")
+	fmt.Fprintf(w, "\nrubyperf COMMAND -h: the command's flags\n")
+}
+
+// printFlags lists fs's flags as the usage lines spell them: a name of
+// more than one letter with two dashes (the flag package takes one or
+// two alike, and prints one).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "  -"); ok {
+			if name, _, _ := strings.Cut(strings.TrimRight(rest, "\n"), " "); len(strings.Split(name, "\t")[0]) > 1 {
+				line = "  --" + rest
+			}
+		}
+		io.WriteString(w, line)
+	}
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		usage(stdout) // asked for: on stdout, for a pager
+		return 0
+	case args[0] == "version" || args[0] == "--version":
+		fmt.Fprintln(stdout, versionLine())
 		return 0
 	}
 	for _, c := range commands {
@@ -74,11 +98,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case errors.As(err, &es):
 			return int(es)
 		case errors.Is(err, flag.ErrHelp):
-			fmt.Fprintf(stderr, "usage: rubyperf %s %s\n  %s\n", c.name, c.args, c.summary)
+			fmt.Fprintf(stdout, "usage: rubyperf %s %s\n  %s\n", c.name, c.args, c.summary)
 			var h helpRequest
 			if errors.As(err, &h) {
-				h.fs.SetOutput(stderr)
-				h.fs.PrintDefaults()
+				printFlags(stdout, h.fs)
 			}
 			return 0
 		case errors.As(err, &ue):
