@@ -3,11 +3,38 @@ GO ?= go
 export RUBYPERF_CACHE ?= $(HOME)/.cache/rubyperf
 BIN := bin/rubyperf
 FUZZTIME ?=
+# The version stamped into the binary and the package: a checkout's is
+# 0.0.0~gitDATE.COMMIT (its last commit's), which sorts by date.
+VERSION ?= $(shell git log -1 --format='0.0.0~git%cd.%h' --date=format:%Y%m%d --abbrev=12 2>/dev/null || echo 0.0.0~unknown)
+PREFIX ?= /usr/local
+DESTDIR ?=
+DIST := dist
+STATIC_FLAGS := -trimpath -ldflags '-s -w -X main.version=$(VERSION)'
 
-.PHONY: build deps rubies viewers lint test test-pyroscope pyroscope fuzz fuzz-long soak demo tables tables-check bench bench-micro clean generate check-generated
+.PHONY: build static install deb deps rubies viewers lint test test-pyroscope pyroscope fuzz fuzz-long soak demo tables tables-check bench bench-micro clean generate check-generated
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rubyperf
+
+# A static binary that needs nothing at run time (no libc), as installed.
+static:
+	CGO_ENABLED=0 $(GO) build $(STATIC_FLAGS) -o $(DIST)/rubyperf ./cmd/rubyperf
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, and the agent's
+# systemd unit (not enabled) pointing at it.
+install: static
+	install -D -m 0755 $(DIST)/rubyperf $(DESTDIR)$(PREFIX)/bin/rubyperf
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/systemd/system
+	sed 's#/usr/local/bin/rubyperf#$(PREFIX)/bin/rubyperf#' deploy/systemd/rubyperf-agent.service \
+	  > $(DESTDIR)$(PREFIX)/lib/systemd/system/rubyperf-agent.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/rubyperf-agent.service
+
+# The Debian package, $(DIST)/rubyperf_VERSION_amd64.deb (nfpm, a Go
+# module: packaging/tools), installing into /usr.
+deb: static
+	sed 's#/usr/local/bin/rubyperf#/usr/bin/rubyperf#' deploy/systemd/rubyperf-agent.service > $(DIST)/rubyperf-agent.service
+	VERSION='$(VERSION)' $(GO) tool -modfile=packaging/tools/go.mod nfpm package \
+	  --config packaging/nfpm.yaml --packager deb --target $(DIST)/
 
 # Debian packages (apt-get; idempotent).
 deps:
@@ -104,4 +131,4 @@ bench-micro: rubies
 	$(GO) test -run='^$$' -bench=. -benchmem ./rubybuild ./rubystack ./recording
 
 clean:
-	rm -rf bin demo-out
+	rm -rf bin demo-out $(DIST)

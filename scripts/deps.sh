@@ -18,6 +18,7 @@ pkgs=(
   ruby-memory-profiler  # the in-process allocation profiler make bench compares --alloc with
   ruby-heapy         # a heap-dump reader: `rubyperf heap --dump` must open in it as ObjectSpace.dump_all does
   chromium           # headless, for the browser tests of the SVG and speedscope views
+  mmdebstrap         # fresh bookworm and trixie roots, in which the tests install the .deb
 )
 
 missing=()

@@ -43,8 +43,11 @@ var allowed = map[string][]string{
 	"export":   {"merge"},
 	// agent samples every Ruby through a live recording and sends OTLP
 	// profiles; nothing imports it but the CLI.
-	"agent":             {"recording", "merge", "export", "debuginfo"},
-	"cmd/rubyperf":      {"*"},
+	"agent":        {"recording", "merge", "export", "debuginfo"},
+	"cmd/rubyperf": {"*"},
+	// packaging tests the install as a user runs it: the built binary,
+	// not rubyperf's packages.
+	"packaging":         {"internal/testruby", "internal/testskip"},
 	"internal/testruby": {"internal/testskip", "internal/procstat"},
 	// internal/debuginfodtest serves debug files with a real debuginfod.
 	"internal/debuginfodtest": {"internal/testskip", "internal/testruby"},
