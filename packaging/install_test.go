@@ -26,9 +26,9 @@ t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 packaged_hot_method while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t < 3
 `
 
-// make runs make target in the repository, bounded, and returns the
+// make runs make with args in the repository, bounded, and returns the
 // repository's root.
-func make(t *testing.T, target string) string {
+func make(t *testing.T, args ...string) string {
 	t.Helper()
 	repo, err := testruby.RepoPath(".")
 	if err != nil {
@@ -36,10 +36,10 @@ func make(t *testing.T, target string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "make", "-s", target)
+	cmd := exec.CommandContext(ctx, "make", append([]string{"-s"}, args...)...)
 	cmd.Dir = repo
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make %s: %v\n%s", target, err, out)
+		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return repo
 }
@@ -58,9 +58,10 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 // TestStaticBinary: make static builds a binary that asks nothing of the
-// system it runs on (no interpreter, no shared library), and in a root
-// that holds only it and a recording, `rubyperf version` and `rubyperf
-// report` run and name the recorded Ruby method.
+// system it runs on (no interpreter, no shared library); make install puts
+// it under DESTDIR and PREFIX with the agent's unit pointing at it; and in
+// a root that holds only it and a recording, `rubyperf version` and
+// `rubyperf report` run and name the recorded Ruby method.
 func TestStaticBinary(t *testing.T) {
 	testskip.Root(t, "it records, and chroots into an empty root")
 	repo := make(t, "static")
@@ -78,6 +79,16 @@ func TestStaticBinary(t *testing.T) {
 		t.Errorf("%s needs shared libraries %q (%v)", bin, libs, err)
 	}
 	f.Close()
+
+	dest := t.TempDir()
+	make(t, "install", "DESTDIR="+dest, "PREFIX=/opt/rp")
+	if fi, err := os.Stat(filepath.Join(dest, "opt/rp/bin/rubyperf")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("make install put no executable at PREFIX/bin/rubyperf under DESTDIR: %v", err)
+	}
+	if unit, err := os.ReadFile(filepath.Join(dest, "opt/rp/lib/systemd/system/rubyperf-agent.service")); err != nil ||
+		!strings.Contains(string(unit), "\nExecStart=/opt/rp/bin/rubyperf agent ") {
+		t.Errorf("make install's agent unit does not run PREFIX/bin/rubyperf: %v", err)
+	}
 
 	root := t.TempDir()
 	if b, err := os.ReadFile(bin); err != nil || os.WriteFile(filepath.Join(root, "rubyperf"), b, 0o755) != nil {
