@@ -19,6 +19,7 @@ pkgs=(
   ruby-heapy         # a heap-dump reader: `rubyperf heap --dump` must open in it as ObjectSpace.dump_all does
   chromium           # headless, for the browser tests of the SVG and speedscope views
   mmdebstrap         # fresh bookworm and trixie roots, in which the tests install the .deb
+  tmux               # a real terminal for the test of rubyperf top
 )
 
 missing=()

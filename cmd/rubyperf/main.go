@@ -26,6 +26,8 @@ type command struct {
 var commands = []command{
 	{"record", "[-p PID[,PID..] | -a | -- CMD ARGS..] [--follow-forks] [-F HZ] [-d DURATION] [-o FILE]",
 		"sample Ruby and native stacks into a perf.data", runRecord},
+	{"top", "(-p PID[,PID..] | -a) [-F HZ] [--interval 1s] [-d DURATION] [-n ROWS]",
+		"the hottest Ruby and C methods, live (keys: s, t, c, q)", runTop},
 	{"snapshot", "-p PID [--format text|json] [--nonblocking] [--debug-file FILE]",
 		"every thread's Ruby stack, read from outside", runSnapshot},
 	{"heap", "-p PID [--stop] [--diff DURATION | --dump FILE] [-n N] [--format text|json] [--debug-file FILE]",

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
+)
+
+// topWorkload starts a Ruby whose hottest method is Object#top_hot_method
+// (three quarters of its time; Object#top_cold_method the rest), killed
+// when the test ends.
+func topWorkload(t *testing.T) int {
+	t.Helper()
+	ruby := testskip.Command(t, "ruby", "ruby3.1")
+	cmd := exec.Command(ruby, "-e", `def spin(n); x = 0; n.times { |i| x += i }; x; end
+def top_hot_method; spin(150_000); end
+def top_cold_method; spin(50_000); end
+loop { top_hot_method; top_cold_method }`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// TestTopTerminal: rubyperf top -p PID in a real terminal (tmux) shows the
+// workload's hottest method within 10 seconds; t sorts by total time and
+// the heading says so; q quits: top exits 0 and says what it sampled.
+func TestTopTerminal(t *testing.T) {
+	testskip.Root(t, "top samples another process")
+	tmux := testskip.Command(t, "tmux", "tmux")
+	pid := topWorkload(t)
+	bin := rubyperfBinary(t)
+	socket := fmt.Sprintf("rubyperf-top-%d", os.Getpid())
+	tm := func(args ...string) string {
+		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() { exec.Command(tmux, "-L", socket, "kill-server").Run() })
+	tm("new-session", "-d", "-x", "150", "-y", "40", "sh", "-c", fmt.Sprintf("%s top -p %d; echo top exited $?; sleep 60", bin, pid))
+	// wait polls the screen until it holds want, for at most d.
+	wait := func(want string, d time.Duration) string {
+		t.Helper()
+		var screen string
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if screen = tm("capture-pane", "-p"); strings.Contains(screen, want) {
+				return screen
+			}
+		}
+		t.Fatalf("after %s the terminal shows no %q:\n%s", d, want, screen)
+		return ""
+	}
+	screen := wait("Object#top_hot_method", 10*time.Second)
+	t.Logf("%s", screen)
+	if !strings.Contains(screen, "methods by self") || !strings.Contains(screen, "q quit") {
+		t.Errorf("the screen says neither how it is sorted nor how to quit:\n%s", screen)
+	}
+	tm("send-keys", "t")
+	screen = wait("methods by total", 3*time.Second)
+	if i, j := strings.Index(screen, "<main>"), strings.Index(screen, "Object#top_hot_method"); i < 0 || j < 0 || i > j {
+		t.Errorf("sorted by total, <main> (in every sample) is not above the hot method (in three quarters):\n%s", screen)
+	}
+	tm("send-keys", "q")
+	screen = wait("top exited", 10*time.Second)
+	if !strings.Contains(screen, "top exited 0") || !strings.Contains(screen, "rubyperf top: ") {
+		t.Errorf("q did not end top cleanly:\n%s", screen)
+	}
+}
+
+// TestTopPlain: top writing to a pipe writes plain blocks, one per
+// interval, each naming the hottest method, and no terminal escapes.
+func TestTopPlain(t *testing.T) {
+	testskip.Root(t, "top samples another process")
+	pid := topWorkload(t)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"top", "-p", strconv.Itoa(pid), "-d", "3.5", "--interval", "1s"}, &stdout, &stderr); code != 0 {
+		testskip.Privileged(t, fmt.Errorf("top: exit %d: %s", code, stderr.String()))
+		t.Fatalf("top: exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	if n := strings.Count(out, "rubyperf top "); n < 3 {
+		t.Errorf("%d blocks in 3.5 s at one a second, want 3:\n%s", n, out)
+	}
+	if strings.Count(out, "Object#top_hot_method") < 2 {
+		t.Errorf("the blocks do not name Object#top_hot_method:\n%s", out)
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("terminal escapes written to a pipe:\n%q", out)
+	}
+}
+
+// TestTopRefuses: top's mistakes are one line and exit 2.
+func TestTopRefuses(t *testing.T) {
+	for _, args := range [][]string{{}, {"-p", "abc"}, {"-p", "1", "-a"}, {"-a", "--interval", "10ms"}, {"-p", "1", "extra"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"top"}, args...), &stdout, &stderr)
+		if code != 2 || !strings.HasPrefix(stderr.String(), "rubyperf top: ") {
+			t.Errorf("top %q: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}
