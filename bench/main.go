@@ -31,7 +31,7 @@ func (b *bench) logf(format string, args ...any) {
 
 func main() {
 	b := &bench{start: time.Now(), depths: []int{10, 200}}
-	quick := flag.Bool("quick", false, "a short run to try the harness: 2 rounds, small recordings (not for the README)")
+	quick := flag.Bool("quick", false, "a short run to try the harness: 2 rounds, small recordings (not for docs/performance.md)")
 	out := flag.String("o", "", "also write the table to this file")
 	sharesOnly := flag.Bool("shares-only", false, "only compare rubyperf's shares with stackprof's on bench/app.rb")
 	allocOnly := flag.Bool("alloc-only", false, "only the allocation profilers' slowdown on bench/alloc.rb")

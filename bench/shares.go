@@ -194,7 +194,7 @@ func stackprofShares(path string) (self, total map[string]float64, samples int, 
 	return self, total, n, nil
 }
 
-// String is the comparison as the README shows it.
+// String is the comparison as docs/performance.md shows it.
 func (s *shares) String() string {
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format+"\n", args...) }

@@ -25,7 +25,7 @@ import (
 // can still draw nothing, throw in its script, or fail speedscope's import.
 
 var updateScreenshots = flag.Bool("update-screenshots", false,
-	"write the browser tests' screenshots into docs/screenshots (shown in the README)")
+	"write the browser tests' screenshots into docs/screenshots (shown in the README and docs/)")
 
 // screenshotDir is docs/screenshots, found before a test changes directory.
 var screenshotDir, _ = filepath.Abs(filepath.Join("..", "..", "docs", "screenshots"))

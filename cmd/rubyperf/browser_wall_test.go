@@ -24,7 +24,7 @@ import (
 // (record --wall) of threads that compute, allocate, sleep and wait for a
 // pipe, in Chromium: the state pseudo-frames are drawn, in their own
 // colour, with the legend naming it, and the sleeping thread's time is
-// under (blocked). The screenshot is the README's wall-clock picture.
+// under (blocked). The screenshot is docs/usage.md's wall-clock picture.
 func TestBrowserWallSVG(t *testing.T) {
 	needChromium(t)
 	testskip.Privileged(t, bpf.Supported())
