@@ -111,6 +111,11 @@ func newReader(ra io.ReaderAt, size int64, name string) (*Reader, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%s: negative size %d", name, size)
 	}
+	if size < pipeHeaderSize {
+		// Not even perf's magic and header size: an empty file, or one
+		// cut before its header was written.
+		return nil, fmt.Errorf("%s: not a perf.data file: %d bytes, shorter than any perf.data header", name, size)
+	}
 	head, err := readAt(ra, size, 0, pipeHeaderSize)
 	if err != nil {
 		return nil, fmt.Errorf("%s: header: %w", name, err)

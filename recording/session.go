@@ -468,6 +468,18 @@ func Record(ctx context.Context, opts Options) (*Summary, error) {
 				abandonCommand(cmd.Process.Pid, cmdDone)
 			}
 		}()
+		switch {
+		case err != nil && (goneFromProc(err) || !alive(cmd.Process.Pid)):
+			// Its files went with it: what failed is the command, which
+			// said why on its own stderr, or is no Ruby.
+			return nil, fmt.Errorf("%s (pid %d) exited before a Ruby in it could be read: a Ruby program's own output "+
+				"above says why; else give record a Ruby command (rubyperf record -- ruby app.rb)", opts.Command[0], cmd.Process.Pid)
+		case errors.Is(err, rubystack.ErrNotRuby):
+			// It runs a program that is no Ruby: the pid is not the
+			// user's to check.
+			return nil, fmt.Errorf("%s (pid %d): %w: it runs no Ruby; give record a Ruby command "+
+				"(rubyperf record -- ruby app.rb, or -- bundle exec ...)", opts.Command[0], cmd.Process.Pid, rubystack.ErrNotRuby)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", opts.Command[0], err)
 		}

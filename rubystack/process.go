@@ -187,6 +187,11 @@ func ProcError(pid int, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	case errors.Is(err, fs.ErrPermission) && os.Geteuid() == 0 && hasCapability(capSysPtrace):
+		// Root with its capabilities, and still refused: not a matter
+		// of privileges this user could be given.
+		return fmt.Errorf("pid %d: %w: %v: refused to root too (a process of another user namespace, or one a "+
+			"security module such as Yama, SELinux or AppArmor protects)", pid, ErrNotPermitted, err)
 	case errors.Is(err, fs.ErrPermission) && hasCapability(capSysPtrace):
 		// Its memory may be read: what is refused is a file of its that
 		// this user may not read (a Ruby under a home directory of 0700).

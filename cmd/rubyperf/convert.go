@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/rubyperf/rubyperf/export"
 	"github.com/rubyperf/rubyperf/merge"
@@ -33,6 +34,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	groupBy := fs.String("group-by", "", "put each stack under a frame naming its request label KEY (\"KEY=value\"): folded, svg, speedscope")
 	if err := in.parse(fs, args); err != nil {
 		return err
+	}
+	if *format == "" {
+		return usageError{"-f is required: the format to write, one of " + strings.Join(slices.Sorted(maps.Keys(convertDefaults)), ", ")}
 	}
 	if err := oneOf("-f", *format, slices.Sorted(maps.Keys(convertDefaults))...); err != nil {
 		return err

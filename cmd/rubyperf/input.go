@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/rubyperf/rubyperf/export"
@@ -91,6 +93,12 @@ func (f inputFlags) parse(fs *flag.FlagSet, args []string) error {
 	}
 	if *f.live && *f.weight == "cpu" {
 		return usageError{"--live shows allocation samples: --weight objects or bytes"}
+	}
+	if _, err := os.Stat(*f.input); errors.Is(err, os.ErrNotExist) {
+		if !flagSet(fs, "i") {
+			return fmt.Errorf("%s: no recording here: record one first (rubyperf record -p PID, or -- ruby app.rb), or name one with -i FILE", *f.input)
+		}
+		return fmt.Errorf("%s: no such file", *f.input)
 	}
 	return nil
 }

@@ -125,7 +125,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
 	pos, err := parseFlags(fs, args)
 	if err == nil && len(pos) > 0 {
-		err = usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+		msg := fmt.Sprintf("unexpected argument %q", pos[0])
+		if fs.Lookup("p") != nil {
+			msg += ": give the process as -p PID (pgrep ruby lists the Rubies)"
+		}
+		err = usageError{msg}
 	}
 	return err
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/rubyperf/rubyperf/rubybuild"
@@ -25,11 +27,32 @@ type rubyTargetFlags struct {
 func addRubyTargetFlags(fs *flag.FlagSet, formats ...string) rubyTargetFlags {
 	last := len(formats) - 1
 	return rubyTargetFlags{
-		pid:       fs.Int("p", 0, "pid of a running Ruby"),
+		pid:       pidFlag(fs, "p", "pid of a running Ruby"),
 		format:    fs.String("format", formats[0], strings.Join(formats[:last], ", ")+" or "+formats[last]),
 		debugFile: fs.String("debug-file", "", "separate debug file with DWARF for the Ruby binary"),
 		formats:   formats,
 	}
+}
+
+// pidValue is a flag holding one process id.
+type pidValue int
+
+func (p *pidValue) String() string { return strconv.Itoa(int(*p)) }
+
+func (p *pidValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n <= 0 {
+		return errors.New("not a pid (a process id: a positive number)")
+	}
+	*p = pidValue(n)
+	return nil
+}
+
+// pidFlag defines a flag holding one process id.
+func pidFlag(fs *flag.FlagSet, name, usage string) *int {
+	var p int
+	fs.Var((*pidValue)(&p), name, usage)
+	return &p
 }
 
 // checkFormat refuses a --format that is none of the command's.
