@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
+	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -84,6 +87,34 @@ func TestVersion(t *testing.T) {
 		if out := stdout.String(); code != 0 || !strings.HasPrefix(out, "rubyperf ") || !strings.Contains(out, runtime.Version()) ||
 			strings.Count(out, "\n") != 1 {
 			t.Errorf("rubyperf %s: exit %d: %q", arg, code, out)
+		}
+	}
+}
+
+// TestUsageNamesEveryFlag: each command's usage line names every flag its
+// -h lists, spelled as -h spells it, and docs/usage.md's contract is the
+// usage lines themselves (rubyperf help's), so that neither falls behind.
+func TestUsageNamesEveryFlag(t *testing.T) {
+	docs, err := os.ReadFile("../../docs/usage.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commands {
+		var stdout, stderr bytes.Buffer
+		run([]string{c.name, "-h"}, &stdout, &stderr)
+		for _, line := range strings.Split(stdout.String(), "\n") {
+			name, ok := strings.CutPrefix(line, "  -")
+			if !ok {
+				continue
+			}
+			flag := "-" + strings.Fields(name)[0]
+			if !regexp.MustCompile(`(^|[\s\[(|])` + regexp.QuoteMeta(flag) + `([\s\]=|)[]|$)`).MatchString(c.args) {
+				t.Errorf("%s: the usage line does not name %s: %s", c.name, flag, c.args)
+			}
+		}
+		want := strings.TrimRight(fmt.Sprintf("rubyperf %-8s %s", c.name, c.args), " ")
+		if !strings.Contains(string(docs), "\n"+want+"\n") {
+			t.Errorf("docs/usage.md's contract does not have %s's usage line as it is:\n%s", c.name, want)
 		}
 	}
 }

@@ -24,25 +24,29 @@ type command struct {
 }
 
 var commands = []command{
-	{"record", "[-p PID[,PID..] | -a | -- CMD ARGS..] [--follow-forks] [-F HZ] [-d DURATION] [-o FILE]",
+	{"record", "[-p PID[,PID..] | -a | -- CMD ARGS..] [--follow-forks] [--wall] [--alloc[=N] [--live]] [-F HZ] [-d DURATION] [-o FILE] " +
+		"[--unwind tables|copy|both] [--stack-size BYTES] [--memory-budget SIZE] [--debug-file FILE]",
 		"sample Ruby and native stacks into a perf.data", runRecord},
-	{"top", "(-p PID[,PID..] | -a) [-F HZ] [--interval 1s] [-d DURATION] [-n ROWS]",
+	{"top", "(-p PID[,PID..] | -a) [-F HZ] [--interval 1s] [-d DURATION] [-n ROWS] [--unwind tables|copy|both] [--stack-size BYTES]",
 		"the hottest Ruby and C methods, live (keys: s, t, c, q)", runTop},
 	{"snapshot", "-p PID [--format text|json] [--nonblocking] [--debug-file FILE]",
 		"every thread's Ruby stack, read from outside", runSnapshot},
-	{"heap", "-p PID [--stop] [--diff DURATION | --dump FILE] [-n N] [--format text|json] [--debug-file FILE]",
+	{"heap", "-p PID [--stop [--stop-limit DURATION]] [--diff DURATION | --dump FILE] [-n N] [--format text|json] [--debug-file FILE]",
 		"the live heap, read from outside: objects and slot bytes by class and type", runHeap},
-	{"script", "[-i FILE] [--native | --ruby-only] [--debug-file FILE]..",
+	{"script", "[-i FILE] [--native | --ruby-only] [--weight cpu|objects|bytes] [--live] [--group-by KEY] [--debug-file FILE]..",
 		"every sample as perf script prints it, with Ruby frames merged in", runScript},
-	{"report", "[-i FILE] [--threads] [-n N] [--native | --ruby-only] [--debug-file FILE]..",
+	{"report", "[-i FILE] [--threads] [-n N] [--native | --ruby-only] [--weight cpu|objects|bytes] [--live] [--debug-file FILE]..",
 		"the top functions, Ruby and native, by self and total time", runReport},
-	{"convert", "[-i FILE] -f folded|pprof|speedscope|svg [-o OUT] [--native | --ruby-only]",
+	{"convert", "[-i FILE] -f folded|pprof|speedscope|svg [-o OUT] [--native | --ruby-only] [--weight cpu|objects|bytes] [--live] " +
+		"[--group-by KEY] [--debug-file FILE]..",
 		"the recording as folded stacks, pprof, speedscope or an SVG flame graph", runConvert},
-	{"inject", "[-i FILE] -o OUT [--map-dir DIR] [--native | --ruby-only]",
+	{"inject", "[-i FILE] -o OUT [--map-dir DIR] [--native | --ruby-only] [--weight cpu|objects|bytes] [--live] [--debug-file FILE]..",
 		"a perf.data with merged callchains, Ruby names in /tmp/perf-PID.map, for stock perf", runInject},
-	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE]",
+	{"offsets", "(BINARY | -p PID) [--format text|json|go] [--debug-file FILE] | --format go [--configure FLAGS] [--source TEXT] FILE..",
 		"struct layout and VM symbols of a Ruby build", runOffsets},
-	{"agent", "--endpoint HOST:PORT [--interval 10s] [-F HZ] [--insecure] [--protocol grpc|http] [--label K=V].. [--match REGEXP] [--alloc [--live]]",
+	{"agent", "(--endpoint HOST:PORT [--protocol grpc|http] | --pyroscope URL) [--insecure | --ca-file FILE [--cert-file FILE --key-file FILE]] " +
+		"[--header K=V].. [--interval 10s] [-F HZ] [--label K=V].. [--service-name NAME] [--match REGEXP] [--alloc [--live]] " +
+		"[--native | --ruby-only] [--unwind tables|copy|both] [--stack-size BYTES] [--queue N] [--flush-timeout DURATION] [--memory-budget SIZE]",
 		"continuous profiling: every Ruby process, OTLP profiles to an OpenTelemetry Collector", runAgent},
 }
 
