@@ -182,8 +182,8 @@ func freshRoot(t *testing.T, mmdebstrap, suite string) string {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		partial := tarball + ".partial"
-		run(t, mmdebstrap, "--quiet", "--variant=apt", "--include=ruby", suite, partial, "http://deb.debian.org/debian")
+		partial := filepath.Join(dir, suite+".partial.tar")
+		run(t, mmdebstrap, "--quiet", "--variant=apt", "--format=tar", "--include=ruby", suite, partial, debianMirror())
 		if err := os.Rename(partial, tarball); err != nil {
 			t.Fatal(err)
 		}
@@ -202,6 +202,28 @@ func freshRoot(t *testing.T, mmdebstrap, suite string) string {
 	})
 	run(t, "tar", "-xf", tarball, "-C", root)
 	return root
+}
+
+// debianMirror is the Debian archive this machine's apt uses (the first
+// URI of its sources that serves a Debian suite), or Debian's own.
+func debianMirror() string {
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*")
+	for _, f := range append([]string{"/etc/apt/sources.list"}, files...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Fields(line)
+			switch {
+			case len(fields) >= 2 && fields[0] == "URIs:" && !strings.Contains(fields[1], "security"):
+				return fields[1]
+			case len(fields) >= 3 && fields[0] == "deb" && !strings.HasPrefix(fields[1], "[") && !strings.Contains(fields[1], "security"):
+				return fields[1]
+			}
+		}
+	}
+	return "http://deb.debian.org/debian"
 }
 
 // inRoot runs script with sh in root, with the host's /proc, /sys and /dev
