@@ -75,8 +75,8 @@ func runAgent(args []string, _, stderr io.Writer) error {
 		return usageError{"--endpoint HOST:PORT is required: the collector's OTLP receiver (or --pyroscope URL)"}
 	case *protocol != agent.ProtocolGRPC && *protocol != agent.ProtocolHTTP:
 		return usageError{fmt.Sprintf("--protocol %q: grpc or http", *protocol)}
-	case *freq <= 0 || *freq > 100000:
-		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", *freq)}
+	case checkFrequency(*freq) != nil:
+		return checkFrequency(*freq)
 	case time.Duration(interval) < time.Second:
 		return usageError{fmt.Sprintf("--interval %s: at least 1s", time.Duration(interval))}
 	case *queue < 1:

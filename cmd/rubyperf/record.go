@@ -26,7 +26,7 @@ import (
 
 func runRecord(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
-	pids := fs.String("p", "", "pid[,pid..] of running Rubies")
+	pids := pidsFlag(fs, "p", "pid[,pid..] of running Rubies")
 	all := fs.Bool("a", false, "every Ruby process, including ones that start while recording")
 	follow := fs.Bool("follow-forks", false, "also record the processes the targets fork, from their first instant (-a always does)")
 	freq := fs.Int("F", 99, "samples per second")
@@ -56,16 +56,7 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	if alloc > 0 {
 		opts.NoCPU = !flagSet(fs, "F")
 	}
-	for _, p := range strings.Split(*pids, ",") {
-		if p == "" {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || pid <= 0 {
-			return usageError{fmt.Sprintf("-p %q: not a pid", p)}
-		}
-		opts.PIDs = append(opts.PIDs, pid)
-	}
+	opts.PIDs = *pids
 	modes := 0
 	for _, on := range []bool{len(opts.PIDs) > 0, *all, len(cmdArgs) > 0} {
 		if on {
@@ -75,8 +66,8 @@ func runRecord(args []string, _, stderr io.Writer) error {
 	switch {
 	case modes != 1:
 		return usageError{"give exactly one of -p PID, -a, or -- CMD ARGS"}
-	case *freq <= 0 || *freq > 100000:
-		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", *freq)}
+	case checkFrequency(*freq) != nil:
+		return checkFrequency(*freq)
 	case dur < 0:
 		return usageError{"-d must be positive"}
 	case budget < recording.MinMemoryBudget:

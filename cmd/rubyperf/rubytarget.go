@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,11 +39,57 @@ type pidValue int
 func (p *pidValue) String() string { return strconv.Itoa(int(*p)) }
 
 func (p *pidValue) Set(s string) error {
+	n, err := parsePid(s)
+	*p = pidValue(n)
+	return err
+}
+
+// parsePid reads one process id.
+func parsePid(s string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(s))
 	if err != nil || n <= 0 {
-		return errors.New("not a pid (a process id: a positive number)")
+		return 0, fmt.Errorf("%q is not a pid (a process id: a positive number)", s)
 	}
-	*p = pidValue(n)
+	return n, nil
+}
+
+// pidsValue is a flag holding process ids, comma-separated.
+type pidsValue []int
+
+func (p *pidsValue) String() string {
+	ids := make([]string, len(*p))
+	for i, n := range *p {
+		ids[i] = strconv.Itoa(n)
+	}
+	return strings.Join(ids, ",")
+}
+
+func (p *pidsValue) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		if f == "" {
+			continue
+		}
+		n, err := parsePid(f)
+		if err != nil {
+			return err
+		}
+		*p = append(*p, n)
+	}
+	return nil
+}
+
+// pidsFlag defines a flag holding process ids, comma-separated.
+func pidsFlag(fs *flag.FlagSet, name, usage string) *[]int {
+	var p []int
+	fs.Var((*pidsValue)(&p), name, usage)
+	return &p
+}
+
+// checkFrequency refuses a sampling rate -F cannot have.
+func checkFrequency(freq int) error {
+	if freq <= 0 || freq > 100000 {
+		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", freq)}
+	}
 	return nil
 }
 

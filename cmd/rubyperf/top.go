@@ -29,7 +29,7 @@ import (
 // text is written every interval.
 func runTop(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	pids := fs.String("p", "", "pid[,pid..] of running Rubies")
+	pids := pidsFlag(fs, "p", "pid[,pid..] of running Rubies")
 	all := fs.Bool("a", false, "every Ruby process, including ones that start while watching")
 	freq := fs.Int("F", 99, "samples per second")
 	var every, dur seconds
@@ -41,23 +41,14 @@ func runTop(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
-	opts := recording.Options{All: *all, Frequency: *freq, Duration: time.Duration(dur), Warn: export.LineWriter{W: stderr},
+	opts := recording.Options{PIDs: *pids, All: *all, Frequency: *freq, Duration: time.Duration(dur), Warn: export.LineWriter{W: stderr},
 		MemoryBudget: recording.DefaultMemoryBudget}
-	for _, p := range strings.Split(*pids, ",") {
-		if p == "" {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || pid <= 0 {
-			return usageError{fmt.Sprintf("-p %q: not a pid", p)}
-		}
-		opts.PIDs = append(opts.PIDs, pid)
+	if err := checkFrequency(*freq); err != nil {
+		return err
 	}
 	switch {
 	case (len(opts.PIDs) > 0) == *all:
 		return usageError{"give one of -p PID or -a (to start a program and watch it: rubyperf record -- CMD)"}
-	case *freq <= 0 || *freq > 100000:
-		return usageError{fmt.Sprintf("-F %d: between 1 and 100000", *freq)}
 	case every < seconds(100*time.Millisecond):
 		return usageError{fmt.Sprintf("--interval %s: at least 100ms", time.Duration(every))}
 	case dur < 0:
