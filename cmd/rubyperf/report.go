@@ -234,31 +234,7 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 		if len(keys) == 0 {
 			return
 		}
-		// Name and place share what the terminal leaves after the two
-		// percentages: names first, places cut from the left (the end of
-		// a path says most).
-		// Names and places as the target wrote them may hold anything:
-		// the rows show them Printable.
-		names := make([]string, len(keys))
-		nameW := len("function")
-		for i, k := range keys {
-			names[i] = export.Printable(k.name)
-			nameW = max(nameW, utf8.RuneCountInString(names[i]))
-		}
-		const fixed = 7 + 1 + 7 + 2 + 2 // "self%" "total%" and the gaps
-		if width > 0 {
-			nameW = min(nameW, max(20, (width-fixed)*3/5))
-		}
-		fmt.Fprintf(w, "\n%s\n%s\n", heading,
-			strings.TrimRight(fmt.Sprintf("%7s %7s  %-*s  %s", "self%", "total%", nameW, "name", whereHeading), " "))
-		for i, k := range keys {
-			place := export.Printable(where(k))
-			if width > 0 {
-				place = cutLeft(place, max(10, width-fixed-nameW))
-			}
-			line := fmt.Sprintf("%6.2f%% %6.2f%%  %-*s  %s", pct(self[k]), pct(total[k]), nameW, cutRight(names[i], nameW), place)
-			fmt.Fprintln(w, strings.TrimRight(line, " "))
-		}
+		fmt.Fprintf(w, "\n%s\n%s\n", heading, strings.Join(t.rows(keys, self, "name", whereHeading, where, width), "\n"))
 	}
 	rubyHeading, cHeading, nativeHeading := "## Ruby methods (self: running the method's own code)",
 		"## C methods (self: in the method, the native code it runs included)", "## native functions (self: the leaf)"
@@ -267,16 +243,7 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 		cHeading = "## C methods (self: allocated in the method, the native code it runs included)"
 		nativeHeading = "## native functions (self: allocated in the function, outside Ruby's allocator)"
 	}
-	table(rubyHeading, "file:line (its hottest)", t.rubySelf, merge.KindRuby,
-		func(k reportKey) string {
-			if k.file == "" {
-				return ""
-			}
-			if line := t.hottestLine(k); line > 0 {
-				return fmt.Sprintf("%s:%d", k.file, line)
-			}
-			return k.file
-		})
+	table(rubyHeading, "file:line (its hottest)", t.rubySelf, merge.KindRuby, t.rubyPlace)
 	table(cHeading, "", t.rubySelf, merge.KindCFunc,
 		func(reportKey) string { return "" })
 	table(nativeHeading, "object", t.nativeSelf, merge.KindNative,
@@ -292,6 +259,48 @@ func (t *reportTable) write(w io.Writer, title string, top, width int) {
 			}
 		}
 	}
+}
+
+// rows formats keys' rows, under a line of headings: each one's share of
+// self (in self) and total time, its name, and where it is (where), fitted
+// into width columns (0: no limit). Name and place share what the
+// terminal leaves after the two percentages: names first, places cut from
+// the left (the end of a path says most). Names and places as the target
+// wrote them may hold anything: the rows show them Printable.
+func (t *reportTable) rows(keys []reportKey, self map[reportKey]uint64, nameHeading, whereHeading string,
+	where func(reportKey) string, width int) []string {
+	pct := func(v uint64) float64 { return 100 * float64(v) / float64(max(t.all, 1)) }
+	names := make([]string, len(keys))
+	nameW := len("function")
+	for i, k := range keys {
+		names[i] = export.Printable(k.name)
+		nameW = max(nameW, utf8.RuneCountInString(names[i]))
+	}
+	const fixed = 7 + 1 + 7 + 2 + 2 // "self%" "total%" and the gaps
+	if width > 0 {
+		nameW = min(nameW, max(20, (width-fixed)*3/5))
+	}
+	lines := []string{strings.TrimRight(fmt.Sprintf("%7s %7s  %-*s  %s", "self%", "total%", nameW, nameHeading, whereHeading), " ")}
+	for i, k := range keys {
+		place := export.Printable(where(k))
+		if width > 0 {
+			place = cutLeft(place, max(10, width-fixed-nameW))
+		}
+		line := fmt.Sprintf("%6.2f%% %6.2f%%  %-*s  %s", pct(self[k]), pct(t.total[k]), nameW, cutRight(names[i], nameW), place)
+		lines = append(lines, strings.TrimRight(line, " "))
+	}
+	return lines
+}
+
+// rubyPlace is where a Ruby method is: its file and its hottest line.
+func (t *reportTable) rubyPlace(k reportKey) string {
+	if k.file == "" {
+		return ""
+	}
+	if line := t.hottestLine(k); line > 0 {
+		return fmt.Sprintf("%s:%d", k.file, line)
+	}
+	return k.file
 }
 
 // writeClasses prints the allocated objects' classes, top of them, each

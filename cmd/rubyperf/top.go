@@ -14,7 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -301,33 +300,7 @@ func (t *reportTable) methodRows(n int, byTotal bool, width int) []string {
 		return strings.Compare(a.file, b.file)
 	})
 	keys = keys[:min(n, len(keys))]
-	pct := func(v uint64) float64 { return 100 * float64(v) / float64(max(t.all, 1)) }
-	nameW := len("method")
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		names[i] = export.Printable(k.name)
-		nameW = max(nameW, utf8.RuneCountInString(names[i]))
-	}
-	const fixed = 7 + 1 + 7 + 2 + 2
-	if width > 0 {
-		nameW = min(nameW, max(20, (width-fixed)*3/5))
-	}
-	rows := []string{strings.TrimRight(fmt.Sprintf("%7s %7s  %-*s  %s", "self%", "total%", nameW, "method", "file:line (its hottest)"), " ")}
-	for i, k := range keys {
-		place := ""
-		if k.file != "" {
-			place = export.Printable(k.file)
-			if line := t.hottestLine(k); line > 0 {
-				place = fmt.Sprintf("%s:%d", place, line)
-			}
-		}
-		if width > 0 {
-			place = cutLeft(place, max(10, width-fixed-nameW))
-		}
-		rows = append(rows, strings.TrimRight(fmt.Sprintf("%6.2f%% %6.2f%%  %-*s  %s", pct(t.rubySelf[k]), pct(t.total[k]), nameW,
-			cutRight(names[i], nameW), place), " "))
-	}
-	return rows
+	return t.rows(keys, t.rubySelf, "method", "file:line (its hottest)", t.rubyPlace, width)
 }
 
 func cmpDesc(a, b uint64) int {
