@@ -113,7 +113,8 @@ func TestMalformed(t *testing.T) {
 		data []byte
 		want string // in the error of NewReader or of Next
 	}{
-		{"empty", nil, "header: 16 bytes at 0 beyond the end of the file (0 bytes)"},
+		{"empty", nil, "not a perf.data file: 0 bytes, shorter than any perf.data header"},
+		{"shorter than a header", good[:15], "not a perf.data file: 15 bytes, shorter than any perf.data header"},
 		{"bad magic", patch(0, 'X'), "bad magic"},
 		{"big-endian", patch(0, []byte("2ELIFREP")...), "big-endian"},
 		{"header size", patch(8, 99), "header: size 99"},
