@@ -113,8 +113,8 @@ func TestStaticBinary(t *testing.T) {
 }
 
 // TestDebianPackage: make deb's package installs on a fresh Debian root
-// with Ruby and nothing else (bookworm with dpkg -i, trixie with apt-get
-// install ./FILE), puts the binary on the PATH and the agent's unit in
+// with Ruby and nothing else (bookworm and trixie, each with dpkg -i and
+// with apt-get install ./FILE), puts the binary on the PATH and the agent's unit in
 // systemd's directory, pointing at it, and there `rubyperf record -- ruby
 // app.rb` and `rubyperf report` name the recorded method.
 func TestDebianPackage(t *testing.T) {
@@ -126,11 +126,14 @@ func TestDebianPackage(t *testing.T) {
 		t.Fatal("make deb made no dist/rubyperf_*_amd64.deb")
 	}
 	deb := newest(debs)
-	for _, c := range []struct{ suite, install string }{
-		{"bookworm", "dpkg -i /tmp/rubyperf.deb"},
-		{"trixie", "apt-get install -y -q /tmp/rubyperf.deb"},
-	} {
-		t.Run(c.suite, func(t *testing.T) {
+	type install struct{ suite, how, install string }
+	var installs []install
+	for _, suite := range []string{"bookworm", "trixie"} {
+		installs = append(installs, install{suite, "dpkg", "dpkg -i /tmp/rubyperf.deb"},
+			install{suite, "apt", "apt-get install -y -q /tmp/rubyperf.deb"})
+	}
+	for _, c := range installs {
+		t.Run(c.suite+"/"+c.how, func(t *testing.T) {
 			root := freshRoot(t, mmdebstrap, c.suite)
 			b, err := os.ReadFile(deb)
 			if err != nil {
