@@ -39,8 +39,26 @@ type rdocCounts struct {
 // counted (stackprof :object at interval 1, in the same process); its top
 // 10 classes theirs within 3 points of what Ruby's allocation event saw
 // built (a C extension's hook, in the same process); and with a sample at
-// every refill seen, thousands of them.
+// every refill seen, thousands of them. The shares are estimates: in 21
+// runs here with the samples' walks measured (2026-11-29), the worst total
+// was 0.6-4.1 points off, past 3 once (RDoc's lexer reads about a point
+// under on average, unexplained). A run outside the bounds is made once more,
+// and the test fails when the second is outside them too.
 func TestRecordAllocRealApp(t *testing.T) {
+	problems := allocRealApp(t)
+	if len(problems) > 0 {
+		t.Logf("outside the bounds: %s; once more", strings.Join(problems, "; "))
+		problems = allocRealApp(t)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// allocRealApp runs TestRecordAllocRealApp's measurement once and returns
+// what is outside its bounds.
+func allocRealApp(t *testing.T) (problems []string) {
+	t.Helper()
 	ruby := testskip.Command(t, "ruby", "ruby")
 	if out, err := exec.Command(ruby, "-e", `require "stackprof"; require "rdoc"`).CombinedOutput(); err != nil {
 		testskip.IfNotSupported(t, testskip.Missing("stackprof for the system's Ruby", "Debian ruby-stackprof; scripts/deps.sh installs it",
@@ -66,7 +84,7 @@ func TestRecordAllocRealApp(t *testing.T) {
 	}
 	p := allocProfile(t, data)
 	if len(p.Sample) < 1000 {
-		t.Errorf("%d stacks sampled, want thousands of samples", len(p.Sample))
+		problems = append(problems, fmt.Sprintf("%d stacks sampled, want thousands of samples", len(p.Sample)))
 	}
 	t.Logf("deepest stack: %d Ruby frames", deepest(p))
 	for i, kind := range []string{"self", "total"} {
@@ -82,7 +100,7 @@ func TestRecordAllocRealApp(t *testing.T) {
 			worst = math.Max(worst, math.Abs(d))
 			lines = append(lines, fmt.Sprintf("%-55s %6.2f%% %6.2f%%", m, got[m], w))
 			if math.Abs(d) > 3 {
-				t.Errorf("%s: %s %.2f%% of the objects allocated, Ruby counted %.2f%%", m, kind, got[m], w)
+				problems = append(problems, fmt.Sprintf("%s: %s %.2f%% of the objects allocated, Ruby counted %.2f%%", m, kind, got[m], w))
 			}
 		}
 		t.Logf("top 20 by %s (rubyperf, Ruby), at most %.2f points apart:\n%s", kind, worst, strings.Join(lines, "\n"))
@@ -90,12 +108,12 @@ func TestRecordAllocRealApp(t *testing.T) {
 	all := labelShares(p, merge.ClassLabel, 0)
 	t.Logf("%.2f%% of the objects freed before their class was read, %.2f%% unknown, %.2f%% without",
 		all[recording.FreedClassLabel], all["[unknown]"], all[""])
-	checkClasses(t, want.Classes, knownClasses(all), 10, 3)
+	return append(problems, checkClasses(t, want.Classes, knownClasses(all), 10, 3)...)
 }
 
-// checkClasses fails past limit points between the shares (%) of the
-// top classes Ruby counted (want, objects by class) and got's.
-func checkClasses(t *testing.T, want map[string]uint64, got map[string]float64, top int, limit float64) {
+// checkClasses returns what is past limit points between the shares (%)
+// of the top classes Ruby counted (want, objects by class) and got's.
+func checkClasses(t *testing.T, want map[string]uint64, got map[string]float64, top int, limit float64) (problems []string) {
 	t.Helper()
 	all := uint64(0)
 	for _, n := range want {
@@ -115,10 +133,11 @@ func checkClasses(t *testing.T, want map[string]uint64, got map[string]float64, 
 		worst = math.Max(worst, math.Abs(d))
 		lines = append(lines, fmt.Sprintf("%-40s %6.2f%% %6.2f%%", c, got[c], w))
 		if math.Abs(d) > limit {
-			t.Errorf("class %s: %.2f%% of the objects allocated, Ruby counted %.2f%%", c, got[c], w)
+			problems = append(problems, fmt.Sprintf("class %s: %.2f%% of the objects allocated, Ruby counted %.2f%%", c, got[c], w))
 		}
 	}
 	t.Logf("top %d classes (rubyperf, Ruby), at most %.2f points apart:\n%s", top, worst, strings.Join(lines, "\n"))
+	return problems
 }
 
 // topMethods are the n methods Ruby counted most objects for (i: 0 self,
