@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -15,18 +16,27 @@ import (
 
 // topWorkload starts a Ruby whose hottest method is Object#top_hot_method
 // (three quarters of its time; Object#top_cold_method the rest), killed
-// when the test ends.
+// when the test ends, and returns its pid once its VM is up (it says so).
 func topWorkload(t *testing.T) int {
 	t.Helper()
 	ruby := testskip.Command(t, "ruby", "ruby3.1")
 	cmd := exec.Command(ruby, "-e", `def spin(n); x = 0; n.times { |i| x += i }; x; end
 def top_hot_method; spin(150_000); end
 def top_cold_method; spin(50_000); end
+STDOUT.sync = true
+puts :ready
 loop { top_hot_method; top_cold_method }`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("the workload did not start: %q, %v", line, err)
+	}
 	return cmd.Process.Pid
 }
 
