@@ -20,9 +20,12 @@ build:
 static:
 	CGO_ENABLED=0 $(GO) build $(STATIC_FLAGS) -o $(DIST)/rubyperf ./cmd/rubyperf
 
-# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, and the agent's
-# systemd unit (not enabled) pointing at it.
-install: static
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary make static built
+# (built now if there is none: `make static && sudo make install` needs no
+# Go for root), and the agent's systemd unit (not enabled) pointing at it.
+$(DIST)/rubyperf:
+	$(MAKE) static
+install: $(DIST)/rubyperf
 	install -D -m 0755 $(DIST)/rubyperf $(DESTDIR)$(PREFIX)/bin/rubyperf
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/systemd/system
 	sed 's#/usr/local/bin/rubyperf#$(PREFIX)/bin/rubyperf#' deploy/systemd/rubyperf-agent.service \
