@@ -186,7 +186,7 @@ func freshRoot(t *testing.T, mmdebstrap, suite string) string {
 			t.Fatal(err)
 		}
 		partial := filepath.Join(dir, suite+".partial.tar")
-		run(t, mmdebstrap, "--quiet", "--variant=apt", "--format=tar", "--include=ruby", suite, partial, debianMirror())
+		run(t, mmdebstrap, "--quiet", "--variant=apt", "--format=tar", "--include=ruby", suite, partial, debianMirror(t))
 		if err := os.Rename(partial, tarball); err != nil {
 			t.Fatal(err)
 		}
@@ -207,9 +207,11 @@ func freshRoot(t *testing.T, mmdebstrap, suite string) string {
 	return root
 }
 
-// debianMirror is the Debian archive this machine's apt uses (the first
-// URI of its sources that serves a Debian suite), or Debian's own.
-func debianMirror() string {
+// debianMirror is the Debian archive this machine's apt uses: the first
+// URI of its sources that is not the security archive. The roots come
+// from where this machine's packages come from, nowhere else.
+func debianMirror(t *testing.T) string {
+	t.Helper()
 	files, _ := filepath.Glob("/etc/apt/sources.list.d/*")
 	for _, f := range append([]string{"/etc/apt/sources.list"}, files...) {
 		b, err := os.ReadFile(f)
@@ -226,7 +228,8 @@ func debianMirror() string {
 			}
 		}
 	}
-	return "http://deb.debian.org/debian"
+	t.Fatal("no Debian archive in this machine's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d): the roots are made from it")
+	return ""
 }
 
 // inRoot runs script with sh in root, with the host's /proc, /sys and /dev
