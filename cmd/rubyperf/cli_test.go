@@ -169,11 +169,7 @@ func TestErrorsEveryCommand(t *testing.T) {
 func TestErrorAnotherUsersPid(t *testing.T) {
 	testskip.Root(t, "it runs rubyperf as nobody against a root's Ruby")
 	ruby := testskip.Command(t, "ruby", "ruby3.1")
-	target := exec.Command(ruby, "-e", "sleep")
-	if err := target.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { target.Process.Kill(); target.Wait() }()
+	target, _ := testruby.StartCommand(t, exec.Command(ruby, "-e", "STDOUT.sync = true; puts :ready; sleep"))
 	bin := rubyperfBinary(t)
 	for _, c := range []string{"snapshot", "heap", "offsets"} {
 		cmd := exec.Command(bin, c, "-p", strconv.Itoa(target.Process.Pid))
