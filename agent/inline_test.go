@@ -182,28 +182,41 @@ func FuzzInlineAttributes(f *testing.F) {
 	})
 }
 
-// TestGRPCSendsInline: over gRPC the request goes as the agent encoded it,
-// its attributes inline (pdata's own client would encode it again, by
-// reference), to a server that reads the bytes it was sent.
-func TestGRPCSendsInline(t *testing.T) {
+// rawReceiver is an OTLP/gRPC profiles receiver on 127.0.0.1 that keeps
+// the bytes of each export request it is sent (answering each with an empty
+// response), as a backend reads them before any decoding; stopped when the
+// test ends.
+func rawReceiver(t *testing.T) (addr string, got chan []byte) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan []byte, 1)
+	got = make(chan []byte, 64)
 	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		var m encoded
 		if err := stream.RecvMsg(&m); err != nil {
 			return err
 		}
 		if method, _ := grpc.MethodFromServerStream(stream); method == exportMethod {
-			got <- m.b
+			select {
+			case got <- m.b:
+			default: // the test reads none past the channel's room
+			}
 		}
 		return stream.SendMsg(&encoded{})
 	}))
 	go srv.Serve(lis)
-	defer srv.Stop()
-	exp, err := newExporter(Endpoint{Address: lis.Addr().String(), Insecure: true, Timeout: 10 * time.Second})
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), got
+}
+
+// TestGRPCSendsInline: over gRPC the request goes as the agent encoded it,
+// its attributes inline (pdata's own client would encode it again, by
+// reference), to a server that reads the bytes it was sent.
+func TestGRPCSendsInline(t *testing.T) {
+	addr, got := rawReceiver(t)
+	exp, err := newExporter(Endpoint{Address: addr, Insecure: true, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

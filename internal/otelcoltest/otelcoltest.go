@@ -38,8 +38,18 @@ const (
 
 var (
 	buildMu sync.Mutex
-	built   string // the binary, once built or found by this process
+	built   = map[string]string{} // release: the binary, once built or found by this process
 )
+
+// modFiles are the go.mod and go.sum a release of the collector is built
+// with: the module's own for "" (the release rubyperf's go.mod also uses),
+// go.RELEASE.mod and go.RELEASE.sum beside them for an older one.
+func modFiles(release string) (mod, sum string) {
+	if release == "" {
+		return "go.mod", "go.sum"
+	}
+	return "go." + release + ".mod", "go." + release + ".sum"
+}
 
 // Build builds the collector, or finds it built, and returns the
 // executable's path: $RUBYPERF_CACHE/otelcol/KEY/otelcol-rubyperf, where KEY
@@ -49,17 +59,26 @@ var (
 // test with go build's output.
 func Build(t testing.TB) string {
 	t.Helper()
+	return BuildRelease(t, "")
+}
+
+// BuildRelease is Build of another release of the upstream collector's
+// modules than the one rubyperf builds with: the same main.go with
+// go.RELEASE.mod (go build -modfile) in the module's directory.
+func BuildRelease(t testing.TB, release string) string {
+	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if built != "" {
-		return built
+	if bin := built[release]; bin != "" {
+		return bin
 	}
 	src, err := testruby.RepoPath(Source)
 	if err != nil {
 		t.Fatalf("otelcoltest: the collector's source: %v", err)
 	}
+	mod, sum := modFiles(release)
 	key := sha256.New()
-	for _, name := range []string{"go.mod", "go.sum", "main.go"} {
+	for _, name := range []string{mod, sum, "main.go"} {
 		b, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
 			t.Fatalf("otelcoltest: %v", err)
@@ -70,7 +89,7 @@ func Build(t testing.TB) string {
 	dir := filepath.Join(testruby.Cache(), "otelcol", hex.EncodeToString(key.Sum(nil))[:16])
 	bin := filepath.Join(dir, binName)
 	if _, err := os.Stat(bin); err == nil {
-		built = bin
+		built[release] = bin
 		return bin
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -85,13 +104,13 @@ func Build(t testing.TB) string {
 		t.Fatalf("otelcoltest: lock %s: %v", lock.Name(), err)
 	}
 	if _, err := os.Stat(bin); err == nil { // another test binary built it
-		built = bin
+		built[release] = bin
 		return bin
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf("%s.tmp%d", binName, os.Getpid()))
 	defer os.Remove(tmp)
 	start := time.Now()
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-buildvcs=false", "-o", tmp, ".")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-buildvcs=false", "-modfile="+mod, "-o", tmp, ".")
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -101,9 +120,9 @@ func Build(t testing.TB) string {
 		t.Fatalf("otelcoltest: %v", err)
 	}
 	if fi, err := os.Stat(bin); err == nil {
-		t.Logf("otelcoltest: built %s in %v (%d MB)", bin, time.Since(start).Round(time.Millisecond), fi.Size()>>20)
+		t.Logf("otelcoltest: built %s with %s in %v (%d MB)", bin, mod, time.Since(start).Round(time.Millisecond), fi.Size()>>20)
 	}
-	built = bin
+	built[release] = bin
 	return bin
 }
 
@@ -138,6 +157,11 @@ type Options struct {
 	// plain text) the collector also sends what it receives to, with the
 	// upstream otlp exporter: a collector between the agent and a backend.
 	ForwardTo string
+	// Release, when set, runs that release of the upstream collector
+	// ("v0.162": testdata/collector/go.v0.162.mod) instead of the one
+	// rubyperf's go.mod names: a test of what a backend takes from the
+	// collectors teams run.
+	Release string
 }
 
 // tls is the receivers' TLS configuration (YAML, indented for a protocol).
@@ -151,7 +175,7 @@ func (c *Collector) tls() string {
 // StartWith is Start with options.
 func StartWith(t testing.TB, opts Options) *Collector {
 	t.Helper()
-	bin := Build(t)
+	bin := BuildRelease(t, opts.Release)
 	dir := t.TempDir()
 	c := &Collector{opts: opts, bin: bin, dir: dir, config: filepath.Join(dir, "config.yaml"),
 		out: filepath.Join(dir, "profiles.bin"), log: filepath.Join(dir, "collector.log")}
