@@ -78,12 +78,17 @@ func runTop(args []string, stdout, stderr io.Writer) error {
 		if err == nil {
 			tty = true
 			go v.keys(in, quit)
+			// Warnings (a process skipped under -a, say) would land on
+			// the alternate screen and vanish at the next redraw: the
+			// screen shows the last, and they are printed on leaving it.
+			opts.Warn = export.LineWriter{W: &v.warnings}
 			fmt.Fprint(out, "\x1b[?1049h\x1b[?25l") // the alternate screen, no cursor
 			// Once: leaving the alternate screen twice puts the cursor
 			// back over what was written after the first.
 			leave = sync.OnceFunc(func() {
 				fmt.Fprint(out, "\x1b[?25h\x1b[?1049l")
 				restore()
+				v.warnings.writeTo(stderr)
 			})
 			defer leave()
 		}
@@ -134,6 +139,52 @@ type topView struct {
 	lost        uint64       // so far
 	targets     int
 	redraw      chan struct{} // a key asks for the view again
+	warnings    heldLines     // on a terminal, the recording's warnings
+}
+
+// heldLines keeps the lines written to it, the first maxHeldLines of them
+// and the last, for a screen that cannot print them as they come; safe
+// for concurrent use.
+type heldLines struct {
+	mu    sync.Mutex
+	lines []string
+	more  int    // lines past maxHeldLines, not kept
+	last  string // the last line written
+}
+
+const maxHeldLines = 50
+
+func (h *heldLines) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range strings.Split(strings.TrimSuffix(string(p), "\n"), "\n") {
+		h.last = l
+		if len(h.lines) < maxHeldLines {
+			h.lines = append(h.lines, l)
+		} else {
+			h.more++
+		}
+	}
+	return len(p), nil
+}
+
+// lastLine is the last line written, or "".
+func (h *heldLines) lastLine() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
+}
+
+// writeTo writes the lines kept to w, and how many were not.
+func (h *heldLines) writeTo(w io.Writer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.lines {
+		fmt.Fprintln(w, l)
+	}
+	if h.more > 0 {
+		fmt.Fprintf(w, "rubyperf top: %d more warnings not shown\n", h.more)
+	}
 }
 
 // who says what is watched: -p's pids, or how many Rubies -a samples.
@@ -239,7 +290,7 @@ func (v *topView) draw(w io.Writer, tty, advance bool) {
 			now.Format("15:04:05"), v.who(), v.freq, v.samples, v.lost),
 		t.statesLine(),
 		fmt.Sprintf("methods by %s, %s%s", sortBy, what, map[bool]string{true: "   keys: s self  t total  c since start/last  q quit", false: ""}[tty]),
-		"",
+		v.warnings.lastLine(), // on a terminal, the last warning; else empty
 	}
 	lines = append(lines, t.methodRows(rows, v.byTotal, width)...)
 	v.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
 )
@@ -74,6 +75,60 @@ func TestTopTerminal(t *testing.T) {
 	screen = wait("top exited", 10*time.Second)
 	if !strings.Contains(screen, "top exited 0") || !strings.Contains(screen, "rubyperf top: ") {
 		t.Errorf("q did not end top cleanly:\n%s", screen)
+	}
+}
+
+// TestTopTerminalWarns: under -a in a real terminal, a Ruby top cannot
+// read (a control frame longer than any table says) is named on the screen
+// with why it is skipped, and the warning is on the normal screen when top
+// has left the alternate one, not lost with it.
+func TestTopTerminalWarns(t *testing.T) {
+	testskip.Privileged(t, bpf.Supported())
+	tmux := testskip.Command(t, "tmux", "tmux")
+	bad := testruby.Start(t, testruby.Get(t, "source-3.3-shifted-stripped"), "-e",
+		`STDOUT.puts "ready"; STDOUT.flush; loop { 1000.times { |i| i * i } }`)
+	bin := rubyperfBinary(t)
+	socket := fmt.Sprintf("rubyperf-topw-%d", os.Getpid())
+	tm := func(args ...string) string {
+		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() { exec.Command(tmux, "-L", socket, "kill-server").Run() })
+	tm("new-session", "-d", "-x", "200", "-y", "40", "sh", "-c", fmt.Sprintf("%s top -a; echo top exited $?; sleep 60", bin))
+	skip := fmt.Sprintf("rubyperf: pid %d (ruby -e): skipped", bad.Process.Pid)
+	wait := func(want string, d time.Duration) string {
+		t.Helper()
+		var screen string
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if screen = tm("capture-pane", "-p"); strings.Contains(screen, want) {
+				return screen
+			}
+		}
+		t.Fatalf("after %s the terminal shows no %q:\n%s", d, want, screen)
+		return ""
+	}
+	screen := wait("rubyperf top ", 10*time.Second)
+	// -a finds Rubies every few seconds; another test's may be skipped
+	// after ours, and the screen shows the last warning.
+	for end := time.Now().Add(15 * time.Second); !strings.Contains(screen, skip) && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		screen = tm("capture-pane", "-p")
+	}
+	if !strings.Contains(screen, skip) {
+		t.Logf("the screen did not show our pid's warning (another may have been the last):\n%s", screen)
+		if !strings.Contains(screen, "): skipped: ") {
+			t.Errorf("the screen shows no warning while a Ruby is skipped:\n%s", screen)
+		}
+	}
+	tm("send-keys", "q")
+	screen = wait("top exited", 10*time.Second)
+	if !strings.Contains(screen, skip) || !strings.Contains(screen, "does not fit this process") {
+		t.Errorf("after top left its screen, the terminal does not say %q and why:\n%s", skip, screen)
+	}
+	if i, j := strings.Index(screen, skip), strings.Index(screen, "top exited 0"); j < 0 || i > j {
+		t.Errorf("top did not exit 0 after printing the warning:\n%s", screen)
 	}
 }
 
