@@ -15,13 +15,13 @@ import (
 // agent's requests (otlp receiver → otlp_grpc exporter), read the way
 // Grafana Pyroscope's OTLP ingest reads it, against what a real Pyroscope
 // accepted (acceptedFixture). Collector v0.162, the last release whose
-// encoder writes resource attribute keys inline, forwards them so: equal
-// to the fixture, the route docs/agent.md's table names. The release
+// gRPC exporter writes resource attribute keys inline, forwards them so:
+// equal to the fixture, the route docs/agent.md's table names. The release
 // rubyperf builds with (go.mod) writes them by reference into the string
-// table (KeyValue.key_strindex, since v0.163), which that Pyroscope reads
-// as empty keys and refuses: asserted too, so that a Collector that stops
-// doing it, or a fixture from a Pyroscope that reads references, shows
-// here.
+// table (KeyValue.key_strindex; its gRPC client since v0.163), which that
+// Pyroscope reads as empty keys and refuses: asserted too, so that a
+// Collector that stops doing it, or a fixture from a Pyroscope that reads
+// references, shows here.
 func TestCollectorToPyroscope(t *testing.T) {
 	b, err := os.ReadFile(acceptedFixture)
 	if err != nil {
