@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -23,14 +22,7 @@ import (
 // Collector that stops doing it, or a fixture from a Pyroscope that reads
 // references, shows here.
 func TestCollectorToPyroscope(t *testing.T) {
-	b, err := os.ReadFile(acceptedFixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var accepted pyroscopeView
-	if err := json.Unmarshal(b, &accepted); err != nil {
-		t.Fatalf("%s: %v", acceptedFixture, err)
-	}
+	accepted := readAccepted(t)
 	_, otlp, _ := viewOf(t, fixtureInterval(time.Unix(1700000000, 0)))
 	for _, c := range []struct {
 		release string // "" is go.mod's

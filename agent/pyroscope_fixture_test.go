@@ -87,14 +87,7 @@ func viewOf(t *testing.T, iv *Interval) (pyroscopeView, []Request, []Request) {
 // them, the same as those a real Pyroscope accepted (acceptedFixture): no
 // change to the encoding goes unseen where no Pyroscope can run (CI).
 func TestPyroscopeFixture(t *testing.T) {
-	b, err := os.ReadFile(acceptedFixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want pyroscopeView
-	if err := json.Unmarshal(b, &want); err != nil {
-		t.Fatalf("%s: %v", acceptedFixture, err)
-	}
+	want := readAccepted(t)
 	got, _, _ := viewOf(t, fixtureInterval(time.Unix(1700000000, 0)))
 	got.Pyroscope = want.Pyroscope
 	if !reflect.DeepEqual(got, want) {
@@ -105,6 +98,20 @@ func TestPyroscopeFixture(t *testing.T) {
 	if len(want.OTLPResources) == 0 || len(want.Ingest) == 0 || want.Pyroscope == "" {
 		t.Errorf("%s holds no accepted request", acceptedFixture)
 	}
+}
+
+// readAccepted reads the fixture.
+func readAccepted(t *testing.T) pyroscopeView {
+	t.Helper()
+	b, err := os.ReadFile(acceptedFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v pyroscopeView
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", acceptedFixture, err)
+	}
+	return v
 }
 
 // writeAccepted writes the fixture.

@@ -31,48 +31,68 @@ loop { top_hot_method; top_cold_method }`)
 	return cmd.Process.Pid
 }
 
+// terminal is a real terminal (a tmux server of the test's own, killed
+// when the test ends) running one shell command.
+type terminal struct {
+	t            *testing.T
+	tmux, socket string
+}
+
+// newTerminal starts command in a terminal of width x height.
+func newTerminal(t *testing.T, name string, width, height int, command string) *terminal {
+	t.Helper()
+	term := &terminal{t: t, tmux: testskip.Command(t, "tmux", "tmux"), socket: fmt.Sprintf("rubyperf-%s-%d", name, os.Getpid())}
+	t.Cleanup(func() { exec.Command(term.tmux, "-L", term.socket, "kill-server").Run() })
+	term.run("new-session", "-d", "-x", strconv.Itoa(width), "-y", strconv.Itoa(height), "sh", "-c", command)
+	return term
+}
+
+// run runs a tmux command on the terminal's server and returns its output.
+func (term *terminal) run(args ...string) string {
+	term.t.Helper()
+	out, err := exec.Command(term.tmux, append([]string{"-L", term.socket}, args...)...).CombinedOutput()
+	if err != nil {
+		term.t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// screen is what the terminal shows.
+func (term *terminal) screen() string { return term.run("capture-pane", "-p") }
+
+// wait polls the screen until it holds want, for at most d, and returns it.
+func (term *terminal) wait(want string, d time.Duration) string {
+	term.t.Helper()
+	var screen string
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if screen = term.screen(); strings.Contains(screen, want) {
+			return screen
+		}
+	}
+	term.t.Fatalf("after %s the terminal shows no %q:\n%s", d, want, screen)
+	return ""
+}
+
 // TestTopTerminal: rubyperf top -p PID in a real terminal (tmux) shows the
 // workload's hottest method within 10 seconds; t sorts by total time and
 // the heading says so; q quits: top exits 0 and says what it sampled.
 func TestTopTerminal(t *testing.T) {
 	testskip.Root(t, "top samples another process")
-	tmux := testskip.Command(t, "tmux", "tmux")
 	pid := topWorkload(t)
 	bin := rubyperfBinary(t)
-	socket := fmt.Sprintf("rubyperf-top-%d", os.Getpid())
-	tm := func(args ...string) string {
-		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() { exec.Command(tmux, "-L", socket, "kill-server").Run() })
-	tm("new-session", "-d", "-x", "150", "-y", "40", "sh", "-c", fmt.Sprintf("%s top -p %d; echo top exited $?; sleep 60", bin, pid))
-	// wait polls the screen until it holds want, for at most d.
-	wait := func(want string, d time.Duration) string {
-		t.Helper()
-		var screen string
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-			if screen = tm("capture-pane", "-p"); strings.Contains(screen, want) {
-				return screen
-			}
-		}
-		t.Fatalf("after %s the terminal shows no %q:\n%s", d, want, screen)
-		return ""
-	}
-	screen := wait("Object#top_hot_method", 10*time.Second)
+	term := newTerminal(t, "top", 150, 40, fmt.Sprintf("%s top -p %d; echo top exited $?; sleep 60", bin, pid))
+	screen := term.wait("Object#top_hot_method", 10*time.Second)
 	t.Logf("%s", screen)
 	if !strings.Contains(screen, "methods by self") || !strings.Contains(screen, "q quit") {
 		t.Errorf("the screen says neither how it is sorted nor how to quit:\n%s", screen)
 	}
-	tm("send-keys", "t")
-	screen = wait("methods by total", 3*time.Second)
+	term.run("send-keys", "t")
+	screen = term.wait("methods by total", 3*time.Second)
 	if i, j := strings.Index(screen, "<main>"), strings.Index(screen, "Object#top_hot_method"); i < 0 || j < 0 || i > j {
 		t.Errorf("sorted by total, <main> (in every sample) is not above the hot method (in three quarters):\n%s", screen)
 	}
-	tm("send-keys", "q")
-	screen = wait("top exited", 10*time.Second)
+	term.run("send-keys", "q")
+	screen = term.wait("top exited", 10*time.Second)
 	if !strings.Contains(screen, "top exited 0") || !strings.Contains(screen, "rubyperf top: ") {
 		t.Errorf("q did not end top cleanly:\n%s", screen)
 	}
@@ -84,37 +104,15 @@ func TestTopTerminal(t *testing.T) {
 // has left the alternate one, not lost with it.
 func TestTopTerminalWarns(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
-	tmux := testskip.Command(t, "tmux", "tmux")
 	bad := testruby.Start(t, testruby.Get(t, "source-3.3-shifted-stripped"), "-e",
 		`STDOUT.puts "ready"; STDOUT.flush; loop { 1000.times { |i| i * i } }`)
-	bin := rubyperfBinary(t)
-	socket := fmt.Sprintf("rubyperf-topw-%d", os.Getpid())
-	tm := func(args ...string) string {
-		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() { exec.Command(tmux, "-L", socket, "kill-server").Run() })
-	tm("new-session", "-d", "-x", "200", "-y", "40", "sh", "-c", fmt.Sprintf("%s top -a; echo top exited $?; sleep 60", bin))
+	term := newTerminal(t, "topw", 200, 40, rubyperfBinary(t)+" top -a; echo top exited $?; sleep 60")
 	skip := fmt.Sprintf("rubyperf: pid %d (ruby -e): skipped", bad.Process.Pid)
-	wait := func(want string, d time.Duration) string {
-		t.Helper()
-		var screen string
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-			if screen = tm("capture-pane", "-p"); strings.Contains(screen, want) {
-				return screen
-			}
-		}
-		t.Fatalf("after %s the terminal shows no %q:\n%s", d, want, screen)
-		return ""
-	}
-	screen := wait("rubyperf top ", 10*time.Second)
+	screen := term.wait("rubyperf top ", 10*time.Second)
 	// -a finds Rubies every few seconds; another test's may be skipped
 	// after ours, and the screen shows the last warning.
 	for end := time.Now().Add(15 * time.Second); !strings.Contains(screen, skip) && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		screen = tm("capture-pane", "-p")
+		screen = term.screen()
 	}
 	if !strings.Contains(screen, skip) {
 		t.Logf("the screen did not show our pid's warning (another may have been the last):\n%s", screen)
@@ -122,8 +120,8 @@ func TestTopTerminalWarns(t *testing.T) {
 			t.Errorf("the screen shows no warning while a Ruby is skipped:\n%s", screen)
 		}
 	}
-	tm("send-keys", "q")
-	screen = wait("top exited", 10*time.Second)
+	term.run("send-keys", "q")
+	screen = term.wait("top exited", 10*time.Second)
 	if !strings.Contains(screen, skip) || !strings.Contains(screen, "does not fit this process") {
 		t.Errorf("after top left its screen, the terminal does not say %q and why:\n%s", skip, screen)
 	}
