@@ -20,6 +20,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/bpf"
 	"github.com/rubyperf/rubyperf/internal/otelcoltest"
+	"github.com/rubyperf/rubyperf/internal/profilerstate"
 	"github.com/rubyperf/rubyperf/internal/pyroscopetest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
 	"github.com/rubyperf/rubyperf/internal/testskip"
@@ -61,8 +62,8 @@ var pyroscopeRoutes = []pyroscopeRoute{
 // and as pprof to its ingest API; queried back through Pyroscope's own
 // API, the workload's method shares are within 2 points of a local
 // `record` + `convert -f pprof` of the same process over the same time,
-// and the series carry the service's name, the process's attributes and
-// the samples' thread labels.
+// and the series carry the service's name, the process's attributes, the
+// samples' thread labels and a second process's request labels.
 //
 // make test-pyroscope (needs a Pyroscope: scripts/pyroscope.sh).
 func TestAgentToPyroscope(t *testing.T) {
@@ -85,6 +86,17 @@ func TestAgentToPyroscope(t *testing.T) {
 	testruby.CopyFile(t, filepath.Join("..", "..", "testdata", "ruby", "shares.rb"), filepath.Join(dir, "shares.rb"))
 	target := testruby.Start(t, r, filepath.Join(dir, "shares.rb"))
 	pid := target.Process.Pid
+	// Beside it, requests on fibers labelled as the ruby-profiler gem does
+	// (testdata/ruby/labels.rb): endpoint users, orders and search; on a
+	// Ruby built from source, whose headers build the extension that
+	// publishes them.
+	testruby.CopyFile(t, profilerstate.WorkloadPath(t), filepath.Join(dir, "labels.rb"))
+	lr := testruby.Get(t, "source-3.3-static")
+	labelled := exec.Command(lr.Exe, filepath.Join(dir, "labels.rb"), "60", profilerstate.Build(t, lr))
+	if err := labelled.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { labelled.Process.Kill(); labelled.Wait() })
 
 	const secs = 12
 	start := time.Now()
@@ -165,11 +177,16 @@ func TestAgentToPyroscope(t *testing.T) {
 				}
 				t.Fatalf("Pyroscope has no %s%s; it has types %q, services %q", rt.query, selector, types, services)
 			}
+			// The service holds the labelled process too: the two methods'
+			// shares of their sum, there and in the local recording of
+			// the shares process alone.
+			gotSum := fl.Share("Shares#heavy") + fl.Share("Shares#light")
+			wantSum := want["Shares#heavy"] + want["Shares#light"]
 			for _, name := range []string{"Shares#heavy", "Shares#light"} {
-				got := fl.Share(name)
-				t.Logf("%s: %.3f of %d in Pyroscope, %.3f locally", name, got, fl.Ticks, want[name])
-				if d := got - want[name]; d > 0.02 || d < -0.02 {
-					t.Errorf("%s: %.3f of the samples in Pyroscope, %.3f locally: more than 2 points apart", name, got, want[name])
+				got, w := fl.Share(name)/gotSum, want[name]/wantSum
+				t.Logf("%s: %.3f of the two in Pyroscope (of %d), %.3f locally", name, got, fl.Ticks, w)
+				if d := got - w; d > 0.02 || d < -0.02 {
+					t.Errorf("%s: %.3f of the two methods' samples in Pyroscope, %.3f locally: more than 2 points apart", name, got, w)
 				}
 			}
 			names, err := srv.LabelNames(selector, start.Add(-time.Minute), until.Add(time.Minute))
@@ -188,8 +205,18 @@ func TestAgentToPyroscope(t *testing.T) {
 				}
 			}
 			pids, err := srv.LabelValues(firstPresent(names, "process.pid", "process_pid"), selector, start.Add(-time.Minute), until.Add(time.Minute))
-			if err != nil || !slices.Contains(pids, strconv.Itoa(pid)) {
-				t.Errorf("process pid values %q (%v), want %d", pids, err, pid)
+			if err != nil || !slices.Contains(pids, strconv.Itoa(pid)) || !slices.Contains(pids, strconv.Itoa(labelled.Process.Pid)) {
+				t.Errorf("process pid values %q (%v), want %d and %d", pids, err, pid, labelled.Process.Pid)
+			}
+			// OTLP sample attributes name request labels ruby.label.KEY;
+			// pprof labels, KEY.
+			endpoint := firstPresent(names, "ruby.label.endpoint", "endpoint")
+			endpoints, err := srv.LabelValues(endpoint, selector, start.Add(-time.Minute), until.Add(time.Minute))
+			t.Logf("request label %s: %q", endpoint, endpoints)
+			for _, e := range []string{"users", "orders", "search"} {
+				if err != nil || !slices.Contains(endpoints, e) {
+					t.Errorf("request label endpoint values %q (%v), want %s among them", endpoints, err, e)
+				}
 			}
 		})
 	}
