@@ -23,15 +23,39 @@ func ThreadPointer(pid, tid int) (uint64, error) {
 	if err := seize(pid, tid, "run as root or with CAP_SYS_PTRACE"); err != nil {
 		return 0, err
 	}
-	defer unix.PtraceDetach(tid)
+	var pending unix.Signal
+	defer func() { detach(tid, pending) }()
 	if err := unix.PtraceInterrupt(tid); err != nil {
 		return 0, fmt.Errorf("pid %d: interrupt thread %d: %w", pid, tid, err)
 	}
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
+	pending, err := waitStop(tid)
+	if err != nil {
 		return 0, fmt.Errorf("pid %d: wait for thread %d: %w", pid, tid, err)
 	}
 	return threadPointerFromRegs(tid)
+}
+
+// waitStop waits for the ptrace-stop of thread tid that PTRACE_INTERRUPT
+// asked for, and returns the signal the thread must be given when it is let
+// go: a signal that reached the thread first stops it on its way in
+// (signal-delivery-stop), taken off its queue, and is lost unless detach
+// passes it on. Zero for the interrupt's own stop or a group-stop (status
+// PTRACE_EVENT_STOP << 16), or a thread that exited.
+func waitStop(tid int) (unix.Signal, error) {
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
+		return 0, err
+	}
+	if !ws.Stopped() || (uint32(ws)>>16)&0xff == unix.PTRACE_EVENT_STOP {
+		return 0, nil
+	}
+	return ws.StopSignal(), nil
+}
+
+// detach lets thread tid go (PTRACE_DETACH), delivering sig, the signal its
+// stop took off its queue, if any.
+func detach(tid int, sig unix.Signal) {
+	unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(sig), 0, 0)
 }
 
 // tracedWait is how long seize waits for another tracer to let a thread go:
@@ -122,9 +146,10 @@ const maxFreezeThreads = 1 << 14
 func Freeze(pid int) (thaw func(), err error) {
 	runtime.LockOSThread()
 	var stopped []int
+	pending := map[int]unix.Signal{} // signals the stops took, by thread
 	thaw = func() {
 		for _, tid := range stopped {
-			unix.PtraceDetach(tid)
+			detach(tid, pending[tid])
 		}
 		runtime.UnlockOSThread()
 	}
@@ -157,9 +182,12 @@ func Freeze(pid int) (thaw func(), err error) {
 		}
 	}
 	for _, tid := range stopped {
-		var ws unix.WaitStatus
-		if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil && err != unix.ECHILD {
+		sig, err := waitStop(tid)
+		if err != nil && err != unix.ECHILD {
 			return nil, fmt.Errorf("pid %d: wait for thread %d: %w", pid, tid, err)
+		}
+		if sig != 0 {
+			pending[tid] = sig
 		}
 	}
 	return thaw, nil

@@ -94,6 +94,7 @@ func liveRealApp(t *testing.T, ruby string) (problems []string) {
 	cmd.Process.Signal(syscall.SIGUSR1)
 	_, stderr := recordOutput(t, "--alloc", "--live", "-p", strconv.Itoa(pid), "-d", "10", "-o", data)
 	cmd.Process.Signal(syscall.SIGUSR2)
+	ended := time.Now()
 	t.Logf("%s", strings.TrimSpace(stderr))
 	select {
 	case err := <-exited:
@@ -101,6 +102,7 @@ func liveRealApp(t *testing.T, ruby string) (problems []string) {
 		if err != nil {
 			t.Fatalf("live_rdoc.rb: %v", err)
 		}
+		t.Logf("live_rdoc.rb counted in %.1fs", time.Since(ended).Seconds())
 	case <-time.After(2 * time.Minute):
 		t.Fatal("live_rdoc.rb did not count in 2 minutes")
 	}
