@@ -314,11 +314,18 @@ func (rd *Reader) Apply(rec perfdata.Record) {
 // FORK record: they come from different rings), its process's, which a
 // thread has at clone unless its creator had renamed itself.
 func (rd *Reader) threadName(pid, tid uint32) string {
+	if tid == exitedTID {
+		return "" // some exiting thread: not the process's name
+	}
 	if c, ok := rd.comms[tid]; ok {
 		return c
 	}
 	return rd.comms[pid]
 }
+
+// exitedTID is the thread id the kernel writes into a sample taken as its
+// thread exits, once the thread's pid is detached (perf_event_pid_type).
+const exitedTID = ^uint32(0)
 
 // Reader merges a recording's samples one at a time, as they are read:
 // the side-band records taken so far (Apply) say what each process maps
@@ -429,6 +436,12 @@ func (rd *Reader) stack(s *perfdata.Sample, p *payload.Payload) merge.Stack {
 	im := symtab.Image{PID: s.Pid}
 	if perr == nil {
 		im.Gen = p.Gen
+		if s.Tid == exitedTID && p.PID == s.Pid && p.TID != exitedTID {
+			// The kernel gives -1 for the thread of a sample taken as
+			// it exits (its pid is already detached); the payload's
+			// thread, the BPF program's, is still the thread's own.
+			st.TID, st.Comm = int(p.TID), rd.threadName(s.Pid, p.TID)
+		}
 	}
 	rd.natives = rd.kernelFrames(rd.natives[:0], s.Callchain)
 	if perr == nil && p.Flags&payload.Alloc != 0 {

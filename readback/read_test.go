@@ -5,6 +5,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/merge"
 	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/payload"
 	"github.com/rubyperf/rubyperf/perfdata"
 	"github.com/rubyperf/rubyperf/symtab"
 )
@@ -43,5 +44,21 @@ func TestThreadNameAtFork(t *testing.T) {
 		if got := rd.threadName(10, tid); got != want {
 			t.Errorf("thread %d is %q, want %q", tid, got, want)
 		}
+	}
+}
+
+// TestExitingThreadNamed: the kernel writes tid -1 into a sample taken as
+// its thread exits; the payload's thread id still names the thread, and a
+// sample without one is not given the process's name.
+func TestExitingThreadNamed(t *testing.T) {
+	rd := NewReader(ReadOptions{}, symtab.New(), nil, &native.Objects{})
+	rd.Apply(&perfdata.Comm{Pid: 10, Tid: 10, Comm: "puma"})
+	rd.Apply(&perfdata.Comm{Pid: 10, Tid: 11, Comm: "worker 1"})
+	st := rd.Stack(&perfdata.Sample{Pid: 10, Tid: exitedTID}, &payload.Payload{PID: 10, TID: 11})
+	if st.TID != 11 || st.Comm != "worker 1" {
+		t.Errorf("exiting thread's sample is thread %d %q, want 11 \"worker 1\"", st.TID, st.Comm)
+	}
+	if got := rd.threadName(10, exitedTID); got != "" {
+		t.Errorf("a sample of no known thread is named %q, want none", got)
 	}
 }

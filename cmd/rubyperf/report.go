@@ -82,7 +82,11 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	tids := slices.Sorted(maps.Keys(byThread))
 	for _, tid := range tids {
 		t := byThread[tid]
-		t.write(stdout, fmt.Sprintf("thread %d \"%s\" (pid %d)", tid, export.Printable(t.comm), t.pid), *top, width)
+		title := fmt.Sprintf("thread %d \"%s\" (pid %d)", tid, export.Printable(t.comm), t.pid)
+		if uint32(tid) == ^uint32(0) {
+			title = fmt.Sprintf("threads sampled as they exited, unnamed (pid %d)", t.pid)
+		}
+		t.write(stdout, title, *top, width)
 	}
 	return nil
 }

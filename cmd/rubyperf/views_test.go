@@ -199,8 +199,9 @@ func checkReport(t *testing.T, file string, stats *readback.ReadStats) {
 		t.Fatalf("report --threads: exit %d: %s", code, stderr.String())
 	}
 	// Tables of named threads: the main thread's and serializer's. (A
-	// sample the kernel took as a thread exited may carry no thread id or
-	// name; it gets a table of its own, which is not counted here.)
+	// sample the kernel took as a thread exited carries tid -1; its
+	// payload names the thread, and one without a payload gets an
+	// unnamed table of its own, not counted here.)
 	named := regexp.MustCompile(`(?m)^# thread \d+ "[^"]+" \(pid`).FindAllString(stdout.String(), -1)
 	if len(named) != 2 || !strings.Contains(stdout.String(), `"serializer" (pid`) {
 		t.Errorf("report --threads: %d tables of named threads, want the main thread's and serializer's:\n%s", len(named), stdout.String())
