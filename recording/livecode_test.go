@@ -156,4 +156,7 @@ const maxLiveUnnamedShare = 15.0
 // while a second GC marked); with two busy CPUs besides, up to 2.8% (the
 // recorder reads later, more GCs after the sample than ages can tell
 // apart). The same Rubies read 3.3 to 6.6% on a quiet machine before.
-const maxLiveUnnamedShareAged = 4.0
+// Measured 2026-11-29 on the 3.3 with DWARF (ages in heap pages): 0.2 to
+// 0.6% quiet, 1.6 to 3.5% beside three busy loops on two CPUs, 4.44% in
+// one clean-clone CI run (the other packages' tests running beside).
+const maxLiveUnnamedShareAged = 6.0
