@@ -24,9 +24,13 @@ const (
 	// or every frame older than one of the newestTorn newest, when there
 	// are fewer (a shallow loop that calls C methods pushes and pops them
 	// all the time): at least one, and a named one among them.
-	minSettled       = 3
-	newestTorn       = 4  // a loop calling a C method that calls others tears any of them (3.1's Time#-: the third newest)
-	movedPolls       = 10 // reads of ec->cfp to see a thread move, movedPause apart
+	minSettled = 3
+	newestTorn = 4 // a loop calling a C method that calls others tears any of them (3.1's Time#-: the third newest)
+	// movedPolls: reads of ec->cfp to see a thread move, movedPause apart:
+	// 20 ms, longer than a time slice, as a thread preempted while it
+	// pushed a frame does not move until it runs again (on a busy machine,
+	// a newest frame with magic 0 in 1 CI run of ~20; 1 ms of polls then).
+	movedPolls       = 200
 	movedPause       = 100 * time.Microsecond
 	minVMStackWords  = 64
 	maxVMStackWords  = 64 << 20 / 8
