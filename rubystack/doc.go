@@ -18,5 +18,6 @@
 //
 // It must not know about ELF, DWARF, tables or disassembly (rubybuild's
 // trade), nor about perf, eBPF, or profile formats. It imports only the
-// standard library, golang.org/x/sys, rubybuild and procmaps.
+// standard library, golang.org/x/sys, rubybuild, procmaps and threadlocal
+// (how the process's C library lays out thread-local storage).
 package rubystack

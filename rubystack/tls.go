@@ -5,7 +5,12 @@ import (
 	"fmt"
 
 	"github.com/rubyperf/rubyperf/rubybuild"
+	"github.com/rubyperf/rubyperf/threadlocal"
 )
+
+// maxStaticTLS bounds the bytes between a thread pointer and a static TLS
+// block.
+const maxStaticTLS = 1 << 30
 
 // ErrTLSNotReady says a process has mapped libruby but the dynamic linker
 // has not set up its TLS yet (a process that just started): try again.
@@ -16,9 +21,10 @@ var ErrTLSNotReady = errors.New("libruby's thread-local storage is not set up ye
 //
 // For an executable (static ruby) the offset is fixed at link time. For a
 // libruby it depends on where the dynamic linker put the module's TLS block:
-// that is read once through the DTV of one thread (x86_64, TLS variant II:
-// dtv = *(TP+8); block = dtv[modid].val, 16-byte entries) and holds for every
-// thread, because a library loaded at start-up gets static TLS at one offset.
+// that is read once through the DTV of one thread, laid out as the process's
+// C library keeps it (threadlocal.DTVOf: glibc's or musl's), and holds for
+// every thread, because a library loaded at start-up gets static TLS at one
+// offset in both.
 func (p *Process) CurrentECOffset(mem Memory, ec rubybuild.Anchor, tp uint64) (int64, error) {
 	if !ec.Found {
 		return 0, fmt.Errorf("pid %d: ruby_current_ec not found: %s", p.PID, ec.Why)
@@ -48,16 +54,24 @@ func (p *Process) CurrentECOffset(mem Memory, ec rubybuild.Anchor, tp uint64) (i
 	if tp == 0 {
 		return 0, fmt.Errorf("pid %d: %w (thread pointer 0)", p.PID, ErrTLSNotReady)
 	}
-	dtv, err := ReadWord(mem, tp+8)
-	if err != nil || dtv == 0 {
-		return 0, fmt.Errorf("pid %d: %w (DTV: %v)", p.PID, ErrTLSNotReady, err)
-	}
-	block, err := ReadWord(mem, dtv+16*modid)
+	layout, err := threadlocal.DTVOf(p.PID, mem)
 	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w (TLS block: %v)", p.PID, ErrTLSNotReady, err)
+		return 0, fmt.Errorf("pid %d: the C library's thread-local storage: %w", p.PID, err)
+	}
+	dtv, err := ReadWord(mem, tp+uint64(layout.Pointer))
+	if err != nil || dtv == 0 {
+		return 0, fmt.Errorf("pid %d: %w (%s DTV: %v)", p.PID, ErrTLSNotReady, layout.Libc, err)
+	}
+	block, err := ReadWord(mem, dtv+modid*uint64(layout.EntrySize)+uint64(layout.Val))
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w (%s TLS block of module %d: %v)", p.PID, ErrTLSNotReady, layout.Libc, modid, err)
 	}
 	if block == 0 || block == ^uint64(0) {
-		return 0, fmt.Errorf("pid %d: %w (no TLS block in this thread; a dlopen'ed Ruby?)", p.PID, ErrTLSNotReady)
+		return 0, fmt.Errorf("pid %d: %w (no TLS block for module %d in this thread's %s DTV; a dlopen'ed Ruby?)", p.PID, ErrTLSNotReady, modid, layout.Libc)
+	}
+	// Static TLS lies below the thread pointer (x86_64, variant II).
+	if block >= tp || tp-block > maxStaticTLS {
+		return 0, fmt.Errorf("pid %d: libruby's TLS block %#x (module %d, %s DTV) is not in static TLS below the thread pointer %#x", p.PID, block, modid, layout.Libc, tp)
 	}
 	return int64(block-tp) + ec.TLSOffset, nil
 }

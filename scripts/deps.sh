@@ -20,6 +20,7 @@ pkgs=(
   chromium           # headless, for the browser tests of the SVG and speedscope views
   mmdebstrap         # fresh bookworm and trixie roots, in which the tests install the .deb
   tmux               # a real terminal for the test of rubyperf top
+  musl-tools         # musl-gcc: a musl libc build of the TLS test programs and of a test Ruby
 )
 
 missing=()

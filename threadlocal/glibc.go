@@ -313,11 +313,17 @@ func find(pid int, mem Memory, symbol string, c *Files) (*Var, error) {
 	if err != nil {
 		return nil, err
 	}
-	return findIn(pid, mem, symbol, objs)
+	vdso := uint64(0)
+	for _, m := range maps {
+		if m.Path == "[vdso]" {
+			vdso = m.Start
+		}
+	}
+	return findIn(pid, mem, symbol, objs, vdso)
 }
 
-// findIn is Find on the objects pid maps.
-func findIn(pid int, mem Memory, symbol string, objs []*object) (*Var, error) {
+// findIn is Find on the objects pid maps; vdso is where the vDSO is mapped.
+func findIn(pid int, mem Memory, symbol string, objs []*object, vdso uint64) (*Var, error) {
 	var exporters []*object
 	var notTLS *object
 	for _, o := range objs {
@@ -334,6 +340,10 @@ func findIn(pid int, mem Memory, symbol string, objs []*object) (*Var, error) {
 			return nil, fmt.Errorf("pid %d: %s exports %s, but not as a thread-local variable", pid, notTLS.path, symbol)
 		}
 		return nil, fmt.Errorf("pid %d: %s: %w", pid, symbol, ErrNotLoaded)
+	}
+
+	if libc := muslLibc(objs); libc != nil {
+		return findMusl(pid, mem, symbol, objs, exporters, libc, vdso)
 	}
 
 	// The dynamic linker's list of loaded objects. The loader is in its own

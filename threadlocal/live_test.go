@@ -54,52 +54,71 @@ var probes = []probe{
 	{lib: "libprobe_ie.so", symbol: "rubyperf_tls_probe_ie", flags: []string{"-DPROBE_INITIAL_EXEC"}, static: true},
 }
 
+// builds are the test programs built so far, by compiler.
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
+	buildMu sync.Mutex
+	builds  = map[string]*built{}
 )
 
-// build compiles testdata/host.c and the probes, once per test binary.
-func build(t *testing.T) string {
+type built struct {
+	dir string
+	err error
+}
+
+// build compiles testdata/host.c and the probes with gcc (glibc), once per
+// test binary.
+func build(t *testing.T) string { return buildWith(t, "gcc", probes) }
+
+// buildWith compiles them with compiler cc (musl-gcc: against musl), once.
+func buildWith(t *testing.T, cc string, ps []probe) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if _, err := exec.LookPath("gcc"); err != nil {
-			buildErr = fmt.Errorf("gcc is needed to build the test programs: %w", err)
-			return
-		}
-		dir, err := os.MkdirTemp("", "threadlocal-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir = dir
-		run := func(args ...string) {
-			if buildErr != nil {
-				return
-			}
-			out, err := exec.Command("gcc", args...).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
-			}
-		}
-		run("-Wall", "-Wextra", "-Werror", "-O2", "-pthread", "-o", filepath.Join(dir, "host"), "testdata/host.c", "-ldl")
-		for _, p := range probes {
-			args := []string{"-Wall", "-Werror", "-O2", "-fPIC", "-shared", "-DPROBE=" + p.symbol}
-			args = append(args, p.flags...)
-			run(append(args, "-o", filepath.Join(dir, p.lib), "testdata/probe.c")...)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	b := builds[cc]
+	if b == nil {
+		b = &built{}
+		builds[cc] = b
+		b.dir, b.err = compile(cc, ps)
 	}
-	return buildDir
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.dir
+}
+
+func compile(cc string, ps []probe) (string, error) {
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", fmt.Errorf("%s is needed to build the test programs: %w", cc, err)
+	}
+	dir, err := os.MkdirTemp("", "threadlocal-test-")
+	if err != nil {
+		return "", err
+	}
+	var buildErr error
+	run := func(args ...string) {
+		if buildErr != nil {
+			return
+		}
+		out, err := exec.Command(cc, args...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, out)
+		}
+	}
+	run("-Wall", "-Wextra", "-Werror", "-O2", "-pthread", "-o", filepath.Join(dir, "host"), "testdata/host.c", "-ldl")
+	for _, p := range ps {
+		args := []string{"-Wall", "-Werror", "-O2", "-fPIC", "-shared", "-DPROBE=" + p.symbol}
+		args = append(args, p.flags...)
+		run(append(args, "-o", filepath.Join(dir, p.lib), "testdata/probe.c")...)
+	}
+	return dir, buildErr
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	for _, b := range builds {
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
 	}
 	os.Exit(code)
 }
@@ -119,10 +138,13 @@ type setterValue struct {
 }
 
 // startHost runs host with the probes and waits until it waits to load them.
-func startHost(t *testing.T, dir string) *host {
+func startHost(t *testing.T, dir string) *host { return startHostOf(t, dir, probes) }
+
+// startHostOf runs host with probes ps.
+func startHostOf(t *testing.T, dir string, ps []probe) *host {
 	t.Helper()
 	var args []string
-	for _, p := range probes {
+	for _, p := range ps {
 		args = append(args, filepath.Join(dir, p.lib))
 	}
 	cmd := exec.Command(filepath.Join(dir, "host"), args...)

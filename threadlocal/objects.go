@@ -51,11 +51,15 @@ func (o *object) sym(name string) (elf.Symbol, bool) {
 }
 
 // wanted says which dynamic symbols Find needs: the caller's symbol, the
-// dynamic linker's _r_debug and _rtld_global, glibc's libthread_db descriptors.
+// dynamic linker's _r_debug and _rtld_global, glibc's libthread_db
+// descriptors, and what tells musl's libc (muslLibc).
 func wanted(symbol string) func(string) bool {
 	return func(name string) bool {
-		return name == symbol || name == "_r_debug" || name == "_rtld_global" ||
-			strings.HasPrefix(name, "_thread_db_")
+		switch name {
+		case symbol, "_r_debug", "_rtld_global", "_dl_debug_addr", "__tls_get_addr", "__libc_start_main":
+			return true
+		}
+		return strings.HasPrefix(name, "_thread_db_")
 	}
 }
 

@@ -1,6 +1,7 @@
 package threadlocal
 
 import (
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -107,4 +108,53 @@ func word(mem Memory, addr uint64) (uint64, error) {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// DTV is where a thread's dynamic thread vector is, and how its slots are
+// laid out, as the C library of a process keeps them.
+type DTV struct {
+	Libc      string // "glibc" or "musl"
+	Pointer   int64  // offset from the thread pointer of the thread's dtv pointer
+	EntrySize int64  // bytes of one slot
+	Val       int64  // offset in a slot of the module's block address
+}
+
+// glibcDTV is glibc's DTV on x86_64 where its libthread_db descriptors
+// cannot be read (a glibc before 2.34 whose libpthread is not loaded):
+// tcbhead_t's dtv after its tcb pointer, and dtv_t a union of a counter
+// and {void *val; bool is_static}. The descriptors, when present, say the
+// same (TestLayout).
+var glibcDTV = DTV{Libc: "glibc", Pointer: 8, EntrySize: 16, Val: 0}
+
+// DTVOf returns the DTV layout of process pid's C library: musl's (see
+// findMusl) or glibc's, from the descriptors it exports for libthread_db.
+func DTVOf(pid int, mem Memory) (DTV, error) {
+	maps, err := readMaps(pid)
+	if err != nil {
+		return DTV{}, err
+	}
+	objs, err := loadObjects(pid, maps, "", nil)
+	if err != nil {
+		return DTV{}, err
+	}
+	if libc := muslLibc(objs); libc != nil {
+		if libc.machine != elf.EM_X86_64 {
+			return DTV{}, fmt.Errorf("pid %d: %s is %v: only x86_64 is implemented", pid, libc.path, libc.machine)
+		}
+		return DTV{Libc: "musl", Pointer: muslDTVPointer, EntrySize: muslDTVEntry, Val: 0}, nil
+	}
+	for _, o := range objs {
+		if _, ok := o.sym("_thread_db_pthread_dtvp"); !ok {
+			continue
+		}
+		if o.machine != elf.EM_X86_64 {
+			return DTV{}, fmt.Errorf("pid %d: %s is %v: only x86_64 is implemented", pid, o.path, o.machine)
+		}
+		l, err := readLayout(mem, o)
+		if err != nil {
+			return DTV{}, fmt.Errorf("pid %d: %w", pid, err)
+		}
+		return DTV{Libc: "glibc", Pointer: int64(l.dtvp), EntrySize: int64(l.dtvEntry), Val: int64(l.dtvVal)}, nil
+	}
+	return glibcDTV, nil
 }

@@ -1,0 +1,76 @@
+package threadlocal
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/rubyperf/rubyperf/internal/testskip"
+)
+
+// muslProbes are the probes musl can dlopen: it refuses an initial-exec
+// variable in an object loaded after start.
+var muslProbes = probes[:2]
+
+// TestFindMusl: the test programs built against musl (musl-gcc). Find
+// locates each dlopen'ed variable through musl's DTV, and its address is
+// the one each setter thread printed; musl gives every running thread a
+// block at dlopen, so the idle threads have one too, still zero.
+func TestFindMusl(t *testing.T) {
+	testskip.Command(t, "musl-gcc", "musl-tools")
+	h := startHostOf(t, buildWith(t, "musl-gcc", muslProbes), muslProbes)
+	mem := procMem{h.pid}
+	threadPointer(t, h.pid, h.pid) // ptrace needed: skip early without it
+	dtv, err := DTVOf(h.pid, mem)
+	if err != nil || dtv.Libc != "musl" || dtv.EntrySize != muslDTVEntry {
+		t.Fatalf("DTVOf = %+v, %v; want musl's", dtv, err)
+	}
+	for _, p := range muslProbes {
+		if _, err := Find(h.pid, mem, p.symbol); !errors.Is(err, ErrNotLoaded) {
+			t.Fatalf("%s before dlopen: %v, want ErrNotLoaded", p.symbol, err)
+		}
+	}
+	h.load(t)
+	var ids []uint64
+	for i, p := range muslProbes {
+		v, err := Find(h.pid, mem, p.symbol)
+		if err != nil {
+			t.Fatalf("%s: %v", p.symbol, err)
+		}
+		t.Logf("%s: %+v", p.symbol, *v)
+		ids = append(ids, v.ModID)
+		if filepath.Base(v.Object) != p.lib || v.Static {
+			t.Errorf("%s: Object %s Static %v, want .../%s through the DTV", p.symbol, v.Object, v.Static, p.lib)
+		}
+		sets := h.sets[i]
+		if len(sets) != 2 || sets[0].addr == sets[1].addr {
+			t.Fatalf("host printed %+v for %s", sets, p.lib)
+		}
+		for _, s := range sets {
+			tp := threadPointer(t, h.pid, s.tid)
+			addr, ok, err := v.Address(mem, tp)
+			if err != nil || !ok || addr != s.addr {
+				t.Errorf("%s thread %d (tp %#x): Address = %#x, %v, %v; host printed %#x", p.symbol, s.tid, tp, addr, ok, err, s.addr)
+				continue
+			}
+			if got, err := word(mem, addr); err != nil || got != s.value {
+				t.Errorf("%s thread %d: %#x holds %#x (%v), host set %#x", p.symbol, s.tid, addr, got, err, s.value)
+			}
+		}
+		for _, tid := range h.idle {
+			addr, ok, err := v.Address(mem, threadPointer(t, h.pid, tid))
+			if err != nil || !ok {
+				t.Errorf("%s idle thread %d: no block (%v), but musl gives every thread one", p.symbol, tid, err)
+				continue
+			}
+			if got, err := word(mem, addr); err != nil || got != 0 {
+				t.Errorf("%s idle thread %d: %#x holds %#x (%v), want 0", p.symbol, tid, addr, got, err)
+			}
+		}
+	}
+	// The host has no TLS of its own: the probes are modules 1 and 2, in
+	// the order it loaded them.
+	if len(ids) != 2 || ids[0] != 1 || ids[1] != 2 {
+		t.Errorf("module ids %v, want [1 2]", ids)
+	}
+}
