@@ -2,7 +2,10 @@ package threadlocal
 
 import (
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testskip"
@@ -72,5 +75,32 @@ func TestFindMusl(t *testing.T) {
 	// the order it loaded them.
 	if len(ids) != 2 || ids[0] != 1 || ids[1] != 2 {
 		t.Errorf("module ids %v, want [1 2]", ids)
+	}
+}
+
+// TestDTVOf: glibc's DTV in the glibc-built host (read from its
+// descriptors), and an error naming the cause in a static program, which
+// maps no C library at all.
+func TestDTVOf(t *testing.T) {
+	h := startHost(t, build(t))
+	dtv, err := DTVOf(h.pid, procMem{h.pid})
+	if err != nil || dtv != glibcDTV {
+		t.Errorf("glibc host: DTVOf = %+v, %v; want %+v", dtv, err, glibcDTV)
+	}
+	dir := t.TempDir()
+	src, exe := filepath.Join(dir, "static.c"), filepath.Join(dir, "static")
+	if err := os.WriteFile(src, []byte("#include <unistd.h>\nint main(void) { pause(); return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-static", "-o", exe, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc -static: %v: %s", err, out)
+	}
+	cmd := exec.Command(exe)
+	if err := cmd.Start(); err != nil { // returns once exec succeeded: its maps are the program's
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if _, err := DTVOf(cmd.Process.Pid, procMem{cmd.Process.Pid}); err == nil || !strings.Contains(err.Error(), "neither glibc nor musl") {
+		t.Errorf("static program: DTVOf error %v, want one saying neither glibc nor musl", err)
 	}
 }

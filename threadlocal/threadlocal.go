@@ -128,6 +128,7 @@ var glibcDTV = DTV{Libc: "glibc", Pointer: 8, EntrySize: 16, Val: 0}
 
 // DTVOf returns the DTV layout of process pid's C library: musl's (see
 // findMusl) or glibc's, from the descriptors it exports for libthread_db.
+// Another C library is an error that says so.
 func DTVOf(pid int, mem Memory) (DTV, error) {
 	maps, err := readMaps(pid)
 	if err != nil {
@@ -156,5 +157,10 @@ func DTVOf(pid int, mem Memory) (DTV, error) {
 		}
 		return DTV{Libc: "glibc", Pointer: int64(l.dtvp), EntrySize: int64(l.dtvEntry), Val: int64(l.dtvVal)}, nil
 	}
-	return glibcDTV, nil
+	for _, o := range objs {
+		if _, ok := o.sym("_rtld_global"); ok && o.machine == elf.EM_X86_64 {
+			return glibcDTV, nil // glibc's dynamic linker, without descriptors
+		}
+	}
+	return DTV{}, fmt.Errorf("pid %d: its C library is neither glibc nor musl (no glibc dynamic linker, no musl libc is mapped): its thread-local storage cannot be read", pid)
 }
