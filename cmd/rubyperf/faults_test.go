@@ -211,8 +211,10 @@ func TestTargetForks(t *testing.T) {
 			case follow && !strings.Contains(stderr, "forked pid"):
 				t.Errorf("the summary does not say the target forked: %s", stderr)
 			}
-			if sum.unknown*100 > sum.samples { // a few of Ruby's start-up, gone before they are read
-				t.Errorf("%d unknown frames", sum.unknown)
+			// A few of Ruby's start-up, gone before they are read: at
+			// most 1%, or 10 (6 of 401 in one CI run on a loaded machine).
+			if sum.unknown > max(sum.samples/100, 10) {
+				t.Errorf("%d unknown frames of %d samples", sum.unknown, sum.samples)
 			}
 		})
 	}
