@@ -62,7 +62,9 @@ func TestWalkTableSignalFrames(t *testing.T) {
 		testskip.Privileged(t, err)
 		t.Fatalf("perf record: %v\n%s", err, out)
 	}
-	if through := compareWalks(t, data); through < 100 {
+	// A few hundred of ~2,000 samples; 92 of 623 when the machine was
+	// busy with other tests.
+	if through := compareWalks(t, data); through < 50 {
 		t.Errorf("only %d samples unwound through a signal frame", through)
 	}
 }

@@ -17,7 +17,7 @@ const module = "github.com/rubyperf/rubyperf/"
 var allowed = map[string][]string{
 	"debuginfo": {"internal/safefile"},
 	"rubybuild": {"debuginfo", "internal/safefile"},
-	"rubystack": {"rubybuild", "procmaps"},
+	"rubystack": {"rubybuild", "procmaps", "threadlocal"},
 	// payload decodes what the BPF program writes (its C structs declared
 	// from the program's BTF); it loads nothing, so it links no cilium.
 	"payload": {"rubystack"},
