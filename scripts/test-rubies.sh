@@ -13,6 +13,7 @@
 #   source-3.3-shifted-stripped  3.3 built with -DVM_DEBUG_BP_CHECK=1 (a control frame 8 bytes
 #                          longer than any table says), stripped: must be refused, not misread
 #   source-3.4-shared      the newest served 3.4 source, --enable-shared, with YJIT
+#   source-3.3-musl        3.3 against musl libc (musl-gcc), --enable-shared: an Alpine-shaped Ruby
 #
 # YJIT is Rust: the flavors marked "with YJIT" are built --enable-yjit with the
 # machine's rustc (on PATH or in ~/.cargo/bin), the others --disable-yjit as Debian
@@ -278,6 +279,18 @@ if ! current source-3.3-cet-stripped "$v33"; then
   finish source-3.3-cet-stripped "$v33" source "" "$d/ruby" "$d/$so" 0 0
 fi
 matrix+=(source-3.3-cet source-3.3-cet-stripped)
+
+# The same source against musl libc, as Alpine's ruby images are (musl-gcc, Debian's
+# musl-tools): a shared libruby whose TLS is found through musl's DTV. musl-gcc sees
+# none of the glibc-side libraries, so the extensions needing them (openssl, zlib,
+# psych, fiddle, ...) are left out, as configure does for any missing library.
+if ! current source-3.3-musl "$v33"; then
+  source_build source-3.3-musl ruby3.3 "$v" --enable-shared CC=musl-gcc
+  so=$(cd "$root/source-3.3-musl/lib" && ls libruby.so.3.3.* | head -1)
+  finish source-3.3-musl "$v33" source "" "$root/source-3.3-musl/ruby" "$root/source-3.3-musl/lib/$so" 1 1
+  echo "libc=musl" >>"$root/source-3.3-musl/manifest"
+fi
+matrix+=(source-3.3-musl)
 
 # 3.4: Debian's source where it can be downloaded (experimental's pool may not
 # serve it); scripts/mirror-rubies.sh builds it from Ruby's repository otherwise.

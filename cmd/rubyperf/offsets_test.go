@@ -211,7 +211,7 @@ func TestOffsetsTableMatchesDWARF(t *testing.T) {
 			}
 			defer bin.Close()
 			yjit := slices.ContainsFunc(testruby.JITs, func(j testruby.JIT) bool { return j.Name == "yjit" && j.Has(srcRuby) })
-			compareTable(t, *newOffsetsReport(bin, table), src, yjit)
+			compareTable(t, *newOffsetsReport(bin, table), src, yjit, srcRuby.Libc)
 			shared := strings.HasPrefix(filepath.Base(srcRuby.VM), "libruby")
 			for _, debRuby := range testruby.All(t) {
 				if debRuby.Kind != "debian" || debRuby.Version != srcRuby.Version {
@@ -242,8 +242,12 @@ func tlsOffset(r offsetsReport) string {
 
 // compareTable checks every struct, member and constant of a table's
 // report against the DWARF's; yjit: the DWARF's build has YJIT, which the
-// table's has not (see TestOffsetsTableMatchesDWARF).
-func compareTable(t *testing.T, table, dwarf offsetsReport, yjit bool) {
+// table's has not (see TestOffsetsTableMatchesDWARF). libc is the DWARF
+// build's C library: the tables are of glibc builds, and against another
+// (musl) Ruby's rb_native_thread is larger (thread_pthread.h makes its
+// cond a struct of two condition variables, where glibc's may share one
+// union), which moves only members the tables do not carry.
+func compareTable(t *testing.T, table, dwarf offsetsReport, yjit bool, libc string) {
 	t.Helper()
 	n := 0
 	for sname, st := range table.Structs {
@@ -253,7 +257,11 @@ func compareTable(t *testing.T, table, dwarf offsetsReport, yjit bool) {
 			}
 			n++
 		}
-		if st.Size != dwarf.Structs[sname].Size && !(yjit && sname == "rb_iseq_constant_body") {
+		switch {
+		case st.Size == dwarf.Structs[sname].Size, yjit && sname == "rb_iseq_constant_body":
+		case libc != "glibc" && sname == "rb_native_thread":
+			t.Logf("%s: table size %d (glibc), DWARF %d (%s)", sname, st.Size, dwarf.Structs[sname].Size, libc)
+		default:
 			t.Errorf("%s: table size %d, DWARF %d", sname, st.Size, dwarf.Structs[sname].Size)
 		}
 	}

@@ -40,6 +40,8 @@ type Ruby struct {
 	// Refused: a build rubyperf must refuse (its layout is unknowable), kept
 	// out of All.
 	Refused bool
+	// Libc is the C library it is linked against: "glibc", or "musl".
+	Libc string
 }
 
 // Cache is the directory test Rubies are built in.
@@ -143,7 +145,7 @@ func load(name string) (Ruby, bool) {
 	}
 	r := Ruby{Name: name, Version: kv["version"], Kind: kv["kind"], Suite: kv["suite"], Exe: kv["exe"],
 		VM: kv["vm"], DWARF: kv["dwarf"] == "1", Symtab: kv["symtab"] == "1", Local: kv["local"] == "1",
-		Refused: kv["expect"] == "refused"}
+		Refused: kv["expect"] == "refused", Libc: cmpOr(kv["libc"], "glibc")}
 	if r.Exe == "" || r.VM == "" || r.Version == "" {
 		return Ruby{}, false
 	}
@@ -151,6 +153,14 @@ func load(name string) (Ruby, bool) {
 		r.VM = vm
 	}
 	return r, true
+}
+
+// cmpOr is v, or def when v is empty.
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 // versionLess compares dotted versions numerically.
