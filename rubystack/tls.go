@@ -56,7 +56,7 @@ func (p *Process) CurrentECOffset(mem Memory, ec rubybuild.Anchor, tp uint64) (i
 	}
 	layout, err := threadlocal.DTVOf(p.PID, mem)
 	if err != nil {
-		return 0, fmt.Errorf("pid %d: the C library's thread-local storage: %w", p.PID, err)
+		return 0, err // it names the pid
 	}
 	dtv, err := ReadWord(mem, tp+uint64(layout.Pointer))
 	if err != nil || dtv == 0 {

@@ -287,22 +287,7 @@ func TestFindDlopened(t *testing.T) {
 			if v.Static != p.static && !p.maybe {
 				t.Errorf("Static %v, want %v", v.Static, p.static)
 			}
-			sets := h.sets[i]
-			if len(sets) != 2 || sets[0].addr == sets[1].addr {
-				t.Fatalf("host printed %+v for %s", sets, p.lib)
-			}
-			for _, s := range sets {
-				tp := threadPointer(t, h.pid, s.tid)
-				addr, ok, err := v.Address(mem, tp)
-				if err != nil || !ok || addr != s.addr {
-					t.Errorf("thread %d (tp %#x): Address = %#x, %v, %v; host printed %#x", s.tid, tp, addr, ok, err, s.addr)
-					continue
-				}
-				got, err := word(mem, addr)
-				if err != nil || got != s.value {
-					t.Errorf("thread %d: %#x holds %#x (%v), host set %#x", s.tid, addr, got, err, s.value)
-				}
-			}
+			h.checkSetters(t, mem, v, i, p)
 			var stale, unallocated int
 			for _, tid := range h.idle {
 				tp := threadPointer(t, h.pid, tid)
@@ -335,6 +320,27 @@ func TestFindDlopened(t *testing.T) {
 				t.Errorf("idle threads: %d with a stale DTV, %d with the slot unallocated; want both", stale, unallocated)
 			}
 		})
+	}
+}
+
+// checkSetters: the two setter threads' variable of probe i is where
+// v.Address says, and holds what each set.
+func (h *host) checkSetters(t *testing.T, mem Memory, v *Var, i int, p probe) {
+	t.Helper()
+	sets := h.sets[i]
+	if len(sets) != 2 || sets[0].addr == sets[1].addr {
+		t.Fatalf("host printed %+v for %s", sets, p.lib)
+	}
+	for _, s := range sets {
+		tp := threadPointer(t, h.pid, s.tid)
+		addr, ok, err := v.Address(mem, tp)
+		if err != nil || !ok || addr != s.addr {
+			t.Errorf("%s thread %d (tp %#x): Address = %#x, %v, %v; host printed %#x", p.symbol, s.tid, tp, addr, ok, err, s.addr)
+			continue
+		}
+		if got, err := word(mem, addr); err != nil || got != s.value {
+			t.Errorf("%s thread %d: %#x holds %#x (%v), host set %#x", p.symbol, s.tid, addr, got, err, s.value)
+		}
 	}
 }
 

@@ -45,21 +45,7 @@ func TestFindMusl(t *testing.T) {
 		if filepath.Base(v.Object) != p.lib || v.Static {
 			t.Errorf("%s: Object %s Static %v, want .../%s through the DTV", p.symbol, v.Object, v.Static, p.lib)
 		}
-		sets := h.sets[i]
-		if len(sets) != 2 || sets[0].addr == sets[1].addr {
-			t.Fatalf("host printed %+v for %s", sets, p.lib)
-		}
-		for _, s := range sets {
-			tp := threadPointer(t, h.pid, s.tid)
-			addr, ok, err := v.Address(mem, tp)
-			if err != nil || !ok || addr != s.addr {
-				t.Errorf("%s thread %d (tp %#x): Address = %#x, %v, %v; host printed %#x", p.symbol, s.tid, tp, addr, ok, err, s.addr)
-				continue
-			}
-			if got, err := word(mem, addr); err != nil || got != s.value {
-				t.Errorf("%s thread %d: %#x holds %#x (%v), host set %#x", p.symbol, s.tid, addr, got, err, s.value)
-			}
-		}
+		h.checkSetters(t, mem, v, i, p)
 		for _, tid := range h.idle {
 			addr, ok, err := v.Address(mem, threadPointer(t, h.pid, tid))
 			if err != nil || !ok {
