@@ -2,6 +2,8 @@ package rubybuild
 
 import (
 	"errors"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -183,5 +185,39 @@ func TestAnchorsUsable(t *testing.T) {
 	var me *MissingAnchorsError
 	if err := a.Usable(UseSnapshot); !errors.As(err, &me) || len(me.Missing) != 1 || me.Missing[0].Name != "rb_shape_tree_ptr" {
 		t.Errorf("snapshot with shapes: %v", err)
+	}
+}
+
+// TestStrippedMuslAnchorsEqualSymtab: the musl Ruby's libruby, linked by
+// Debian's musl-gcc without .eh_frame_hdr, stripped here: the anchors a
+// stripped Alpine-shaped libruby is read by are found by disassembly and
+// equal .symtab's, rb_vm_exec's size from its FDE in .eh_frame (without
+// it, no interpreter frame is told apart and every native stack reads as
+// cut short).
+func TestStrippedMuslAnchorsEqualSymtab(t *testing.T) {
+	r := testruby.Get(t, "source-3.3-musl")
+	stripped := filepath.Join(t.TempDir(), filepath.Base(r.VM))
+	if out, err := exec.Command("strip", "--strip-all", "-o", stripped, r.VM).CombinedOutput(); err != nil {
+		t.Fatalf("strip: %v: %s", err, out)
+	}
+	full, fl := openLayout(t, r.VM)
+	sb, sl := openLayout(t, stripped)
+	if sb.elf.f.Section(".eh_frame_hdr") != nil {
+		t.Logf("%s has .eh_frame_hdr: its FDEs are not what sizes rb_vm_exec here", r.VM)
+	}
+	want, got := full.Anchors(fl), sb.Anchors(sl)
+	// The module id's GOT slot may be another of the same module's (each
+	// general-dynamic access site may have its own).
+	if got.CurrentEC.TLSOffset != want.CurrentEC.TLSOffset || got.CurrentEC.TLSModuleGOT == 0 {
+		t.Errorf("ruby_current_ec: stripped TLS %#x (GOT %#x), symtab %#x (GOT %#x)",
+			got.CurrentEC.TLSOffset, got.CurrentEC.TLSModuleGOT, want.CurrentEC.TLSOffset, want.CurrentEC.TLSModuleGOT)
+	}
+	if got.VMPtr.Address != want.VMPtr.Address || got.GlobalSymbols.Address != want.GlobalSymbols.Address {
+		t.Errorf("ruby_current_vm_ptr %#x, ruby_global_symbols %#x; symtab %#x, %#x",
+			got.VMPtr.Address, got.GlobalSymbols.Address, want.VMPtr.Address, want.GlobalSymbols.Address)
+	}
+	if !strings.HasPrefix(got.VMExec.How, "disassembly") || got.VMExec.Address != want.VMExec.Address ||
+		got.VMExec.Size < want.VMExec.Size || got.VMExec.Size > want.VMExec.Size+64 {
+		t.Errorf("rb_vm_exec: stripped %#x+%d (%s), symtab %#x+%d", got.VMExec.Address, got.VMExec.Size, got.VMExec.How, want.VMExec.Address, want.VMExec.Size)
 	}
 }

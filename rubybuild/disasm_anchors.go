@@ -629,7 +629,7 @@ func (b *Binary) vmExecByDisassembly(dst *Anchor) error {
 		How: "disassembly of rb_iseq_eval and rb_iseq_eval_main (tail calls)"}
 	if end, ok := b.elf.functionEnd(target); ok {
 		dst.Size = end - target
-		dst.How += ", size from .eh_frame_hdr"
+		dst.How += ", size from its call frame information"
 	}
 	return nil
 }

@@ -1,17 +1,26 @@
 package rubybuild
 
 import (
+	"debug/elf"
 	"encoding/binary"
 	"sort"
+
+	"github.com/go-delve/delve/pkg/dwarf/frame"
+
+	"github.com/rubyperf/rubyperf/debuginfo"
 )
 
 // functionEnd bounds the size of the function starting at addr with the
-// .eh_frame_hdr search table: the next FDE's start. For a stripped binary that
+// .eh_frame_hdr search table: the next FDE's start (without the table, the
+// FDE's own end: fdeEnd). For a stripped binary that
 // is the best size there is short of parsing the FDE itself; the range may
 // include alignment padding, never another function.
 func (e *elfFile) functionEnd(addr uint64) (uint64, bool) {
 	s := e.f.Section(".eh_frame_hdr")
-	if s == nil || s.Size < 12 || s.Size > maxSectionBytes {
+	if s == nil {
+		return e.fdeEnd(addr)
+	}
+	if s.Size < 12 || s.Size > maxSectionBytes {
 		return 0, false
 	}
 	b, err := e.sectionData(s)
@@ -37,4 +46,41 @@ func (e *elfFile) functionEnd(addr uint64) (uint64, bool) {
 		return 0, false
 	}
 	return start(i), true
+}
+
+// fdeEnd is the end of the FDE that begins at addr, read from .eh_frame
+// itself, for a file linked without .eh_frame_hdr (Debian's musl-gcc passes
+// the linker no --eh-frame-hdr). The FDEs are parsed once per file.
+func (e *elfFile) fdeEnd(addr uint64) (uint64, bool) {
+	e.fdeOnce.Do(func() { e.fdeEnds = e.readFDEEnds() })
+	end, ok := e.fdeEnds[addr]
+	return end, ok
+}
+
+// readFDEEnds maps the start of each FDE of .eh_frame to its end; nil when
+// there is no .eh_frame or it does not parse.
+func (e *elfFile) readFDEEnds() map[uint64]uint64 {
+	s := e.f.Section(".eh_frame")
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size > maxSectionBytes {
+		return nil
+	}
+	data, err := e.sectionData(s)
+	if err != nil {
+		return nil
+	}
+	var fdes frame.FrameDescriptionEntries
+	if err := debuginfo.Guard(func() error {
+		var err error
+		fdes, err = frame.Parse(data, e.f.ByteOrder, 0, 8, s.Addr)
+		return err
+	}); err != nil {
+		return nil
+	}
+	ends := make(map[uint64]uint64, len(fdes))
+	for _, f := range fdes {
+		if f.End() > f.Begin() {
+			ends[f.Begin()] = f.End()
+		}
+	}
+	return ends
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/internal/safefile"
@@ -26,6 +27,9 @@ type elfFile struct {
 	osf  *os.File
 	f    *elf.File
 	size int64
+
+	fdeOnce sync.Once
+	fdeEnds map[uint64]uint64 // .eh_frame's FDEs, start to end (fdeEnd)
 }
 
 func openELF(path string) (ef *elfFile, err error) {

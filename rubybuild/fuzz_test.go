@@ -89,6 +89,7 @@ func FuzzOpenBinary(f *testing.F) {
 		}
 		defer b.Close()
 		b.dwarfStructs()
+		b.elf.readFDEEnds() // what sizes functions without .eh_frame_hdr
 		l, _ := b.Layout()
 		b.Anchors(l)
 		var a Anchor
