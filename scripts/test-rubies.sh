@@ -14,6 +14,7 @@
 #                          longer than any table says), stripped: must be refused, not misread
 #   source-3.4-shared      the newest served 3.4 source, --enable-shared, with YJIT
 #   source-3.3-musl        3.3 against musl libc (musl-gcc), --enable-shared: an Alpine-shaped Ruby
+#   source-3.3-musl-stripped     its libruby stripped, as Alpine ships it
 #
 # YJIT is Rust: the flavors marked "with YJIT" are built --enable-yjit with the
 # machine's rustc (on PATH or in ~/.cargo/bin), the others --disable-yjit as Debian
@@ -290,7 +291,15 @@ if ! current source-3.3-musl "$v33"; then
   finish source-3.3-musl "$v33" source "" "$root/source-3.3-musl/ruby" "$root/source-3.3-musl/lib/$so" 1 1
   echo "libc=musl" >>"$root/source-3.3-musl/manifest"
 fi
-matrix+=(source-3.3-musl)
+# Stripped, as Alpine ships libruby.
+if ! current source-3.3-musl-stripped "$v33"; then
+  d=$root/source-3.3-musl-stripped; rm -rf "$d"; mkdir -p "$d"
+  so=$(cd "$root/source-3.3-musl/lib" && ls libruby.so.3.3.* | head -1)
+  stripped_libruby "$root/source-3.3-musl/lib/$so" "$root/source-3.3-musl/bin/ruby" "$d"
+  finish source-3.3-musl-stripped "$v33" source "" "$d/ruby" "$d/$so" 0 0
+  echo "libc=musl" >>"$d/manifest"
+fi
+matrix+=(source-3.3-musl source-3.3-musl-stripped)
 
 # 3.4: Debian's source where it can be downloaded (experimental's pool may not
 # serve it); scripts/mirror-rubies.sh builds it from Ruby's repository otherwise.
