@@ -160,9 +160,11 @@ func TestAgentSendsProfiles(t *testing.T) {
 					t.Errorf("pid %d: %d samples in 4 s or more of CPU-bound Ruby", cmd, total)
 				}
 				// 3:1 by design; within 4 standard deviations of sampling's
-				// error once there are samples enough to tell.
+				// error once there are samples enough to tell. The rest is
+				// Ruby starting: 12% of the process started under the agent
+				// in one CI run on a busy machine.
 				h, l := sh["Shares#heavy"], sh["Shares#light"]
-				if h <= l || h+l < 0.9 || total >= 100 && (h < 0.6 || h > 0.9) {
+				if h <= l || h+l < 0.8 || total >= 100 && (h < 0.6 || h > 0.9) {
 					t.Errorf("pid %d: Shares#heavy %.2f, Shares#light %.2f of the samples; want about 0.75, 0.25", cmd, h, l)
 				}
 			}
