@@ -140,10 +140,13 @@ func recordAllocOnce(t *testing.T, pid int, countsFile string) (problems []strin
 	if code := run([]string{"report", "-i", out}, &rep, &errb); code != 0 || !regexp.MustCompile(`(?m)^ *[0-9.]+%  Object +Alloc#objects \(\d+%\)$`).MatchString(rep.String()) {
 		t.Errorf("report (exit %d) has no row of class Object allocated by Alloc#objects:\n%s%s", code, rep.String(), errb.String())
 	}
-	// The recording is a part of the time between the counts.
+	// The recording is a part of the time between the counts, less the
+	// longer its attach takes: on Debian's 3.1 the ratio is 0.54-0.64 on a
+	// quiet machine (2026-11-29, at 5bb3552 and after), 0.41-0.50 in a CI
+	// run with the other packages' tests beside it.
 	counted := float64(after.Total - before.Total)
 	t.Logf("estimated %d objects allocated, Ruby counted %.0f around the recording", objects, counted)
-	if ratio := float64(objects) / counted; ratio < 0.5 || ratio > 4.0/3 {
+	if ratio := float64(objects) / counted; ratio < 0.35 || ratio > 4.0/3 {
 		fail("estimated %d objects allocated, Ruby counted %.0f around the recording (ratio %.2f)", objects, counted, ratio)
 	}
 	// Every object of the workload takes a slot of the smallest size

@@ -335,7 +335,9 @@ func TestTargetKilled(t *testing.T) {
 		t.Errorf("the summary does not say the target went: %s", stderr)
 	}
 	checkValid(t, out, sum)
-	if sum.samples < 300 {
+	// Two seconds of two busy threads, less the attach: about 1,000 on a
+	// quiet machine, 242 in one CI run on a busy one.
+	if sum.samples < 100 {
 		t.Errorf("%d samples before the kill", sum.samples)
 	}
 }
