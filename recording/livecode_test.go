@@ -110,9 +110,10 @@ func TestLiveCodeNamed(t *testing.T) {
 			share := 100 * float64(unnamed) / float64(max(samples, 1))
 			t.Logf("%d samples, %d in young code, %d with an unnamed frame (%.2f%%), %d named wrongly", samples, young, unnamed, share, wrong)
 			// Young code is a quarter to a half of the samples; 23% and
-			// 15% in CI runs of YJIT on a loaded machine.
-			if samples < 500 || young < samples/10 || wrong > 0 {
-				t.Errorf("%d samples, %d in young code, %d named wrongly; want at least 500, a tenth, 0", samples, young, wrong)
+			// 15% in CI runs of YJIT on a loaded machine. Samples: about
+			// 1,400 on a quiet machine, 419 in a CI run on a busy one.
+			if samples < 300 || young < samples/10 || wrong > 0 {
+				t.Errorf("%d samples, %d in young code, %d named wrongly; want at least 300, a tenth, 0", samples, young, wrong)
 			}
 			ceiling := maxLiveUnnamedShare
 			if flags, pages := agesKnown(t, ru.Ruby); flags || pages {
