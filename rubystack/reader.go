@@ -186,11 +186,18 @@ func (c *pageCache) start() {
 }
 
 func (c *pageCache) stop() {
+	c.refresh()
+	c.pages = nil
+}
+
+// refresh empties a cache that is on, for a fresh look at memory that
+// moved (a retry of a torn read), and leaves one that is off off. start
+// does not: called on a cache that is on, it keeps the pages it holds.
+func (c *pageCache) refresh() {
 	for _, b := range c.pages {
 		pagePool.Put(b)
 	}
 	clear(c.table)
-	c.pages = nil
 }
 
 func (c *pageCache) ReadAt(p []byte, addr uint64) error {

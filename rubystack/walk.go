@@ -42,7 +42,7 @@ func (r *Reader) Walk(ec uint64) ([]RawFrame, error) {
 	var frames []RawFrame
 	for try := 0; ; try++ {
 		if try > 0 {
-			r.mem.start() // a fresh look at the moving thread
+			r.mem.refresh() // a fresh look at the moving thread
 		}
 		cfp, err := r.direct.word(ec + uint64(r.Layout.ExecutionContext.CFP))
 		if err != nil {
