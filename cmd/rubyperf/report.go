@@ -31,7 +31,10 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	}
 	// Each table is counted as the stacks are read: no stack is kept.
 	whole := newReportTable(*in.weight == "bytes")
-	byThread := map[int]*reportTable{}
+	// By process and thread: the samples of threads sampled as they
+	// exited all carry tid -1, each process's its own table.
+	type threadKey struct{ pid, tid int }
+	byThread := map[threadKey]*reportTable{}
 	stats, err := readback.ReadStacks(*in.input, in.readOptions(stderr), func(s merge.Stack) error {
 		if !in.keep(&s) {
 			return nil
@@ -41,11 +44,12 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 			whole.add(&s)
 			return nil
 		}
-		t := byThread[s.TID]
+		k := threadKey{s.PID, s.TID}
+		t := byThread[k]
 		if t == nil {
 			t = newReportTable(*in.weight == "bytes")
 			t.pid = s.PID
-			byThread[s.TID] = t
+			byThread[k] = t
 		}
 		t.comm = s.Comm // the thread's latest name: Ruby names threads after they start
 		t.add(&s)
@@ -79,9 +83,11 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 		whole.write(stdout, "all threads", *top, width)
 		return nil
 	}
-	tids := slices.Sorted(maps.Keys(byThread))
-	for _, tid := range tids {
-		t := byThread[tid]
+	keys := slices.SortedFunc(maps.Keys(byThread), func(a, b threadKey) int {
+		return cmp.Or(cmp.Compare(uint32(a.tid), uint32(b.tid)), cmp.Compare(a.pid, b.pid))
+	})
+	for _, k := range keys {
+		t, tid := byThread[k], k.tid
 		title := fmt.Sprintf("thread %d \"%s\" (pid %d)", tid, export.Printable(t.comm), t.pid)
 		if uint32(tid) == ^uint32(0) {
 			title = fmt.Sprintf("threads sampled as they exited, unnamed (pid %d)", t.pid)
