@@ -2,6 +2,7 @@ package export
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -130,7 +131,7 @@ func checkFrames(t *testing.T, boxes []svgBox, opts SVGOptions) {
 	if len(boxes) == 0 {
 		t.Fatal("no frames")
 	}
-	width := float64(cmpOr(opts.Width, 1200))
+	width := float64(cmp.Or(opts.Width, 1200))
 	root := boxes[0]
 	if root.name() != "all" || math.Abs(root.x-svgPad) > 0.001 || math.Abs(root.w-(width-2*svgPad)) > 0.001 {
 		t.Errorf("root box %+v does not span the width", root)
@@ -176,13 +177,6 @@ func checkFrames(t *testing.T, boxes []svgBox, opts SVGOptions) {
 			t.Errorf("children of %q are %v wide, more than its %v", boxes[p].name(), w, boxes[p].w)
 		}
 	}
-}
-
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // TestSVGContent checks what the test profile's boxes say: every frame

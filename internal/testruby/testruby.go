@@ -7,6 +7,7 @@ package testruby
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -145,7 +146,7 @@ func load(name string) (Ruby, bool) {
 	}
 	r := Ruby{Name: name, Version: kv["version"], Kind: kv["kind"], Suite: kv["suite"], Exe: kv["exe"],
 		VM: kv["vm"], DWARF: kv["dwarf"] == "1", Symtab: kv["symtab"] == "1", Local: kv["local"] == "1",
-		Refused: kv["expect"] == "refused", Libc: cmpOr(kv["libc"], "glibc")}
+		Refused: kv["expect"] == "refused", Libc: cmp.Or(kv["libc"], "glibc")}
 	if r.Exe == "" || r.VM == "" || r.Version == "" {
 		return Ruby{}, false
 	}
@@ -153,14 +154,6 @@ func load(name string) (Ruby, bool) {
 		r.VM = vm
 	}
 	return r, true
-}
-
-// cmpOr is v, or def when v is empty.
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // versionLess compares dotted versions numerically.
