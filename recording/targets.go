@@ -125,7 +125,7 @@ func Attach(pid int, opts rubybuild.OpenOptions, files *threadlocal.Files) (*Tar
 			return nil, pidErr(err)
 		}
 	}
-	off, err := p.CurrentECOffset(t.mem, ec, tp)
+	off, err := p.CurrentECOffset(t.mem, ec, tp, files)
 	if err != nil {
 		return nil, pidErr(err)
 	}

@@ -70,7 +70,7 @@ func TestAnchorsLiveDebian(t *testing.T) {
 			// ruby_current_ec: the main thread's EC names the main Thread.
 			tp, err := ThreadPointer(pid, pid)
 			testskip.Privileged(t, err)
-			off, err := p.CurrentECOffset(mem, a.CurrentEC, tp)
+			off, err := p.CurrentECOffset(mem, a.CurrentEC, tp, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,9 @@ var ErrTLSNotReady = errors.New("libruby's thread-local storage is not set up ye
 // C library keeps it (threadlocal.DTVOf: glibc's or musl's), and holds for
 // every thread, because a library loaded at start-up gets static TLS at one
 // offset in both.
-func (p *Process) CurrentECOffset(mem Memory, ec rubybuild.Anchor, tp uint64) (int64, error) {
+// files, when not nil, serves what was read of the C library's files
+// before, and keeps what is read now.
+func (p *Process) CurrentECOffset(mem Memory, ec rubybuild.Anchor, tp uint64, files *threadlocal.Files) (int64, error) {
 	if !ec.Found {
 		return 0, fmt.Errorf("pid %d: ruby_current_ec not found: %s", p.PID, ec.Why)
 	}
@@ -54,7 +56,7 @@ func (p *Process) CurrentECOffset(mem Memory, ec rubybuild.Anchor, tp uint64) (i
 	if tp == 0 {
 		return 0, fmt.Errorf("pid %d: %w (thread pointer 0)", p.PID, ErrTLSNotReady)
 	}
-	layout, err := threadlocal.DTVOf(p.PID, mem)
+	layout, err := files.DTVOf(p.PID, mem)
 	if err != nil {
 		return 0, err // it names the pid
 	}

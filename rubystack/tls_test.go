@@ -35,7 +35,7 @@ func TestCurrentECLive(t *testing.T) {
 			testskip.Privileged(t, err)
 			mem := &ProcessMemory{PID: pid}
 			defer mem.Close()
-			off, err := p.CurrentECOffset(mem, a.CurrentEC, tp)
+			off, err := p.CurrentECOffset(mem, a.CurrentEC, tp, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

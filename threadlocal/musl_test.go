@@ -73,6 +73,16 @@ func TestDTVOf(t *testing.T) {
 	if err != nil || dtv != glibcDTV {
 		t.Errorf("glibc host: DTVOf = %+v, %v; want %+v", dtv, err, glibcDTV)
 	}
+	// Through a Files: the same answer, twice, the files it read kept.
+	var files Files
+	for i := 0; i < 2; i++ {
+		if got, err := files.DTVOf(h.pid, procMem{h.pid}); err != nil || got != dtv {
+			t.Errorf("Files.DTVOf, call %d: %+v, %v; want %+v", i+1, got, err, dtv)
+		}
+	}
+	if len(files.infos) == 0 {
+		t.Errorf("Files.DTVOf kept no file")
+	}
 	dir := t.TempDir()
 	src, exe := filepath.Join(dir, "static.c"), filepath.Join(dir, "static")
 	if err := os.WriteFile(src, []byte("#include <unistd.h>\nint main(void) { pause(); return 0; }\n"), 0o644); err != nil {

@@ -129,12 +129,16 @@ var glibcDTV = DTV{Libc: "glibc", Pointer: 8, EntrySize: 16, Val: 0}
 // DTVOf returns the DTV layout of process pid's C library: musl's (see
 // findMusl) or glibc's, from the descriptors it exports for libthread_db.
 // Another C library is an error that says so.
-func DTVOf(pid int, mem Memory) (DTV, error) {
+func DTVOf(pid int, mem Memory) (DTV, error) { return (*Files)(nil).DTVOf(pid, mem) }
+
+// DTVOf is the package's DTVOf, remembering what it reads of files (an
+// agent attaching to many processes reads each C library's symbols once).
+func (c *Files) DTVOf(pid int, mem Memory) (DTV, error) {
 	maps, err := readMaps(pid)
 	if err != nil {
 		return DTV{}, err
 	}
-	objs, err := loadObjects(pid, maps, "", nil)
+	objs, err := loadObjects(pid, maps, "", c)
 	if err != nil {
 		return DTV{}, err
 	}

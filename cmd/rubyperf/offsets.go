@@ -246,7 +246,7 @@ func (r *offsetsReport) addProcess(p *rubystack.Process) {
 		return
 	}
 	pr.ThreadPointer = "0x" + strconv.FormatUint(tp, 16)
-	off, err := p.CurrentECOffset(mem, anchors.CurrentEC, tp)
+	off, err := p.CurrentECOffset(mem, anchors.CurrentEC, tp, nil)
 	if err != nil {
 		pr.Error = err.Error()
 		return
