@@ -7,6 +7,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/native"
+	"github.com/rubyperf/rubyperf/procmaps"
 )
 
 // mountSpaces finds the files processes map: a process in another mount
@@ -62,7 +63,11 @@ func (m *mountSpaces) objectsOf(pid uint32) *native.Objects {
 		finder, tableOnly := m.debuginfo, m.host.objs.Load.TableOnly // (loaded as the host's are)
 		sp.objs = &native.Objects{Open: func(path string) *native.Object {
 			root := fmt.Sprintf("/proc/%d/root", sp.pid)
-			return native.LoadObjectWith(filepath.Join(root, path), native.LoadOptions{Debuginfo: finder, Name: path, Root: root,
+			file := filepath.Join(root, path)
+			if _, err := os.Stat(file); err != nil {
+				file = mappedFile(sp.pid, path, file)
+			}
+			return native.LoadObjectWith(file, native.LoadOptions{Debuginfo: finder, Name: path, Root: root,
 				TableOnly: tableOnly})
 		}, Refused: m.refused}
 		m.spaces[ns] = sp
@@ -83,4 +88,23 @@ func (m *mountSpaces) loaded() int {
 		n += sp.objs.Len()
 	}
 	return n
+}
+
+// mappedFile is the file pid maps by path, read through
+// /proc/PID/map_files, or otherwise when pid maps none by that path. A
+// process chrooted in a mount namespace of its own (unshare -m and chroot,
+// not pivot_root) has its files named in its maps from its namespace's
+// root, which its own root (/proc/PID/root) is below: its musl at
+// /lib/ld-musl-x86_64.so.1 is listed as /srv/alpine/lib/ld-musl-x86_64.so.1.
+func mappedFile(pid uint32, path, otherwise string) string {
+	maps, err := procmaps.Read(int(pid))
+	if err != nil {
+		return otherwise
+	}
+	for _, m := range maps {
+		if m.Path == path && m.Inode != 0 {
+			return fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End)
+		}
+	}
+	return otherwise
 }
