@@ -1,7 +1,10 @@
 package native
 
 import (
+	"debug/elf"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/rubyperf/rubyperf/debuginfo"
 	"github.com/rubyperf/rubyperf/internal/debuginfodtest"
+	"github.com/rubyperf/rubyperf/internal/testskip"
 )
 
 // TestDebugFileSymbols: a stripped library's static function, which only
@@ -91,4 +95,117 @@ func TestDebugFileSymbols(t *testing.T) {
 func named(o *Object, addr uint64, want string) bool {
 	name, _, ok := o.Symbol(addr)
 	return ok && name == want
+}
+
+// TestDebugFileCFI: a library built as musl is, its call frame information
+// in .debug_frame alone, unwinds through its functions once stripped only
+// from its separate debug file (beside it, or from a real debuginfod), and
+// says its tables are thin without one.
+func TestDebugFileCFI(t *testing.T) {
+	dir := t.TempDir()
+	src := manyFuncsLib(t, dir, 2*minThinFuncs, "-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
+	addr, size := debuginfodtest.SymbolAddr(t, src, debuginfodtest.StaticFunc)
+	inside := addr + size/2
+	covers := func(o *Object) bool {
+		tab, err := o.Table(ArchX86_64)
+		if err != nil {
+			return false
+		}
+		_, ok := tab.Lookup(inside)
+		return ok && o.frameAt(inside) != nil
+	}
+	if o := LoadObject(src); o.ThinCFI() || !covers(o) {
+		t.Fatalf("the unstripped library: thin %v, covers %s: %v", o.ThinCFI(), debuginfodtest.StaticFunc, covers(o))
+	}
+	libDir := filepath.Join(dir, "lib")
+	served := filepath.Join(dir, "served")
+	sp := debuginfodtest.SplitDebug(t, src, filepath.Join(libDir, "libfake.so.1"), filepath.Join(served, "libfake.so.1.debug"))
+	if o := LoadObject(sp.Stripped); !o.ThinCFI() || covers(o) {
+		t.Fatalf("stripped, no debug file anywhere: thin %v, covers %v; want thin and not", o.ThinCFI(), covers(o))
+	}
+	t.Run("debuglink-beside", func(t *testing.T) {
+		p := filepath.Join(libDir, "libfake.so.1.debug")
+		b, _ := os.ReadFile(sp.Debug)
+		os.WriteFile(p, b, 0o644)
+		defer os.Remove(p)
+		if o := LoadObject(sp.Stripped); o.ThinCFI() || !covers(o) {
+			t.Errorf("debug file beside it: thin %v, covers %v", o.ThinCFI(), covers(o))
+		}
+	})
+	t.Run("debuginfod", func(t *testing.T) {
+		srv := debuginfodtest.Serve(t, served)
+		srv.WaitFor(t, sp.BuildID, 60*time.Second)
+		f := &debuginfo.Finder{URLs: []string{srv.URL}, CacheDir: t.TempDir(), Timeout: 5 * time.Second}
+		o := LoadObjectWith(sp.Stripped, LoadOptions{Debuginfo: f, TableOnly: true})
+		if o.ThinCFI() || !func() bool { tab, err := o.Table(ArchX86_64); return err == nil && len(tab.Rows) > 0 }() {
+			t.Errorf("from debuginfod: thin %v\n%s", o.ThinCFI(), srv.Log())
+		}
+	})
+}
+
+// TestEntryNamed: a program's entry code is named _start when no function
+// symbol covers it: musl's crt1 defines _start in assembly with no symbol
+// type, and a stripped program names nothing there. A return address in
+// it (the call into _start_c) is the bottom of the main thread.
+func TestEntryNamed(t *testing.T) {
+	cc := testskip.Command(t, "musl-gcc", "musl-tools")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.c")
+	os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644)
+	prog := filepath.Join(dir, "prog")
+	if out, err := exec.Command(cc, "-o", prog, src).CombinedOutput(); err != nil {
+		t.Fatalf("musl-gcc: %v\n%s", err, out)
+	}
+	stripped := filepath.Join(dir, "prog-stripped")
+	if out, err := exec.Command("strip", "-o", stripped, prog).CombinedOutput(); err != nil {
+		t.Fatalf("strip: %v\n%s", err, out)
+	}
+	ef, err := elf.Open(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := ef.Entry
+	ef.Close()
+	for _, p := range []string{prog, stripped} {
+		o := LoadObject(p)
+		if name, off, ok := o.Symbol(entry + 8); !ok || name != EntryName || off != 8 {
+			t.Errorf("%s: entry+8 named %q+%d (%v), want %s+8", p, name, off, ok, EntryName)
+		}
+		if name, _, ok := o.Symbol(entry + maxEntryCode); ok && name == EntryName {
+			t.Errorf("%s: %d bytes past the entry still named %s", p, maxEntryCode, name)
+		}
+	}
+	// A library's entry point (musl's libc has one: _dlstart) is not a
+	// program's start.
+	lib := debuginfodtest.CLib(t, dir)
+	lf, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if name, _, ok := LoadObject(lib).Symbol(lf.Entry + 1); ok && name == EntryName {
+		t.Errorf("a library's entry %#x named %s", lf.Entry, name)
+	}
+}
+
+// manyFuncsLib compiles CSource and n more exported functions into a
+// shared library in dir, with DWARF and the gcc flags given.
+func manyFuncsLib(t testing.TB, dir string, n int, flags ...string) string {
+	t.Helper()
+	gcc := testskip.Command(t, "gcc", "gcc")
+	var b strings.Builder
+	b.WriteString(debuginfodtest.CSource)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "int rubyperf_more_%d(int x) { return rubyperf_exported_entry(x + %d) * 3; }\n", i, i)
+	}
+	src := filepath.Join(dir, "many.c")
+	if err := os.WriteFile(src, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(dir, "libfake.so.1")
+	args := append(append([]string{"-g", "-O1", "-shared", "-fPIC", "-Wl,--build-id=sha1"}, flags...), "-o", lib, src)
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return lib
 }

@@ -2,7 +2,6 @@ package native
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"sort"
@@ -26,14 +25,22 @@ type Object struct {
 	syms  []symbol                       // FUNC symbols, sorted by start
 	loads []*elf.Prog                    // PT_LOAD segments
 	err   error
+	// entry is a program's entry point (ELF e_entry of an executable, or of
+	// a position-independent one with an interpreter); 0 for a library.
+	entry uint64
+	// cfiThin: the call frame information found, its debug file's
+	// included, covers fewer than minOwnCFICoverage of its functions.
+	cfiThin bool
 
 	// A file without .symtab (a distro's stripped library) is named from its
 	// separate debug file's .symtab, found when an address first misses.
-	id        debuginfo.Identity
-	opts      LoadOptions
-	debugOnce sync.Once
-	debugSyms []symbol // from the debug file, sorted by start
-	debugFile string
+	id         debuginfo.Identity
+	opts       LoadOptions
+	findOnce   sync.Once // the debug file looked for (findDebugFile)
+	foundDebug string
+	debugOnce  sync.Once
+	debugSyms  []symbol // from the debug file, sorted by start
+	debugFile  string
 
 	// The call frame rules found at each address unwound through (nil:
 	// none), read-only once made: a recording passes the same few
@@ -125,6 +132,12 @@ func (o *Object) BuildID() string {
 	return o.id.BuildID
 }
 
+// ThinCFI says the object's call frame information, its separate debug
+// file's included when one was found, covers fewer than half of its
+// functions: native stacks through the rest stop there (musl's libc
+// without its debug file).
+func (o *Object) ThinCFI() bool { return o != nil && o.cfiThin }
+
 // Err says why the object cannot unwind, if it cannot.
 func (o *Object) Err() error { return o.err }
 
@@ -140,35 +153,24 @@ func (o *Object) load() error {
 	}
 	o.id = debuginfo.ReadIdentity(ef)
 	for _, p := range ef.Progs {
-		if p.Type == elf.PT_LOAD {
+		switch p.Type {
+		case elf.PT_LOAD:
 			o.loads = append(o.loads, p)
+		case elf.PT_INTERP:
+			o.entry = ef.Entry
 		}
 	}
-	var order binary.ByteOrder = ef.ByteOrder
-	for _, name := range []string{".eh_frame", ".debug_frame"} {
-		s := ef.Section(name)
-		if s == nil || s.Type == elf.SHT_NOBITS || s.Size > maxCFIBytes {
-			continue
-		}
-		data, err := io.ReadAll(io.LimitReader(s.Open(), maxCFIBytes))
-		if err != nil {
-			continue
-		}
-		var fdes frame.FrameDescriptionEntries
-		ehAddr := uint64(0)
-		if name == ".eh_frame" {
-			ehAddr = s.Addr
-		}
-		if err := debuginfo.Guard(func() error {
-			var err error
-			fdes, err = frame.Parse(data, order, 0, 8, ehAddr)
-			return err
-		}); err != nil {
-			continue
-		}
-		o.fdes = append(o.fdes, fdes...)
+	if ef.Type == elf.ET_EXEC {
+		o.entry = ef.Entry
 	}
-	sort.Slice(o.fdes, func(i, j int) bool { return o.fdes[i].Begin() < o.fdes[j].Begin() })
+	byBegin := func() { sort.Slice(o.fdes, func(i, j int) bool { return o.fdes[i].Begin() < o.fdes[j].Begin() }) }
+	o.fdes = readCFI(ef)
+	byBegin()
+	if o.Path != VDSOPath && cfiCoverage(o.fdes, ef) < minOwnCFICoverage {
+		o.fdes = append(o.fdes, o.debugCFI()...)
+		byBegin()
+		o.cfiThin = cfiCoverage(o.fdes, ef) < minOwnCFICoverage
+	}
 	if o.opts.TableOnly {
 		if len(o.fdes) == 0 {
 			return fmt.Errorf("%s: no call frame information", o.Path)
@@ -202,6 +204,121 @@ func (o *Object) load() error {
 	return nil
 }
 
+// readCFI parses ef's .eh_frame and .debug_frame; a section that cannot
+// be read or parsed gives nothing.
+func readCFI(ef *elf.File) []*frame.FrameDescriptionEntry {
+	var all frame.FrameDescriptionEntries
+	for _, name := range []string{".eh_frame", ".debug_frame"} {
+		s := ef.Section(name)
+		if s == nil || s.Type == elf.SHT_NOBITS || s.Size > maxCFIBytes {
+			continue
+		}
+		data, err := io.ReadAll(io.LimitReader(s.Open(), maxCFIBytes))
+		if err != nil {
+			continue
+		}
+		var fdes frame.FrameDescriptionEntries
+		ehAddr := uint64(0)
+		if name == ".eh_frame" {
+			ehAddr = s.Addr
+		}
+		if err := debuginfo.Guard(func() error {
+			var err error
+			fdes, err = frame.Parse(data, ef.ByteOrder, 0, 8, ehAddr)
+			return err
+		}); err != nil {
+			continue
+		}
+		all = append(all, fdes...)
+	}
+	return all
+}
+
+// minOwnCFICoverage: an object whose own call frame information covers
+// fewer of its functions than this share has its separate debug file's
+// read too. musl's libc is built without unwind tables (-fno-unwind-tables
+// unless --enable-debug, which moves them to .debug_frame, and strip takes
+// that to the debug file: Alpine's musl-dbg, Debian's musl-dbgsym): four
+// FDEs of crt code cover none of its 1,600 functions, and every native
+// stack in it stops.
+const minOwnCFICoverage = 0.5
+
+// cfiCoverage is the share of the file's functions (those .dynsym defines,
+// else .symtab's) whose entry the FDEs (sorted by Begin) cover; 1 when
+// fewer than minThinFuncs lack them (none named: nothing says what is
+// missing). Functions, not bytes: a small library's PLT and crt code,
+// which have none, can outweigh its own code.
+func cfiCoverage(fdes []*frame.FrameDescriptionEntry, ef *elf.File) float64 {
+	var starts []uint64
+	for _, table := range []struct {
+		typ  elf.SectionType
+		load func() ([]elf.Symbol, error)
+	}{{elf.SHT_DYNSYM, ef.DynamicSymbols}, {elf.SHT_SYMTAB, ef.Symbols}} {
+		if debuginfo.CheckSymbolTable(ef, table.typ) != nil {
+			continue
+		}
+		syms, err := table.load()
+		if err != nil {
+			continue
+		}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Section != elf.SHN_UNDEF && len(starts) < maxCoverageFuncs {
+				starts = append(starts, s.Value)
+			}
+		}
+		if len(starts) > 0 {
+			break
+		}
+	}
+	covered := 0
+	for _, pc := range starts {
+		i := sort.Search(len(fdes), func(i int) bool { return fdes[i].Begin() > pc }) - 1
+		if i >= 0 && fdes[i].Cover(pc) {
+			covered++
+		}
+	}
+	if len(starts)-covered < minThinFuncs {
+		return 1
+	}
+	return float64(covered) / float64(len(starts))
+}
+
+// minThinFuncs: fewer functions without call frame information than this
+// do not make a file thin: a program's crt code (deregister_tm_clones,
+// frame_dummy, ...) has none, and is most of a small program's functions.
+const minThinFuncs = 16
+
+// maxCoverageFuncs bounds the functions cfiCoverage looks at.
+const maxCoverageFuncs = 1 << 16
+
+// debugCFI reads the call frame information of the object's separate debug
+// file (.debug_frame; same virtual addresses), when one is found whose
+// build-id is not another's (funcSymbolsOf's rule).
+func (o *Object) debugCFI() []*frame.FrameDescriptionEntry {
+	path := o.findDebugFile()
+	if path == "" {
+		return nil
+	}
+	var fdes []*frame.FrameDescriptionEntry
+	debuginfo.Guard(func() error {
+		f, err := safefile.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		ef, err := debuginfo.NewELF(f)
+		if err != nil {
+			return err
+		}
+		if id := debuginfo.ReadIdentity(ef).BuildID; id != "" && o.id.BuildID != "" && id != o.id.BuildID {
+			return fmt.Errorf("%s: build-id %s, want %s", path, id, o.id.BuildID)
+		}
+		fdes = readCFI(ef)
+		return nil
+	})
+	return fdes
+}
+
 // maxFDEOverlap bounds the look-back past FDEs that start below vaddr but
 // end before it (FDEs do not overlap in practice; a few may in odd files).
 const maxFDEOverlap = 8
@@ -221,15 +338,43 @@ func (o *Object) fde(vaddr uint64) *frame.FrameDescriptionEntry {
 // address the file's own symbols do not cover, in a file without .symtab,
 // is looked up in its separate debug file's .symtab (same virtual
 // addresses), found the first time one misses.
+//
+// A program's entry code that no function symbol covers is named
+// EntryName: musl's crt1 defines _start in assembly with no symbol type
+// (so no FUNC symbol, stripped or not), and a stripped program has none.
 func (o *Object) Symbol(vaddr uint64) (string, uint64, bool) {
 	if name, off, ok := lookupSymbol(o.syms, vaddr); ok {
 		return name, off, true
 	}
-	if o.id.HasSymtab || o.Path == "" || o.Path == VDSOPath || o.opts.TableOnly {
-		return "", 0, false
+	if !(o.id.HasSymtab || o.Path == "" || o.Path == VDSOPath || o.opts.TableOnly) {
+		o.debugOnce.Do(o.loadDebugSymbols)
+		if name, off, ok := lookupSymbol(o.debugSyms, vaddr); ok {
+			return name, off, true
+		}
 	}
-	o.debugOnce.Do(o.loadDebugSymbols)
-	return lookupSymbol(o.debugSyms, vaddr)
+	if o.entry != 0 && vaddr >= o.entry && vaddr-o.entry < maxEntryCode && !o.funcBetween(o.entry, vaddr) {
+		return EntryName, vaddr - o.entry, true
+	}
+	return "", 0, false
+}
+
+// EntryName names a program's entry code when no symbol does.
+const EntryName = "_start"
+
+// maxEntryCode bounds the entry code named EntryName: the instructions
+// from the entry point to the call that never returns (glibc's _start is
+// 38 bytes, musl's 34).
+const maxEntryCode = 64
+
+// funcBetween says whether a function symbol starts in (from, to].
+func (o *Object) funcBetween(from, to uint64) bool {
+	for _, syms := range [][]symbol{o.syms, o.debugSyms} {
+		i := sort.Search(len(syms), func(i int) bool { return syms[i].start > from })
+		if i < len(syms) && syms[i].start <= to {
+			return true
+		}
+	}
+	return false
 }
 
 // DebugFile is the separate debug file whose symbols name this object's
@@ -254,14 +399,26 @@ func lookupSymbol(syms []symbol, vaddr uint64) (string, uint64, bool) {
 	return s.name, vaddr - s.start, true
 }
 
+// findDebugFile looks for the object's separate debug file once (a
+// debuginfod that does not answer is waited for once): its path, or "".
+func (o *Object) findDebugFile() string {
+	o.findOnce.Do(func() {
+		name := o.opts.Name
+		if name == "" {
+			name = o.Path
+		}
+		path, err := o.opts.Debuginfo.Find(debuginfo.Request{ID: o.id, Name: name, Root: o.opts.Root})
+		if err == nil {
+			o.foundDebug = path
+		}
+	})
+	return o.foundDebug
+}
+
 // loadDebugSymbols finds the debug file and reads its .symtab functions.
 func (o *Object) loadDebugSymbols() {
-	name := o.opts.Name
-	if name == "" {
-		name = o.Path
-	}
-	path, err := o.opts.Debuginfo.Find(debuginfo.Request{ID: o.id, Name: name, Root: o.opts.Root})
-	if err != nil || path == "" {
+	path := o.findDebugFile()
+	if path == "" {
 		return
 	}
 	var syms []symbol

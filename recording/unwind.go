@@ -161,8 +161,14 @@ func (u *unwindTables) compileMapped(pid int, seen map[string]bool) (found bool)
 		u.loading.Lock()
 		objs := u.spaces.objectsOf(uint32(pid))
 		u.spaces.forget(uint32(pid))
-		objs.Get(m.Path).Table(native.ArchX86_64)
+		o := objs.Get(m.Path)
+		o.Table(native.ArchX86_64)
 		u.loading.Unlock()
+		if o.ThinCFI() {
+			u.warn("thin:"+m.Path, fmt.Sprintf("rubyperf: pid %d: %s has call frame information for little of its code, "+
+				"so native stacks stop in it: install its debug file (Alpine: musl-dbg; Debian: its -dbgsym package) "+
+				"or set DEBUGINFOD_URLS", pid, m.Path))
+		}
 	}
 	return found
 }

@@ -15,6 +15,8 @@
 #   source-3.4-shared      the newest served 3.4 source, --enable-shared, with YJIT
 #   source-3.3-musl        3.3 against musl libc (musl-gcc), --enable-shared: an Alpine-shaped Ruby
 #   source-3.3-musl-stripped     its libruby stripped, as Alpine ships it
+#   source-3.3-musl-dbg    source-3.3-musl run through a stripped musl whose unwind tables
+#                          are in its separate debug file (Alpine's musl with musl-dbg)
 #
 # YJIT is Rust: the flavors marked "with YJIT" are built --enable-yjit with the
 # machine's rustc (on PATH or in ~/.cargo/bin), the others --disable-yjit as Debian
@@ -297,6 +299,28 @@ if ! current source-3.3-musl-stripped "$v33"; then
   so=$(cd "$root/source-3.3-musl/lib" && ls libruby.so.3.3.* | head -1)
   stripped_libruby "$root/source-3.3-musl/lib/$so" "$root/source-3.3-musl/bin/ruby" "$d"
   finish source-3.3-musl-stripped "$v33" source "" "$d/ruby" "$d/$so" 0 0
+  echo "libc=musl" >>"$d/manifest"
+fi
+# The same Ruby run through a musl libc as Alpine ships it with musl-dbg installed:
+# musl's configure leaves code without unwind tables unless --enable-debug, which puts
+# them in .debug_frame, and stripping moves that to the debug file (.debug/libc.so.debug
+# beside it, found through its .gnu_debuglink). Built from the musl source Debian serves.
+if ! current source-3.3-musl-dbg "$v33"; then
+  d=$root/source-3.3-musl-dbg; work=$RUBYPERF_CACHE/build/musl-dbg
+  rm -rf "$d" "$work"; mkdir -p "$d/lib/.debug" "$work"
+  debian_fetch_source musl "$work" || die "source-3.3-musl-dbg: cannot fetch musl's source"
+  log "source-3.3-musl-dbg: building musl $(cat "$work/src/VERSION") --enable-debug"
+  (cd "$work/src" && ./configure --prefix="$work/inst" --syslibdir="$work/inst/lib" --enable-debug --disable-static \
+    >"$work/configure.log" 2>&1 && make -j"$jobs" >"$work/make.log" 2>&1 && make install >>"$work/make.log" 2>&1) ||
+    die "source-3.3-musl-dbg: musl's build failed (see $work)"
+  objcopy --only-keep-debug "$work/inst/lib/libc.so" "$d/lib/.debug/libc.so.debug"
+  strip --strip-all -o "$d/lib/libc.so" "$work/inst/lib/libc.so"
+  objcopy --add-gnu-debuglink="$d/lib/.debug/libc.so.debug" "$d/lib/libc.so"
+  rm -rf "$work"
+  printf '#!/bin/bash\nexec %s --argv0 ruby %s "$@"\n' "$d/lib/libc.so" "$root/source-3.3-musl/bin/ruby" >"$d/ruby"
+  chmod +x "$d/ruby"
+  so=$(cd "$root/source-3.3-musl/lib" && ls libruby.so.3.3.* | head -1)
+  finish source-3.3-musl-dbg "$v33" source "" "$d/ruby" "$root/source-3.3-musl/lib/$so" 1 1
   echo "libc=musl" >>"$d/manifest"
 fi
 # Built always, named by the tests that are about musl; in the matrix every test runs on

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rubyperf/rubyperf/internal/debuginfodtest"
 	"github.com/rubyperf/rubyperf/internal/testruby"
+	"github.com/rubyperf/rubyperf/merge"
+	"github.com/rubyperf/rubyperf/readback"
 )
 
 // TestRecordMuslContainer: the musl test Ruby in a container whose root
@@ -20,11 +23,22 @@ import (
 // linker, and that Ruby), in its own mount and pid namespaces, as an Alpine
 // container is; profiled from the host. snapshot reads both threads'
 // stacks, and record -p → report names the workload's methods on both.
-// (The Ruby's files are at the same paths on the host, its prefix being
-// absolute: this does not show that they are read through the container's
-// root, only that a musl process in one is read right.)
+// The container's musl is not the host's: it is the test Ruby
+// source-3.3-musl-dbg's (stripped, its unwind tables in its debug file),
+// at the path of the host's musl (which has no unwind tables anywhere
+// here), its debug file under the container's /usr/lib/debug/.build-id
+// alone, as Alpine's musl-dbg puts it. Native stacks through it are whole
+// (at most 3% of samples under [native unwind incomplete]; 25% with the
+// host's musl, which record names) only if both are read through the
+// container's root. The process is chrooted in a mount namespace of its
+// own, so its maps name its files from that namespace's root, under the
+// directory that is its root (the recorder reads them through
+// /proc/PID/map_files; before, it found none, and no stack had a native
+// frame). (The Ruby's own files are at the same paths on the host, its
+// prefix being absolute.)
 func TestRecordMuslContainer(t *testing.T) {
 	r := testruby.Get(t, "source-3.3-musl")
+	dbg := testruby.Get(t, "source-3.3-musl-dbg")
 	root := t.TempDir()
 	// The Ruby at the same path inside (its load path is its prefix,
 	// absolute), and musl's loader, which is its libc.
@@ -35,7 +49,11 @@ func TestRecordMuslContainer(t *testing.T) {
 	prefix := filepath.Dir(filepath.Dir(exe))
 	copyTree(t, prefix, filepath.Join(root, prefix))
 	interp := muslInterpreter(t, exe)
-	copyTree(t, interp, filepath.Join(root, interp))
+	libc := filepath.Join(filepath.Dir(dbg.Exe), "lib", "libc.so")
+	copyTree(t, libc, filepath.Join(root, interp))
+	id := debuginfodtest.BuildID(t, libc)
+	copyTree(t, filepath.Join(filepath.Dir(libc), ".debug", "libc.so.debug"),
+		filepath.Join(root, "usr", "lib", "debug", ".build-id", id[:2], id[2:]+".debug"))
 	script := filepath.Join(root, "app", "workload.rb")
 	copyTree(t, "../../testdata/ruby/workload.rb", script)
 
@@ -81,7 +99,19 @@ func TestRecordMuslContainer(t *testing.T) {
 	}
 
 	data := filepath.Join(t.TempDir(), "musl.data")
-	recordOutput(t, "-p", pid, "-d", "3", "-o", data)
+	_, stderr := recordOutput(t, "-p", pid, "-d", "3", "-o", data)
+	if strings.Contains(stderr, "call frame information for little") {
+		t.Errorf("record found no unwind tables for the container's musl:\n%s", stderr)
+	}
+	stats, err := readback.ReadStacks(data, readback.ReadOptions{}, func(merge.Stack) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d samples, %d under [native unwind incomplete]", stats.Samples, stats.Incomplete)
+	if stats.Samples < 100 || float64(stats.Incomplete) > 0.03*float64(stats.Samples) {
+		t.Errorf("%d of %d samples under [native unwind incomplete]: the container's musl was not unwound with its debug file",
+			stats.Incomplete, stats.Samples)
+	}
 	out.Reset()
 	errOut.Reset()
 	if code := run([]string{"report", "-i", data, "--threads"}, &out, &errOut); code != 0 {

@@ -25,7 +25,8 @@ import (
 // for the first samples, taken before the command's tables were ready). The
 // same recording with --unwind copy shows what the tables spare. (On the
 // musl Ruby, samples stopping in musl's libc, which has no unwind tables,
-// are counted apart and logged.)
+// are counted apart and logged: TestRecordMuslDebugFile covers a musl with
+// its unwind tables in a debug file.)
 func TestRecordDeepNativeStacks(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
 	script, _ := filepath.Abs("../../testdata/ruby/nativedeep.rb")
@@ -110,6 +111,56 @@ func TestRecordDeepNativeStacks(t *testing.T) {
 				t.Errorf("--unwind copy: %d of %d samples incomplete, %d unwound with tables: the copy was meant to cut most", cinc, cn, ctables)
 			}
 		})
+	}
+}
+
+// TestRecordMuslDebugFile: the musl Ruby, recorded through a stripped
+// musl whose unwind tables are in its separate debug file (as Alpine's with
+// musl-dbg installed), unwinds as deep as on glibc: in the native view, at
+// most 0.5% of samples under [native unwind incomplete] (besides any taken
+// before the tables were loaded), so the bottom frames are the threads'
+// starts (musl's _start has no symbol type, and is named from the entry
+// point). The same Ruby on Debian's musl, whose debug file is not
+// installed here, loses most stacks there, and record says which file to
+// give a debug file, naming it.
+func TestRecordMuslDebugFile(t *testing.T) {
+	testskip.Privileged(t, bpf.Supported())
+	script, _ := filepath.Abs("../../testdata/ruby/nativedeep.rb")
+	native := func(t *testing.T, file string) (samples, incomplete, tables int) {
+		stats, err := readback.ReadStacks(file, readback.ReadOptions{Merge: merge.Options{View: merge.ViewNative}},
+			func(merge.Stack) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stats.Samples, stats.Incomplete, stats.TableUnwound
+	}
+	const warning = "has call frame information for little of its code"
+
+	dbg := testruby.Get(t, "source-3.3-musl-dbg")
+	file := filepath.Join(t.TempDir(), "dbg.data")
+	_, stderr := recordOutput(t, "-F", "499", "-o", file, "--", dbg.Exe, script, "1.5")
+	n, inc, tables := native(t, file)
+	t.Logf("with the debug file: %d samples, %d unwound with the tables, %d incomplete", n, tables, inc)
+	if n < 300 {
+		t.Fatalf("only %d samples", n)
+	}
+	if float64(inc) > 0.005*float64(n)+float64(n-tables) {
+		t.Errorf("%d of %d samples under [native unwind incomplete] in the native view, %d unwound without the tables", inc, n, n-tables)
+	}
+	if strings.Contains(stderr, warning) {
+		t.Errorf("record warned of missing unwind tables with the debug file in place:\n%s", stderr)
+	}
+
+	base := testruby.Get(t, "source-3.3-musl")
+	file = filepath.Join(t.TempDir(), "base.data")
+	_, stderr = recordOutput(t, "-F", "499", "-o", file, "--", base.Exe, script, "1")
+	n, inc, _ = native(t, file)
+	t.Logf("without: %d samples, %d incomplete", n, inc)
+	if float64(inc) < 0.5*float64(n) {
+		t.Errorf("without the debug file, only %d of %d samples incomplete: is Debian's musl built with unwind tables now? (then this test shows nothing)", inc, n)
+	}
+	if !strings.Contains(stderr, warning) || !strings.Contains(stderr, "musl") {
+		t.Errorf("record did not say which file lacks unwind tables:\n%s", stderr)
 	}
 }
 
