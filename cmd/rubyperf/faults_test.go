@@ -211,14 +211,25 @@ func TestTargetForks(t *testing.T) {
 			case follow && !strings.Contains(stderr, "forked pid"):
 				t.Errorf("the summary does not say the target forked: %s", stderr)
 			}
-			// A few of Ruby's start-up, gone before they are read: at
-			// most 1%, or 10 (6 of 401 in one CI run on a loaded machine).
-			if sum.unknown > max(sum.samples/100, 10) {
-				t.Errorf("%d unknown frames of %d samples", sum.unknown, sum.samples)
+			// A few samples of Ruby's start-up, whose frames are gone
+			// before they are read: at most 1% of samples, or 5. Counted
+			// by sample, as one such stack holds several (CI runs on a
+			// loaded machine: 6 frames of 401 samples; 11 frames in 3
+			// samples of 719).
+			unnamed := 0
+			if m := unnamedSamples.FindStringSubmatch(stderr); m != nil {
+				unnamed, _ = strconv.Atoi(m[1])
+			}
+			if unnamed > max(sum.samples/100, 5) {
+				t.Errorf("%d of %d samples have unnamed frames (%d unknown frames)", unnamed, sum.samples, sum.unknown)
 			}
 		})
 	}
 }
+
+// unnamedSamples finds record's count of samples with frames it could not
+// name.
+var unnamedSamples = regexp.MustCompile(`(\d+) of \d+ samples \([0-9.]+%\) have Ruby frames without a name`)
 
 // TestTargetThreadChurn: a target that starts and ends 3000 threads, 50
 // at a time, loses no sample, and their frames are named.
