@@ -44,7 +44,7 @@ func prepareTB(t testing.TB, pid int) target {
 	}
 	tp, err := rubystack.ThreadPointer(pid, pid)
 	testskip.Privileged(t, err)
-	off, err := p.CurrentECOffset(mem, p.Binary.Anchors(r.Layout).CurrentEC, tp)
+	off, err := p.CurrentECOffset(mem, p.Binary.Anchors(r.Layout).CurrentEC, tp, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
