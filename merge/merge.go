@@ -150,12 +150,13 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 	if opts.View == ViewRubyOnly {
 		return append(frames, m.ruby...), how
 	}
-	entries, unwound := 0, false
+	entries, unwound, reachesStart := 0, false, false
 	for _, n := range natives {
 		if n.VMEntry {
 			entries++
 		}
 		unwound = unwound || n.Kind != KindKernel
+		reachesStart = reachesStart || n.ThreadStart
 	}
 	if entries > len(m.ends) {
 		frames = append(frames, m.ruby...)
@@ -164,7 +165,15 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 				frames = append(frames, n.Frame)
 			}
 		}
-		return frames, Outcome{Fallback: true}
+		how.Fallback = true
+		// A native stack short of the thread's start is incomplete here
+		// too: else one of folded frames alone, with no Ruby frame read
+		// (a sample whose Ruby stack was lost), would show nothing at all.
+		if unwound && !reachesStart {
+			how.Incomplete = true
+			frames = append(frames, Frame{Kind: KindNative, Name: IncompleteName})
+		}
+		return frames, how
 	}
 	// What the default view keeps of a native frame, by where it is: above
 	// the innermost VM entry (the C method's own work, or what a Ruby

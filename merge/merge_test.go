@@ -97,6 +97,12 @@ func TestMerge(t *testing.T) {
 			"poll timer_thread_func _start", Outcome{}},
 		{"more VM entries than Ruby entries", append([]Native{vm()}, natives...), rubies, ruby,
 			"block in bar Array#each Foo#bar <main> leaf rb_yield rb_ary_each ruby_run_node main _start", Outcome{Fallback: true}},
+		{"more VM entries than Ruby entries, short of the thread's start",
+			append([]Native{vm(), vm()}, natives[:3]...), rubies, ruby,
+			"block in bar Array#each Foo#bar <main> leaf rb_yield" + incomplete, Outcome{Fallback: true, Incomplete: true}},
+		{"no Ruby stack read, the native one folded and short: not an empty stack",
+			[]Native{lib(""), plumbing("vm_exec_core"), vm(), lib("")}, nil, ruby,
+			IncompleteName, Outcome{Fallback: true, Incomplete: true}},
 		// YJIT: JIT code of Foo#bar called Array#each's C function directly
 		// (the cfunc frame is pushed by the JIT code), and the block runs in
 		// the interpreter.

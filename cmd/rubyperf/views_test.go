@@ -87,6 +87,10 @@ func TestViewsOfStrippedRuby(t *testing.T) {
 	checkIncomplete := func(name string, v view) {
 		n := 0
 		for _, s := range v.stacks {
+			if len(s.Frames) == 0 {
+				t.Errorf("%s: a stack without frames (incomplete %v, fallback %v)", name, s.Incomplete, s.Fallback)
+				continue
+			}
 			root := s.Frames[len(s.Frames)-1].Name == merge.IncompleteName
 			if s.Incomplete != root {
 				t.Errorf("%s: stack incomplete %v, root %q", name, s.Incomplete, s.Frames[len(s.Frames)-1].Name)
