@@ -243,7 +243,9 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 	// the native frames between them, or (showing every native frame, or
 	// when there is no Ruby frame) a native stack that ends short of the
 	// thread's start.
-	if unwound && !reachedStart && (len(rest) > 0 || opts.View == ViewNative || len(m.ruby) == 0) {
+	// A sample with neither (no native frame, no Ruby frame read) is one
+	// too: it shows as that root, not as an empty stack.
+	if unwound && !reachedStart && (len(rest) > 0 || opts.View == ViewNative || len(m.ruby) == 0) || len(frames) == 0 {
 		how.Incomplete = true
 		frames = append(frames, Frame{Kind: KindNative, Name: IncompleteName})
 	}

@@ -103,6 +103,8 @@ func TestMerge(t *testing.T) {
 		{"no Ruby stack read, the native one folded and short: not an empty stack",
 			[]Native{lib(""), plumbing("vm_exec_core"), vm(), lib("")}, nil, ruby,
 			IncompleteName, Outcome{Fallback: true, Incomplete: true}},
+		{"neither native nor Ruby frames: not an empty stack", nil, nil, ruby,
+			IncompleteName, Outcome{Incomplete: true}},
 		// YJIT: JIT code of Foo#bar called Array#each's C function directly
 		// (the cfunc frame is pushed by the JIT code), and the block runs in
 		// the interpreter.
