@@ -170,8 +170,7 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 		// too: else one of folded frames alone, with no Ruby frame read
 		// (a sample whose Ruby stack was lost), would show nothing at all.
 		if unwound && !reachesStart {
-			how.Incomplete = true
-			frames = append(frames, Frame{Kind: KindNative, Name: IncompleteName})
+			return withIncompleteRoot(frames, how)
 		}
 		return frames, how
 	}
@@ -192,7 +191,7 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 		}
 		return false // below the outermost Ruby frame
 	}
-	si, afterLast, reachedStart := 0, -1, false
+	si, afterLast := 0, -1
 	done := 0 // frames of segment si already placed (above a JIT frame)
 	for i := range natives {
 		n := &natives[i]
@@ -223,7 +222,6 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 			}
 			continue
 		}
-		reachedStart = reachedStart || n.ThreadStart
 		if keep(n, si) {
 			frames = append(frames, n.Frame)
 		}
@@ -233,7 +231,7 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 	if si < len(m.ends) {
 		rest = m.ruby[startOf(m.ends, si)+done:]
 	}
-	if len(rest) > 0 && reachedStart && afterLast >= 0 {
+	if len(rest) > 0 && reachesStart && afterLast >= 0 {
 		m.outer = append(m.outer[:0], frames[afterLast:]...)
 		frames = append(append(frames[:afterLast], rest...), m.outer...)
 		return frames, how
@@ -245,11 +243,17 @@ func (m *Merger) Merge(natives []Native, rubies []Ruby, opts Options) (frames []
 	// thread's start.
 	// A sample with neither (no native frame, no Ruby frame read) is one
 	// too: it shows as that root, not as an empty stack.
-	if unwound && !reachedStart && (len(rest) > 0 || opts.View == ViewNative || len(m.ruby) == 0) || len(frames) == 0 {
-		how.Incomplete = true
-		frames = append(frames, Frame{Kind: KindNative, Name: IncompleteName})
+	if unwound && !reachesStart && (len(rest) > 0 || opts.View == ViewNative || len(m.ruby) == 0) || len(frames) == 0 {
+		return withIncompleteRoot(frames, how)
 	}
 	return frames, how
+}
+
+// withIncompleteRoot ends frames with the IncompleteName root and marks how
+// Incomplete.
+func withIncompleteRoot(frames []Frame, how Outcome) ([]Frame, Outcome) {
+	how.Incomplete = true
+	return append(frames, Frame{Kind: KindNative, Name: IncompleteName}), how
 }
 
 // folded: the default view leaves n out wherever it is: known plumbing,
