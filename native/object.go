@@ -164,12 +164,32 @@ func (o *Object) load() error {
 		o.entry = ef.Entry
 	}
 	byBegin := func() { sort.Slice(o.fdes, func(i, j int) bool { return o.fdes[i].Begin() < o.fdes[j].Begin() }) }
+	// Each symbol table is read once, when first needed: the coverage
+	// counts the functions of .dynsym (else .symtab), the names come from
+	// .symtab (else .dynsym), and TableOnly needs no names.
+	tables := make(map[elf.SectionType][]symbol, 2)
+	funcsOf := func(first, second elf.SectionType) []symbol {
+		for _, typ := range []elf.SectionType{first, second} {
+			funcs, read := tables[typ]
+			if !read {
+				funcs = tableFuncs(ef, typ)
+				tables[typ] = funcs
+			}
+			if len(funcs) > 0 {
+				return funcs
+			}
+		}
+		return nil
+	}
 	o.fdes = readCFI(ef)
 	byBegin()
-	if o.Path != VDSOPath && cfiCoverage(o.fdes, ef) < minOwnCFICoverage {
-		o.fdes = append(o.fdes, o.debugCFI()...)
-		byBegin()
-		o.cfiThin = cfiCoverage(o.fdes, ef) < minOwnCFICoverage
+	if o.Path != VDSOPath {
+		funcs := funcsOf(elf.SHT_DYNSYM, elf.SHT_SYMTAB)
+		if cfiCoverage(o.fdes, funcs) < minOwnCFICoverage {
+			o.fdes = append(o.fdes, o.debugCFI()...)
+			byBegin()
+			o.cfiThin = cfiCoverage(o.fdes, funcs) < minOwnCFICoverage
+		}
 	}
 	if o.opts.TableOnly {
 		if len(o.fdes) == 0 {
@@ -177,26 +197,9 @@ func (o *Object) load() error {
 		}
 		return nil
 	}
-	for _, table := range []struct {
-		typ  elf.SectionType
-		load func() ([]elf.Symbol, error)
-	}{{elf.SHT_SYMTAB, ef.Symbols}, {elf.SHT_DYNSYM, ef.DynamicSymbols}} {
-		if debuginfo.CheckSymbolTable(ef, table.typ) != nil {
-			continue
-		}
-		syms, err := table.load()
-		if err != nil {
-			continue
-		}
-		for _, s := range syms {
-			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Section != elf.SHN_UNDEF {
-				o.syms = append(o.syms, symbol{s.Value, s.Size, s.Name})
-			}
-		}
-		if len(o.syms) > 0 {
-			break // .symtab has everything .dynsym has
-		}
-	}
+	// Sorted only now: cfiCoverage looks at the first maxCoverageFuncs of
+	// the same slice in the table's order.
+	o.syms = funcsOf(elf.SHT_SYMTAB, elf.SHT_DYNSYM) // .symtab has everything .dynsym has
 	sort.Slice(o.syms, func(i, j int) bool { return o.syms[i].start < o.syms[j].start })
 	if len(o.fdes) == 0 {
 		return fmt.Errorf("%s: no call frame information", o.Path)
@@ -243,44 +246,55 @@ func readCFI(ef *elf.File) []*frame.FrameDescriptionEntry {
 // stack in it stops.
 const minOwnCFICoverage = 0.5
 
-// cfiCoverage is the share of the file's functions (those .dynsym defines,
-// else .symtab's) whose entry the FDEs (sorted by Begin) cover; 1 when
-// fewer than minThinFuncs lack them (none named: nothing says what is
-// missing). Functions, not bytes: a small library's PLT and crt code,
-// which have none, can outweigh its own code.
-func cfiCoverage(fdes []*frame.FrameDescriptionEntry, ef *elf.File) float64 {
-	var starts []uint64
-	for _, table := range []struct {
-		typ  elf.SectionType
-		load func() ([]elf.Symbol, error)
-	}{{elf.SHT_DYNSYM, ef.DynamicSymbols}, {elf.SHT_SYMTAB, ef.Symbols}} {
-		if debuginfo.CheckSymbolTable(ef, table.typ) != nil {
-			continue
-		}
-		syms, err := table.load()
-		if err != nil {
-			continue
-		}
-		for _, s := range syms {
-			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Section != elf.SHN_UNDEF && len(starts) < maxCoverageFuncs {
-				starts = append(starts, s.Value)
-			}
-		}
-		if len(starts) > 0 {
-			break
-		}
-	}
+// cfiCoverage is the share of the file's functions (funcs, those .dynsym
+// defines, else .symtab's; the first maxCoverageFuncs of them) whose entry
+// the FDEs (sorted by Begin) cover; 1 when fewer than minThinFuncs lack
+// them (none named: nothing says what is missing). Functions, not bytes: a
+// small library's PLT and crt code, which have none, can outweigh its own
+// code.
+func cfiCoverage(fdes []*frame.FrameDescriptionEntry, funcs []symbol) float64 {
+	funcs = funcs[:min(len(funcs), maxCoverageFuncs)]
 	covered := 0
-	for _, pc := range starts {
+	for _, fn := range funcs {
+		pc := fn.start
 		i := sort.Search(len(fdes), func(i int) bool { return fdes[i].Begin() > pc }) - 1
 		if i >= 0 && fdes[i].Cover(pc) {
 			covered++
 		}
 	}
-	if len(starts)-covered < minThinFuncs {
+	if len(funcs)-covered < minThinFuncs {
 		return 1
 	}
-	return float64(covered) / float64(len(starts))
+	return float64(covered) / float64(len(funcs))
+}
+
+// tableFuncs reads the FUNC symbols ef's symbol table of type typ
+// (SHT_SYMTAB or SHT_DYNSYM) defines, in the table's order; nil when the
+// table is missing, malformed or unreadable.
+func tableFuncs(ef *elf.File, typ elf.SectionType) []symbol {
+	if debuginfo.CheckSymbolTable(ef, typ) != nil {
+		return nil
+	}
+	read := ef.Symbols
+	if typ == elf.SHT_DYNSYM {
+		read = ef.DynamicSymbols
+	}
+	all, err := read()
+	if err != nil {
+		return nil
+	}
+	return definedFuncs(all)
+}
+
+// definedFuncs are the FUNC symbols of all that the file defines.
+func definedFuncs(all []elf.Symbol) []symbol {
+	var funcs []symbol
+	for _, s := range all {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Section != elf.SHN_UNDEF {
+			funcs = append(funcs, symbol{s.Value, s.Size, s.Name})
+		}
+	}
+	return funcs
 }
 
 // minThinFuncs: fewer functions without call frame information than this
@@ -458,12 +472,7 @@ func funcSymbolsOf(path, want string) ([]symbol, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var out []symbol
-	for _, sym := range all {
-		if elf.ST_TYPE(sym.Info) == elf.STT_FUNC && sym.Value != 0 && sym.Section != elf.SHN_UNDEF {
-			out = append(out, symbol{sym.Value, sym.Size, sym.Name})
-		}
-	}
+	out := definedFuncs(all)
 	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
 	return out, nil
 }
