@@ -192,20 +192,9 @@ func TestEntryNamed(t *testing.T) {
 // shared library in dir, with DWARF and the gcc flags given.
 func manyFuncsLib(t testing.TB, dir string, n int, flags ...string) string {
 	t.Helper()
-	gcc := testskip.Command(t, "gcc", "gcc")
-	var b strings.Builder
-	b.WriteString(debuginfodtest.CSource)
+	var more strings.Builder
 	for i := 0; i < n; i++ {
-		fmt.Fprintf(&b, "int rubyperf_more_%d(int x) { return rubyperf_exported_entry(x + %d) * 3; }\n", i, i)
+		fmt.Fprintf(&more, "int rubyperf_more_%d(int x) { return rubyperf_exported_entry(x + %d) * 3; }\n", i, i)
 	}
-	src := filepath.Join(dir, "many.c")
-	if err := os.WriteFile(src, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lib := filepath.Join(dir, "libfake.so.1")
-	args := append(append([]string{"-g", "-O1", "-shared", "-fPIC", "-Wl,--build-id=sha1"}, flags...), "-o", lib, src)
-	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return lib
+	return debuginfodtest.CLibWith(t, dir, more.String(), flags...)
 }

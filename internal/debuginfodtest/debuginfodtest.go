@@ -55,13 +55,21 @@ const (
 // returns its path.
 func CLib(t testing.TB, dir string) string {
 	t.Helper()
+	return CLibWith(t, dir, "")
+}
+
+// CLibWith is CLib with more source compiled after CSource and more gcc
+// flags.
+func CLibWith(t testing.TB, dir, moreSource string, flags ...string) string {
+	t.Helper()
 	gcc := testskip.Command(t, "gcc", "gcc")
 	src := filepath.Join(dir, "fake.c")
-	if err := os.WriteFile(src, []byte(CSource), 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(CSource+moreSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lib := filepath.Join(dir, "libfake.so.1")
-	if out, err := exec.Command(gcc, "-g", "-O1", "-shared", "-fPIC", "-Wl,--build-id=sha1", "-o", lib, src).CombinedOutput(); err != nil {
+	args := append([]string{"-g", "-O1", "-shared", "-fPIC", "-Wl,--build-id=sha1"}, flags...)
+	if out, err := exec.Command(gcc, append(args, "-o", lib, src)...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return lib
