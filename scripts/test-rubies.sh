@@ -104,17 +104,37 @@ deps_of() {
     grep -E '^lib' | grep -vE '^libruby' || true
 }
 
+# debian_headers NAME MINOR VERSION: unpack ruby$MINOR-dev into a Debian Ruby cached
+# before its headers were (the tests build C extensions against them).
+debian_headers() {
+  local d=$root/$1
+  ls "$d"/root/usr/include/ruby-*/ruby.h >/dev/null 2>&1 && return 0
+  log "$1: unpacking ruby$2-dev $3 (its headers)"
+  rm -rf "$d/dev"
+  if debian_fetch_binary "ruby$2-dev=$3" "$d/dev"; then
+    for deb in "$d"/dev/*.deb; do dpkg-deb -x "$deb" "$d/root"; done
+  else
+    log "$1: no ruby$2-dev $3: no headers"
+  fi
+  rm -rf "$d/dev"
+}
+
 # debian_binary MINOR SUITE VERSION: unpack ruby$MINOR and libruby$MINOR of that suite,
 # with the libraries they need from the same suite when it is not this machine's.
 debian_binary() {
   local minor=$1 suite=$2 version=$3 name=debian-$1-$2
   matrix+=("$name")
   local up; up=$(upstream "$version")
-  current "$name" "$up" && return 0
+  if current "$name" "$up"; then
+    debian_headers "$name" "$minor" "$version"
+    return 0
+  fi
   log "$name: unpacking Debian's ruby$minor $version"
   local d=$root/$name; rm -rf "$d"; mkdir -p "$d/debs" "$d/root"
   debian_fetch_binary "ruby$minor=$version" "$d/debs"
   debian_fetch_binary "libruby$minor=$version" "$d/debs"
+  # Its headers, for the tests' C extensions (the allocation oracle).
+  debian_fetch_binary "ruby$minor-dev=$version" "$d/debs" || log "$name: no ruby$minor-dev $version: no headers"
   local own; own=$(. /etc/os-release && echo "$VERSION_CODENAME")
   local foreign=0
   case $suite in "$own" | "$own"-*) ;; *) foreign=1 ;; esac
