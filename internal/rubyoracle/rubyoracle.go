@@ -1,7 +1,10 @@
 // Package rubyoracle builds testdata/ruby/oracle_ext, the C extension through
-// which testdata/ruby/oracle.rb asks a Ruby for its own frames
-// (rb_profile_frames) where Fiddle is missing: Ruby 4.0 made Fiddle a bundled
-// gem, which offline source builds do not install.
+// which a test asks a Ruby for its own answer: testdata/ruby/oracle.rb for its
+// frames (rb_profile_frames) where Fiddle is missing (Ruby 4.0 made Fiddle a
+// bundled gem, which offline source builds do not install), and the
+// allocation tests for every object allocated, by method and by class
+// (count_allocations: the allocator's own event, counted as stackprof's
+// :object mode at interval 1 counts, on Rubies stackprof is not built for).
 //
 // The extension is compiled by internal/rubyext, into
 // $RUBYPERF_CACHE/oracle-ext.

@@ -7,6 +7,8 @@
  *   RubyperfOracle.frames(max) -> [[full_label, path, line], ...], leaf first
  *   RubyperfOracle.object_at(address) -> the object at address
  *   RubyperfOracle.count_classes { ... } -> {class name => objects allocated in the block}
+ *   RubyperfOracle.count_allocations { ... } -> {"objects" => N, "methods" => {label => [self, total]},
+ *                                                "classes" => {class name => objects}}
  *
  * It returns what oracle.rb reads through Fiddle: rb_profile_frames with
  * rb_profile_frame_full_label and rb_profile_frame_path.
@@ -50,7 +52,8 @@ oracle_object_at(VALUE self, VALUE address)
  * hook may not allocate: it counts by klass, or by type for an object
  * without one (klass 0), and the names are made once the block is done.
  * The classes counted are kept alive (marked) until then: a singleton or
- * anonymous class may die first.
+ * anonymous class may die first. The keeper's data pointer is not NULL: the
+ * GC marks no data object whose pointer is.
  */
 static st_table *class_counts; /* klass, or type tag << 1 | 1 for klass 0, to objects */
 
@@ -143,7 +146,7 @@ oracle_count_classes(VALUE self)
         rb_raise(rb_eRuntimeError, "count_classes does not nest");
     }
     class_counts = st_init_numtable();
-    VALUE keeper = TypedData_Wrap_Struct(0, &counts_type, NULL);
+    VALUE keeper = TypedData_Wrap_Struct(0, &counts_type, &class_counts);
     VALUE tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, count_newobj, NULL);
     rb_tracepoint_enable(tp);
     int state = 0;
@@ -160,6 +163,124 @@ oracle_count_classes(VALUE self)
     return out;
 }
 
+/*
+ * Allocations by method, as stackprof's :object mode at interval 1 counts
+ * them (the same event, the same rb_profile_frames), for Rubies without
+ * stackprof: each object counts as self for the leaf frame and as total
+ * once for every distinct frame on its stack, however often recursion
+ * repeats it. A frame's counts are found by its frame VALUE (an iseq or a
+ * method entry), kept alive until the block is done; the labels are made
+ * then. The hook may not allocate.
+ */
+struct method_counts {
+    size_t self, total;
+    size_t last; /* the allocation that last counted this frame's total */
+};
+
+static st_table *method_counts; /* frame VALUE to struct method_counts * */
+static size_t allocations;
+static VALUE alloc_frames[ORACLE_MAX_FRAMES];
+
+static int
+mark_frame(st_data_t key, st_data_t counts, st_data_t arg)
+{
+    rb_gc_mark((VALUE)key);
+    return ST_CONTINUE;
+}
+
+static void
+mark_method_counts(void *p)
+{
+    if (method_counts) {
+        st_foreach(method_counts, mark_frame, 0);
+    }
+}
+
+static const rb_data_type_t method_counts_type = {"rubyperf_oracle_method_counts", {mark_method_counts, NULL, NULL}, 0, 0, 0};
+
+static void
+count_allocation(VALUE tpval, void *data)
+{
+    count_newobj(tpval, data);
+    allocations++;
+    int n = rb_profile_frames(0, ORACLE_MAX_FRAMES, alloc_frames, NULL);
+    for (int i = 0; i < n; i++) {
+        st_data_t c = 0;
+        if (!st_lookup(method_counts, (st_data_t)alloc_frames[i], &c)) {
+            c = (st_data_t)calloc(1, sizeof(struct method_counts));
+            if (!c) {
+                continue; /* counted short: the hook may not raise */
+            }
+            st_insert(method_counts, (st_data_t)alloc_frames[i], c);
+        }
+        struct method_counts *m = (struct method_counts *)c;
+        if (i == 0) {
+            m->self++;
+        }
+        if (m->last != allocations) {
+            m->last = allocations;
+            m->total++;
+        }
+    }
+}
+
+/* name_method adds a frame's counts to out's entry for its label. */
+static int
+name_method(st_data_t key, st_data_t c, st_data_t out)
+{
+    struct method_counts *m = (struct method_counts *)c;
+    VALUE label = rb_profile_frame_full_label((VALUE)key);
+    if (NIL_P(label)) {
+        label = rb_str_new_cstr("(unknown)");
+    }
+    VALUE had = rb_hash_lookup2((VALUE)out, label, Qnil);
+    if (NIL_P(had)) {
+        rb_hash_aset((VALUE)out, label, rb_ary_new_from_args(2, SIZET2NUM(m->self), SIZET2NUM(m->total)));
+    } else {
+        /* Two frames of one label (a method redefined): their totals may overlap; the sum is an upper bound. */
+        rb_ary_store(had, 0, SIZET2NUM(NUM2SIZET(rb_ary_entry(had, 0)) + m->self));
+        rb_ary_store(had, 1, SIZET2NUM(NUM2SIZET(rb_ary_entry(had, 1)) + m->total));
+    }
+    free(m);
+    return ST_CONTINUE;
+}
+
+static VALUE
+oracle_count_allocations(VALUE self)
+{
+    if (class_counts || method_counts) {
+        rb_raise(rb_eRuntimeError, "count_allocations does not nest");
+    }
+    class_counts = st_init_numtable();
+    method_counts = st_init_numtable();
+    allocations = 0;
+    VALUE keeper = TypedData_Wrap_Struct(0, &counts_type, &class_counts);
+    VALUE frames_keeper = TypedData_Wrap_Struct(0, &method_counts_type, &method_counts);
+    VALUE tp = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, count_allocation, NULL);
+    rb_tracepoint_enable(tp);
+    int state = 0;
+    rb_protect(rb_yield, Qnil, &state);
+    rb_tracepoint_disable(tp);
+    VALUE classes = rb_hash_new();
+    st_foreach(class_counts, name_count, (st_data_t)classes);
+    st_free_table(class_counts);
+    class_counts = NULL;
+    VALUE methods = rb_hash_new();
+    st_foreach(method_counts, name_method, (st_data_t)methods);
+    st_free_table(method_counts);
+    method_counts = NULL;
+    RB_GC_GUARD(keeper);
+    RB_GC_GUARD(frames_keeper);
+    if (state) {
+        rb_jump_tag(state);
+    }
+    VALUE out = rb_hash_new();
+    rb_hash_aset(out, rb_str_new_cstr("objects"), SIZET2NUM(allocations));
+    rb_hash_aset(out, rb_str_new_cstr("methods"), methods);
+    rb_hash_aset(out, rb_str_new_cstr("classes"), classes);
+    return out;
+}
+
 void
 Init_rubyperf_oracle(void)
 {
@@ -167,4 +288,5 @@ Init_rubyperf_oracle(void)
     rb_define_singleton_method(m, "frames", oracle_frames, 1);
     rb_define_singleton_method(m, "object_at", oracle_object_at, 1);
     rb_define_singleton_method(m, "count_classes", oracle_count_classes, 0);
+    rb_define_singleton_method(m, "count_allocations", oracle_count_allocations, 0);
 }
