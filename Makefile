@@ -64,7 +64,7 @@ lint:
 # run one after another on every test Ruby, takes about 25 minutes on 2 cores with
 # this machine's 15 Rubies: the bound is 40, inside CI's 90.
 test: rubies viewers lint check-generated
-	$(GO) run ./internal/cmd/testsummary $(GO) test -json -count=1 -timeout 40m ./...
+	$(GO) run ./internal/cmd/testsummary $(GO) test -json -count=1 -timeout 60m ./...
 	@$(MAKE) --no-print-directory fuzz
 
 # Grafana Pyroscope from a copy of its repository (SRC=DIR), into $(RUBYPERF_CACHE)/pyroscope:
