@@ -145,7 +145,7 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 
 // TestBPFStacksEqualSnapshot: for each scenario, spinning where the snapshot
 // test parks, every BPF sample's Ruby stack equals rubyperf snapshot's for
-// the same thread, on every test Ruby.
+// the same thread, on every test Ruby and the musl ones.
 //
 // Under YJIT (every test Ruby built with it, every method compiled on its
 // first call) the frames are pushed by JIT code, which writes a frame's pc
@@ -154,7 +154,7 @@ func sampleSvars(t *testing.T, d time.Duration, opts Options, targets ...target)
 // loop that stays in JIT code).
 func TestBPFStacksEqualSnapshot(t *testing.T) {
 	t.Setenv("RUBYPERF_SPIN", "1")
-	for _, ru := range testruby.Runs(t) {
+	for _, ru := range testruby.RunsWithMusl(t) {
 		r := ru.Ruby
 		for _, sc := range []string{"methods", "dynamic", "deep", "threads", "fiber", "bindings"} {
 			t.Run(ru.Name()+"/"+sc, func(t *testing.T) {

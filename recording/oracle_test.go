@@ -19,7 +19,7 @@ import (
 
 // TestRecordedStacksMatchRuby: a recording of a parked scenario (spinning in
 // place) reads back, sample by sample, as Ruby's own answer for the parked
-// stack (rb_profile_frames), on every test Ruby, interpreted and under each
+// stack (rb_profile_frames), on every test Ruby (and the musl ones), interpreted and under each
 // JIT it has. bindings.rb holds frames whose environment chains (10, 20, 50
 // environments) are longer than the BPF walk follows, through
 // define_method, instance_exec and method_missing: they were named as their
@@ -28,7 +28,7 @@ import (
 func TestRecordedStacksMatchRuby(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
 	t.Setenv("RUBYPERF_SPIN", "1")
-	runs := testruby.Runs(t)
+	runs := testruby.RunsWithMusl(t)
 	for _, ru := range runs {
 		t.Run(ru.Name(), func(t *testing.T) {
 			ru.Setenv(t)

@@ -79,10 +79,11 @@ func localRubies(t *testing.T) []testruby.Ruby {
 }
 
 // TestSnapshotMatchesRuby: for every scenario on every test Ruby, the
-// snapshot of each thread equals Ruby's own answer frame by frame.
+// snapshot of each thread equals Ruby's own answer frame by frame (the musl
+// Rubies included: testruby.WithMusl).
 func TestSnapshotMatchesRuby(t *testing.T) {
 	t.Run("matrix", func(t *testing.T) {
-		for _, r := range testruby.All(t) {
+		for _, r := range testruby.WithMusl(t) {
 			if !slices.Contains(localFlavors, r.Name) { // those run below, present or not
 				snapshotMatchesRuby(t, r, r.Name, nil)
 			}

@@ -321,6 +321,16 @@ if ! current source-3.3-musl-stripped "$v33"; then
   finish source-3.3-musl-stripped "$v33" source "" "$d/ruby" "$d/$so" 0 0
   echo "libc=musl" >>"$d/manifest"
 fi
+# libruby linked into the executable (--disable-shared), against musl: its TLS block is
+# the program's own, at an offset musl's dynamic linker computes from the program's TLS
+# segment at start, not through the DTV.
+if ! current source-3.3-musl-static "$v33"; then
+  source_build source-3.3-musl-static ruby3.3 "$v" --disable-shared CC=musl-gcc
+  objcopy --decompress-debug-sections "$root/source-3.3-musl-static/bin/ruby"
+  finish source-3.3-musl-static "$v33" source "" "$root/source-3.3-musl-static/ruby" \
+    "$root/source-3.3-musl-static/bin/ruby" 1 1
+  echo "libc=musl" >>"$root/source-3.3-musl-static/manifest"
+fi
 # The same Ruby run through a musl libc as Alpine ships it with musl-dbg installed:
 # musl's configure leaves code without unwind tables unless --enable-debug, which puts
 # them in .debug_frame, and stripping moves that to the debug file (.debug/libc.so.debug

@@ -41,14 +41,15 @@ type labelsWorkload struct {
 // pprof carries them as labels, folded --group-by splits by them.
 func TestRequestLabels(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
-	// The DWARF Rubies, and a stripped one (a built-in table; dynamic
-	// Symbols named through what rb_sym2id's code says).
+	// The DWARF Rubies, a stripped one (a built-in table; dynamic
+	// Symbols named through what rb_sym2id's code says), and a musl one
+	// (the extension's thread-local state found through musl's DTV).
 	type labelRun struct {
 		r    testruby.Ruby
 		mode string // "" fibers taking turns by hand; "scheduler" under a Fiber scheduler
 	}
 	var runs []labelRun
-	for _, r := range append(testruby.WithDWARF(t), testruby.Get(t, "source-3.3-static-stripped")) {
+	for _, r := range append(testruby.WithDWARF(t), testruby.Get(t, "source-3.3-static-stripped"), testruby.Get(t, "source-3.3-musl")) {
 		runs = append(runs, labelRun{r, ""})
 	}
 	runs = append(runs, labelRun{testruby.Get(t, "source-3.3-static"), "scheduler"})

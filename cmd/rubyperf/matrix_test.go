@@ -13,12 +13,12 @@ import (
 
 // TestRecordReportEveryRuby: on every Ruby of the test matrix (Debian's
 // binaries as each suite ships them, source builds with and without DWARF,
-// and the local mirror builds when present), `record -- ruby workload.rb`
+// the musl builds, and the local mirror builds when present), `record -- ruby workload.rb`
 // followed by `report` and `script` names the workload's own methods, and
 // no more than a few frames are unknown.
 func TestRecordReportEveryRuby(t *testing.T) {
 	testskip.Privileged(t, bpf.Supported())
-	for _, r := range testruby.All(t) {
+	for _, r := range testruby.WithMusl(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "rubyperf.data")
 			var stdout, stderr bytes.Buffer

@@ -203,5 +203,6 @@ func blockingRegion(t *testing.T, r testruby.Ruby) bool {
 }
 
 // stateRubies are the test Rubies the state tests run on: every one, with
-// DWARF or stripped (their layouts from the built-in tables).
-func stateRubies(t *testing.T) []testruby.Ruby { return testruby.All(t) }
+// DWARF or stripped (their layouts from the built-in tables), and the musl
+// ones.
+func stateRubies(t *testing.T) []testruby.Ruby { return testruby.WithMusl(t) }

@@ -110,6 +110,37 @@ func Get(t testing.TB, name string) Ruby {
 	return Ruby{}
 }
 
+// MuslFlavors are the musl test Rubies scripts/test-rubies.sh always builds:
+// shared, stripped as Alpine ships libruby, and static (libruby in the
+// executable). All holds the first two only with RUBYPERF_MUSL_MATRIX=1.
+var MuslFlavors = []string{"source-3.3-musl", "source-3.3-musl-stripped", "source-3.3-musl-static"}
+
+// WithMusl is All and the musl flavors it lacks, failing (CI) or skipping
+// (elsewhere) when one is missing: for the tests that say a musl Ruby reads
+// as a glibc one does (snapshots, BPF samples and recordings against Ruby's
+// own answer, record and report, the thread's state, request labels), which
+// CI runs on them without running every test on them.
+func WithMusl(t testing.TB) []Ruby {
+	t.Helper()
+	out := All(t)
+	for _, name := range MuslFlavors {
+		if !slices.ContainsFunc(out, func(r Ruby) bool { return r.Name == name }) {
+			out = append(out, Get(t, name))
+		}
+	}
+	return out
+}
+
+// RunsWithMusl is Runs and the musl flavors Runs lacks, interpreted.
+func RunsWithMusl(t testing.TB) []JITRun {
+	t.Helper()
+	out := Runs(t)
+	for _, r := range WithMusl(t)[len(All(t)):] {
+		out = append(out, JITRun{Ruby: r})
+	}
+	return out
+}
+
 // WithDWARF is All's Rubies whose VM carries DWARF, at least one (else the
 // test fails: the matrix builds some).
 func WithDWARF(t testing.TB) []Ruby {
