@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/internal/testruby"
@@ -86,7 +87,7 @@ func compareWalks(t *testing.T, data string) (throughSignal int) {
 	}
 	objs := &Objects{}
 	stops := map[TableStop]int{}
-	var samples, same, shorter, differ int
+	var samples, same, shorter, differ, inLoader int
 	var frames, frameSame int
 	var unwound []Frame
 	var walked []uint64
@@ -129,6 +130,12 @@ func compareWalks(t *testing.T, data string) (throughSignal int) {
 			switch {
 			case n == len(walked) && n == len(unwound):
 				same++
+			case n == len(walked) && stop == StopUnsupported && n > 0 && isLoader(unwound[n-1].Mapping.Path):
+				// The dynamic linker's lazy-binding trampoline
+				// (_dl_runtime_resolve) realigns SP and keeps its CFA in
+				// rbx, a rule the tables do not model: a program that binds
+				// lazily (built without -z now) meets it once a symbol.
+				inLoader++
 			case n == len(walked) && stop != StopOutermost:
 				shorter++
 				if shorter <= 5 {
@@ -147,13 +154,16 @@ func compareWalks(t *testing.T, data string) (throughSignal int) {
 	if err := rd.Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d samples: %d unwound alike, %d shorter by the table, %d differ; frames %d of %d alike; stops %v",
-		samples, same, shorter, differ, frameSame, frames, stops)
+	t.Logf("%d samples: %d unwound alike, %d shorter by the table, %d stopped in the dynamic linker's lazy binding, %d differ; frames %d of %d alike; stops %v",
+		samples, same, shorter, inLoader, differ, frameSame, frames, stops)
 	if samples < 100 {
 		t.Fatalf("only %d samples with a stack copy", samples)
 	}
-	if float64(same) < 0.995*float64(samples) {
-		t.Errorf("%d of %d samples unwound alike (want >= 99.5%%)", same, samples)
+	if float64(same) < 0.995*float64(samples-inLoader) {
+		t.Errorf("%d of %d samples unwound alike (want >= 99.5%%; %d more stopped in the dynamic linker)", same, samples-inLoader, inLoader)
+	}
+	if float64(inLoader) > 0.02*float64(samples) {
+		t.Errorf("%d of %d samples stopped in the dynamic linker (want <= 2%%: lazy binding happens once a symbol)", inLoader, samples)
 	}
 	t.Logf("%d samples unwound through a signal frame", throughSignal)
 	return throughSignal
@@ -169,6 +179,13 @@ func throughSignalFrame(pcs []uint64, find TableFinder) bool {
 		}
 	}
 	return false
+}
+
+// isLoader tells whether path is the dynamic linker's (glibc's ld-linux
+// or musl's ld-musl).
+func isLoader(path string) bool {
+	base := filepath.Base(path)
+	return strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld-musl") || strings.HasPrefix(base, "ld64.so")
 }
 
 func at(pcs []uint64, i int) uint64 {
