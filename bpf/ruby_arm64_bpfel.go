@@ -56,12 +56,14 @@ type rubyCachedRow struct {
 }
 
 type rubyExecMap struct {
-	_     structs.HostLayout
-	Start uint64
-	End   uint64
-	Base  uint64
-	Rows  uint32
-	Nrows uint32
+	_      structs.HostLayout
+	Start  uint64
+	End    uint64
+	Base   uint64
+	Rows   uint32
+	Nrows  uint32
+	Pages  uint32
+	Npages uint32
 }
 
 type rubyFrameKey struct {
@@ -161,6 +163,12 @@ type rubyProcMaps struct {
 	Maps [256]rubyExecMap
 }
 
+type rubyRowPage struct {
+	_     structs.HostLayout
+	First uint32
+	Last  uint32
+}
+
 type rubySampleBuf struct {
 	_ structs.HostLayout
 	H struct {
@@ -203,22 +211,29 @@ type rubySampleBuf struct {
 		Obj   [64]uint8
 		Ext   [48]uint8
 	}
-	Pairs    [128]uint64
-	Cfps     [1024]uint8
-	Envs     [1024]uint8
-	Gc       [2048]uint8
-	Th       [512]uint8
-	Ec       [8]uint64
-	EnvLo    uint64
-	EnvHi    uint64
-	Ustack   [1032]uint8
-	UstackLo uint64
+	Pairs     [128]uint64
+	Cfps      [1024]uint8
+	Envs      [1024]uint8
+	Gc        [2048]uint8
+	Th        [512]uint8
+	Ec        [8]uint64
+	EnvLo     uint64
+	EnvHi     uint64
+	Ustack    [4104]uint8
+	UstackLo  uint64
+	UstackHi  uint64
+	UstackEnd uint64
 }
 
-type rubySeenFrame struct {
-	_    structs.HostLayout
-	Key  rubyFrameKey
-	Span rubyFrameSpan
+type rubySeenSet struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_    structs.HostLayout
+		Key  rubyFrameKey
+		Span rubyFrameSpan
+	}
+	Next uint32
+	_    [4]byte
 }
 
 type rubyUnwindRow struct {
@@ -247,6 +262,7 @@ const (
 	rubyMapRowCache      = "row_cache"
 	rubyMapScratch       = "scratch"
 	rubyMapSeenFrames    = "seen_frames"
+	rubyMapUnwindPages   = "unwind_pages"
 	rubyMapUnwindRows    = "unwind_rows"
 	rubyMapUrgentEvents  = "urgent_events"
 	rubyProgAllocRefill  = "alloc_refill"
@@ -325,6 +341,7 @@ type rubyMapSpecs struct {
 	RowCache     *ebpf.MapSpec `ebpf:"row_cache"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	SeenFrames   *ebpf.MapSpec `ebpf:"seen_frames"`
+	UnwindPages  *ebpf.MapSpec `ebpf:"unwind_pages"`
 	UnwindRows   *ebpf.MapSpec `ebpf:"unwind_rows"`
 	UrgentEvents *ebpf.MapSpec `ebpf:"urgent_events"`
 }
@@ -371,6 +388,7 @@ type rubyMaps struct {
 	RowCache     *ebpf.Map `ebpf:"row_cache"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	SeenFrames   *ebpf.Map `ebpf:"seen_frames"`
+	UnwindPages  *ebpf.Map `ebpf:"unwind_pages"`
 	UnwindRows   *ebpf.Map `ebpf:"unwind_rows"`
 	UrgentEvents *ebpf.Map `ebpf:"urgent_events"`
 }
@@ -391,6 +409,7 @@ func (m *rubyMaps) Close() error {
 		m.RowCache,
 		m.Scratch,
 		m.SeenFrames,
+		m.UnwindPages,
 		m.UnwindRows,
 		m.UrgentEvents,
 	)

@@ -37,7 +37,7 @@ type Options struct {
 	// registers: samples have no native user frames.
 	StackSize uint32
 	// UnwindRows is the budget of unwind rows for every object's table
-	// together (LoadRows), 8 bytes each; 0: DefaultUnwindRows.
+	// together (loadRows), 8 bytes each; 0: DefaultUnwindRows.
 	UnwindRows int
 	// Wall samples the threads of targets that follow it (ProcessConfig.
 	// FollowWall) also as they leave a CPU, each such sample weighed by the
@@ -147,10 +147,11 @@ type Sampler struct {
 	// allocSeens reads what allocation samples' slots held (Options.Alloc)
 	allocSeens *ringbuf.Reader
 	// how many of the program's unwind rows are taken, and where each
-	// object's are (LoadRows)
-	rowsUsed uint32
-	rowSpans map[string]rowSpan
-	execGen  uint32 // proc_maps.gen of the last SetExecMaps
+	// object's are (loadRows)
+	rowsUsed  uint32
+	pagesUsed uint32
+	rowSpans  map[string]rowSpan
+	execGen   uint32 // proc_maps.gen of the last SetExecMaps
 }
 
 // Record is one raw record read from a CPU's ring: its header and data,
@@ -201,6 +202,9 @@ func Open(opts Options) (_ *Sampler, err error) {
 		return nil, fmt.Errorf("%d unwind rows: at most %d", rows, maxObjectRows)
 	}
 	spec.Maps["unwind_rows"].MaxEntries = uint32(rows)
+	// An object's page index has an entry per KiB of code, its rows about
+	// 20 a KiB (libruby's): a quarter of the rows' budget leaves room.
+	spec.Maps["unwind_pages"].MaxEntries = uint32(max(rows/4, 1))
 	if !opts.Wall {
 		// The off-CPU program is attached only for Options.Wall, and its
 		// verification costs as much as sample_ruby's (about 150 ms, which

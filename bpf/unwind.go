@@ -15,7 +15,7 @@ import (
 )
 
 // Native unwinding in the program: each object's compiled unwind table
-// (native.Table) goes once into the program's rows (LoadRows), and each
+// (native.Table) goes once into the program's rows (loadRows), and each
 // process lists the executable mappings that have rows (SetExecMaps); its
 // samples then carry native frames (payload.Payload.Natives).
 
@@ -24,8 +24,13 @@ type UnwindRow = rubyUnwindRow
 
 // ExecMap is one executable mapping of a process with rows (struct
 // exec_map): [Start, End) in the process, Base the process address of its
-// object's row pc 0, its rows at Rows..Rows+Nrows in the program's rows.
+// object's row pc 0, its rows at Rows..Rows+Nrows in the program's rows,
+// its page index at Pages..Pages+Npages in the program's pages.
 type ExecMap = rubyExecMap
+
+// RowPage is one entry of an object's page index (struct row_page): the
+// rows that may be in force in 1<<rowPageShift bytes of its code.
+type RowPage = rubyRowPage
 
 // Row kinds (ROW_* in ruby.bpf.c).
 const (
@@ -55,6 +60,14 @@ const DefaultUnwindRows = 1 << 20
 
 // maxObjectRows bounds one object's rows (ROW_SEARCH in ruby.bpf.c).
 const maxObjectRows = 1 << 24
+
+// rowPageShift: an object's page index has an entry per 1<<rowPageShift
+// bytes of its code (ROW_PAGE_SHIFT).
+const rowPageShift = 10
+
+// maxObjectPages bounds one object's page index (1 GiB of code): past it,
+// its rows are searched whole.
+const maxObjectPages = 1 << 20
 
 // EncodeRows encodes an x86_64 table as the program reads it: rows from
 // base (the object virtual address of row pc 0), rules the program does not
@@ -96,6 +109,36 @@ func EncodeRows(t *native.Table) (rows []UnwindRow, base uint64, err error) {
 	return rows, base, nil
 }
 
+// PageIndex is the page index of an object's encoded rows (sorted by pc,
+// the first at pc 0), as the program reads it (unwind_pages): for each
+// 1<<rowPageShift bytes of code from pc 0 to the last row's, the index of
+// the row in force at its start (First) and of that in force at the next
+// one's start, or the last row (Last). It is nil for rows past
+// maxObjectPages.
+func PageIndex(rows []UnwindRow) []RowPage {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := uint64(rows[len(rows)-1].Pc)>>rowPageShift + 1
+	if n > maxObjectPages {
+		return nil
+	}
+	pages := make([]RowPage, n)
+	i := 0
+	for p := range pages {
+		start := uint64(p) << rowPageShift
+		for i+1 < len(rows) && uint64(rows[i+1].Pc) <= start {
+			i++
+		}
+		pages[p].First = uint32(i)
+		if p > 0 {
+			pages[p-1].Last = uint32(i)
+		}
+	}
+	pages[n-1].Last = uint32(len(rows) - 1)
+	return pages
+}
+
 // encodeKind is a row's ROW_CFA_* | ROW_FP_*.
 func encodeKind(r native.Row) uint8 {
 	var cfa uint8
@@ -132,56 +175,72 @@ func encodeKind(r native.Row) uint8 {
 	return cfa | rowFPUnknown
 }
 
-// rowSpan is where one object's rows are in the program's rows.
+// rowSpan is where one object's rows are in the program's rows, and its
+// page index in the program's pages (npages 0: none).
 type rowSpan struct {
-	first, n uint32
-	base     uint64
+	first, n      uint32
+	pages, npages uint32
+	base          uint64
 }
 
 // ErrNoRowRoom: the budget of rows (Options.UnwindRows) is spent.
 var ErrNoRowRoom = errors.New("unwind rows: budget spent")
 
-// LoadRows puts an object's rows into the program once: key names the
-// object's identity (the same file in every process that maps it). It
-// returns where they are and base, the object virtual address of row pc 0.
-func (s *Sampler) LoadRows(key string, t *native.Table) (first, n uint32, base uint64, err error) {
+// loadRows puts an object's rows into the program once, with their page
+// index where the budget of pages has room: key names the object's
+// identity (the same file in every process that maps it). It returns
+// where they are and base, the object virtual address of row pc 0.
+func (s *Sampler) loadRows(key string, t *native.Table) (rowSpan, error) {
 	if sp, ok := s.rowSpans[key]; ok {
-		return sp.first, sp.n, sp.base, nil
+		return sp, nil
 	}
 	rows, base, err := EncodeRows(t)
 	if err != nil {
-		return 0, 0, 0, err
+		return rowSpan{}, err
 	}
 	if uint64(s.rowsUsed)+uint64(len(rows)) > uint64(s.objs.UnwindRows.MaxEntries()) {
-		return 0, 0, 0, fmt.Errorf("%w (%d rows for %s)", ErrNoRowRoom, len(rows), key)
+		return rowSpan{}, fmt.Errorf("%w (%d rows for %s)", ErrNoRowRoom, len(rows), key)
 	}
-	if err := s.writeRows(s.rowsUsed, rows); err != nil {
-		return 0, 0, 0, fmt.Errorf("unwind rows: %w", err)
+	if err := writeMapped(s.objs.UnwindRows, s.rowsUsed, rows); err != nil {
+		return rowSpan{}, fmt.Errorf("unwind rows: %w", err)
 	}
 	sp := rowSpan{first: s.rowsUsed, n: uint32(len(rows)), base: base}
 	s.rowsUsed += sp.n
+	// Without room for its pages, an object's rows are searched whole.
+	if pages := PageIndex(rows); len(pages) > 0 && uint64(s.pagesUsed)+uint64(len(pages)) <= uint64(s.objs.UnwindPages.MaxEntries()) {
+		if err := writeMapped(s.objs.UnwindPages, s.pagesUsed, pages); err != nil {
+			return rowSpan{}, fmt.Errorf("unwind pages: %w", err)
+		}
+		sp.pages, sp.npages = s.pagesUsed, uint32(len(pages))
+		s.pagesUsed += sp.npages
+	}
 	if s.rowSpans == nil {
 		s.rowSpans = map[string]rowSpan{}
 	}
 	s.rowSpans[key] = sp
-	return sp.first, sp.n, sp.base, nil
+	return sp, nil
 }
 
-// writeRows writes rows into the program's rows from index at, through a
-// mapping of the pages they fall in alone, for as long as it takes: the
-// kernel maps every page of the map at once, and mapped whole for the
-// recording it was 8 MiB of the recorder's resident memory.
-func (s *Sampler) writeRows(at uint32, rows []UnwindRow) error {
-	if len(rows) == 0 {
+// writeMapped writes values into an mmapable array map from index at,
+// through a mapping of the pages they fall in alone, for as long as it
+// takes: the kernel maps every page of the map at once, and the rows
+// mapped whole for the recording were 8 MiB of the recorder's resident
+// memory. (An array map's values lie 8-byte aligned: T's size must be a
+// multiple of 8.)
+func writeMapped[T any](m *ebpf.Map, at uint32, values []T) error {
+	if len(values) == 0 {
 		return nil
 	}
-	const rowSize = int64(unsafe.Sizeof(UnwindRow{}))
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(rows))), int64(len(rows))*rowSize)
-	start := int64(at) * rowSize
+	size := int64(unsafe.Sizeof(values[0]))
+	if size%8 != 0 || uint32(size) != m.ValueSize() {
+		return fmt.Errorf("values of %d bytes for a map of %d", size, m.ValueSize())
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(values))), int64(len(values))*size)
+	start := int64(at) * size
 	off := start &^ int64(os.Getpagesize()-1)
-	mem, err := unix.Mmap(s.objs.UnwindRows.FD(), off, int(start+int64(len(b))-off), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(m.FD(), off, int(start+int64(len(b))-off), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return fmt.Errorf("map rows %d to %d: %w", at, int64(at)+int64(len(rows)), err)
+		return fmt.Errorf("map entries %d to %d: %w", at, int64(at)+int64(len(values)), err)
 	}
 	copy(mem[start-off:], b)
 	return unix.Munmap(mem)
@@ -245,7 +304,7 @@ func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Ob
 			if !loaded {
 				var t *native.Table
 				if t, err = o.Table(native.ArchX86_64); err == nil {
-					sp.first, sp.n, sp.base, err = s.LoadRows(key, t)
+					sp, err = s.loadRows(key, t)
 				}
 			}
 			if err == nil {
@@ -253,7 +312,8 @@ func (s *Sampler) UnwindMappings(pid int, maps []native.Mapping, objs *native.Ob
 				// table alone lets it go.
 				o.ReleaseTable()
 				// The mapping puts the object's vaddr v at m.Start + (v - VAddr(m.Offset)).
-				out = append(out, ExecMap{Start: m.Start, End: m.Limit, Base: m.Start - o.VAddr(m.Offset) + sp.base, Rows: sp.first, Nrows: sp.n})
+				out = append(out, ExecMap{Start: m.Start, End: m.Limit, Base: m.Start - o.VAddr(m.Offset) + sp.base,
+					Rows: sp.first, Nrows: sp.n, Pages: sp.pages, Npages: sp.npages})
 				continue
 			}
 		}
