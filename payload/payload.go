@@ -1,6 +1,7 @@
 package payload
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -266,9 +267,14 @@ type Frame struct {
 	EnvOld bool
 }
 
+// frameSize is a constant so that the frame loops index without checks.
+const frameSize = int(unsafe.Sizeof(cFrame{}))
+
+// FrameSize is the bytes of one frame in a payload the program wrote.
+const FrameSize = frameSize
+
 var (
 	headerSize = int(unsafe.Sizeof(cPayloadHeader{}))
-	frameSize  = int(unsafe.Sizeof(cFrame{}))
 	labelSize  = int(unsafe.Sizeof(cLabel{}))
 	// headerSizeV5 is the header of versions 1 to 5: without nlabels and
 	// label_size.
@@ -353,26 +359,33 @@ func DecodeInto(p *Payload, raw []byte) error {
 			Marking: h.Flags&GCMarking != 0, Compacting: h.Flags&GCCompacting != 0}
 	}
 	b := raw[h.HeaderSize:]
-	for i := range p.Frames {
-		f := b[i*frameSize:]
+	pcFlags := h.Version >= 7
+	fresh := h.Flags&OldStale == 0
+	frames = p.Frames
+	for i := range frames {
+		f := b[i*frameSize:][:frameSize]
 		cf := binary.LittleEndian.Uint64(f[16:])
-		p.Frames[i] = Frame{
-			Iseq: binary.LittleEndian.Uint64(f[0:]), PC: binary.LittleEndian.Uint64(f[8:]),
-			CME: cf &^ frameBits, CFrame: cf&frameCFrame != 0, Finish: cf&frameFinish != 0, Error: cf&frameError != 0,
-		}
-		if fr := &p.Frames[i]; h.Version >= 7 && (!fr.CFrame || fr.PC&^pcBits == 0) {
+		// Field by field into place: a whole Frame built on the stack and
+		// copied stalls on its flags' byte stores (store forwarding), which
+		// made this loop most of the recorder's per-frame cost.
+		iseq, pc, cme := binary.LittleEndian.Uint64(f[0:]), binary.LittleEndian.Uint64(f[8:]), cf&^frameBits
+		cframe, finish, failed := cf&frameCFrame != 0, cf&frameFinish != 0, cf&frameError != 0
+		var iseqOld, meOld, envOld bool
+		if pcFlags && (!cframe || pc&^pcBits == 0) {
 			// A Ruby frame's pc is 8-aligned; a C frame's is 0.
-			bits := fr.PC & pcBits
-			fr.PC &^= pcBits
-			fresh := h.Flags&OldStale == 0
-			fr.IseqOld = bits&pcIseqOld != 0 && fresh
-			fr.MEOld = bits&pcMEOld != 0 && fresh
-			fr.EnvOld = bits&pcEnvOld != 0 && fresh
+			bits := pc & pcBits
+			pc &^= pcBits
+			iseqOld, meOld, envOld = bits&pcIseqOld != 0 && fresh, bits&pcMEOld != 0 && fresh, bits&pcEnvOld != 0 && fresh
 		}
-		if fr := &p.Frames[i]; fr.Error && fr.CME != 0 {
-			fr.Env, fr.CME = fr.CME, 0 // an error with an address: where the walk stopped
+		var env uint64
+		if failed && cme != 0 {
+			env, cme = cme, 0 // an error with an address: where the walk stopped
 			p.EnvsLeft++
 		}
+		fr := &frames[i]
+		fr.Iseq, fr.PC, fr.CME, fr.Env = iseq, pc, cme, env
+		fr.CFrame, fr.Finish, fr.Error = cframe, finish, failed
+		fr.IseqOld, fr.MEOld, fr.EnvOld = iseqOld, meOld, envOld
 	}
 	return nil
 }
@@ -651,4 +664,36 @@ func NameLabels(raw []byte, p *Payload, names [][2]uint64) error {
 		p.Flags |= LabelsNamed
 	}
 	return nil
+}
+
+// FrameBytes is the part of raw, a payload the program wrote (not
+// compact), that holds its frames, leaf first, as written: for comparing
+// two samples' frames without decoding them.
+func FrameBytes(raw []byte) ([]byte, error) {
+	h, err := decodeHeader(raw)
+	if err != nil {
+		return nil, err
+	}
+	if h.Flags&Compact != 0 {
+		return nil, ErrCompact
+	}
+	return raw[h.HeaderSize:][:int(h.Nframes)*frameSize], nil
+}
+
+// SharedOutermost is how many frames two samples' frame bytes (as
+// FrameBytes gives them, leaf first) end with alike: the outermost part of
+// their stacks they share. Consecutive samples of a thread share all but a
+// few leaf frames, so it compares blocks of frames first.
+func SharedOutermost(a, b []byte) int {
+	n := min(len(a), len(b)) / frameSize
+	tail := func(x []byte, from, to int) []byte { return x[len(x)-to*frameSize : len(x)-from*frameSize] }
+	const block = 16
+	k := 0
+	for k+block <= n && bytes.Equal(tail(a, k, k+block), tail(b, k, k+block)) {
+		k += block
+	}
+	for k < n && bytes.Equal(tail(a, k, k+1), tail(b, k, k+1)) {
+		k++
+	}
+	return k
 }
