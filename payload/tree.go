@@ -100,8 +100,11 @@ type TreeEncoder struct {
 }
 
 type lastStack struct {
-	resets    uint64
-	ruby      [][3]uint64 // outermost first
+	resets uint64
+	// ruby is the stack's frames as its payload held them, leaf first;
+	// the outermost len(rubyIDs) of them are in the tree, at rubyIDs
+	// (outermost first).
+	ruby      []byte
 	rubyIDs   []uint32
 	native    []uint64
 	nativeIDs []uint32
@@ -161,10 +164,10 @@ func (e *TreeEncoder) Compact(dst, raw []byte, limit int) ([]byte, error) {
 		key := rubyKey{caller: rubyAt, frame: [3]uint64{le.Uint64(f), le.Uint64(f[8:]), le.Uint64(f[16:])}}
 		rubyAt = uint32(len(e.ruby) + 1)
 		e.ruby[key] = rubyAt
-		last.ruby = append(last.ruby, key.frame)
 		last.rubyIDs = append(last.rubyIDs, rubyAt)
 		dst = append(dst, f...)
 	}
+	last.ruby = append(last.ruby[:0], frames...)
 	for i := m; i < nn; i++ {
 		pc := le.Uint64(natives[(nn-1-i)*8:])
 		key := nativeKey{caller: nativeAt, pc: pc}
@@ -204,25 +207,26 @@ func (e *TreeEncoder) lastOf(tid uint32) *lastStack {
 
 // sharedRuby finds how many of frames (leaf first), from the outermost,
 // the Ruby tree has, and the node of the last of them (0: none); last is
-// left holding them.
+// left holding their nodes. The part the thread's last stack shares is
+// found by comparing bytes; the tree is searched only above it.
 func (e *TreeEncoder) sharedRuby(last *lastStack, frames []byte) (at uint32, k int) {
 	le := binary.LittleEndian
 	n := len(frames) / frameSize
+	k = SharedOutermost(last.ruby[len(last.ruby)-len(last.rubyIDs)*frameSize:], frames)
+	last.rubyIDs = last.rubyIDs[:k]
+	if k > 0 {
+		at = last.rubyIDs[k-1]
+	}
 	for ; k < n; k++ {
 		f := frames[(n-1-k)*frameSize:]
-		frame := [3]uint64{le.Uint64(f), le.Uint64(f[8:]), le.Uint64(f[16:])}
-		if k < len(last.ruby) && last.ruby[k] == frame {
-			at = last.rubyIDs[k]
-			continue
-		}
-		id, ok := e.ruby[rubyKey{caller: at, frame: frame}]
+		id, ok := e.ruby[rubyKey{caller: at, frame: [3]uint64{le.Uint64(f), le.Uint64(f[8:]), le.Uint64(f[16:])}}]
 		if !ok {
 			break
 		}
-		last.ruby, last.rubyIDs = append(last.ruby[:k], frame), append(last.rubyIDs[:k], id)
+		last.rubyIDs = append(last.rubyIDs, id)
 		at = id
 	}
-	last.ruby, last.rubyIDs = last.ruby[:k], last.rubyIDs[:k]
+	last.ruby = append(last.ruby[:0], frames[(n-k)*frameSize:]...)
 	return at, k
 }
 

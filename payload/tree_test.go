@@ -265,3 +265,28 @@ func TestTreeAlloc(t *testing.T) {
 		t.Fatalf("version 11: %+v, %v", p, err)
 	}
 }
+
+// TestSharedOutermost: the frames two samples end with alike, counted as
+// one frame at a time would, whatever the lengths and where they differ.
+func TestSharedOutermost(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		n := r.IntN(70)
+		a := make([]byte, n*frameSize)
+		for i := range a {
+			a[i] = byte(r.IntN(3))
+		}
+		b := append([]byte(nil), a[r.IntN(n+1)*frameSize:]...)
+		if len(b) > 0 && r.IntN(2) == 0 {
+			b[r.IntN(len(b))] ^= 0x80 // one byte of one frame differs
+		}
+		want := 0
+		for want < len(a)/frameSize && want < len(b)/frameSize &&
+			bytes.Equal(a[len(a)-(want+1)*frameSize:len(a)-want*frameSize], b[len(b)-(want+1)*frameSize:len(b)-want*frameSize]) {
+			want++
+		}
+		if got := SharedOutermost(a, b); got != want {
+			t.Fatalf("%d and %d frames: %d shared, want %d", len(a)/frameSize, len(b)/frameSize, got, want)
+		}
+	}
+}

@@ -1,8 +1,6 @@
 package recording
 
 import (
-	"unsafe"
-
 	"github.com/rubyperf/rubyperf/payload"
 )
 
@@ -37,8 +35,9 @@ const DefaultMemoryBudget = 256 << 20
 // MinMemoryBudget is the smallest budget a recording takes.
 const MinMemoryBudget = 16 << 20
 
-// lastFrameCost: lastFrames holds a frame and its name's id.
-const lastFrameCost = int64(unsafe.Sizeof(payload.Frame{})) + 8
+// lastFrameCost: lastFrames holds a frame's bytes as the program wrote them,
+// its name's id and the name's kind.
+const lastFrameCost = int64(payload.FrameSize) + 8 + 1
 
 // budget is a memory budget split over what grows (see above).
 type budget struct {

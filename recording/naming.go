@@ -70,8 +70,13 @@ func (s *session) takeSample(p *payload.Payload, smp *perfdata.Sample) {
 		if t.gcUnchecked {
 			s.checkGC(t)
 		}
+		walked := p.EnvsLeft > 0
 		walkEnvs(t, p)
-		unseen := s.newFrames(p)
+		frames, err := payload.FrameBytes(smp.Raw)
+		if err != nil || len(frames) != len(p.Frames)*payload.FrameSize {
+			frames = nil // shares nothing, and nothing shares it
+		}
+		unseen := s.newFrames(p, frames, walked)
 		ids, added, bad := s.symtab.Resolve(t.Reader, unseen, s.ids[:0])
 		if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
 			// It exec'd before its COMM record was read: what was
@@ -121,34 +126,43 @@ func (s *session) checkGC(t *Target) {
 
 // lastSample is what newFrames keeps of a thread's previous sample.
 type lastSample struct {
-	frames []payload.Frame
-	ids    []uint64 // the ids of the names its frames had
+	frames []byte     // its frames as the program wrote them (payload.FrameBytes)
+	ids    []uint64   // the ids of the names its frames had
+	kinds  []nameKind // and what kind of name each is
 	gc     payload.GCStamp
+	stale  bool // its payload had OldStale: its frames' old-generation bits meant nothing
 }
 
 // newFrames is p with only the frames above the part its thread's previous
 // sample shared (in s.unseen, overwritten by the next call), and remembers
-// p's frames for the next.
-func (s *session) newFrames(p *payload.Payload) *payload.Payload {
+// p's frames for the next. frames are p's as the program wrote them
+// (payload.FrameBytes): two frames whose bytes are alike decode alike, so
+// the shared part is found by comparing bytes, many frames at a time.
+// walked: the recorder walked on environment chains the program left
+// (payload.WalkEnvs) to give p's frames their method entries, which the
+// bytes do not hold.
+func (s *session) newFrames(p *payload.Payload, frames []byte, walked bool) *payload.Payload {
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames || s.maxLastHeld > 0 && s.lastHeld+len(p.Frames) > s.maxLastHeld {
 		s.lastFrames, s.lastHeld = map[threadKey]lastSample{}, 0
 	}
 	prev := s.lastFrames[k]
-	s.lastHeld += max(len(p.Frames)-cap(prev.frames), 0)
+	s.lastHeld += max(len(p.Frames)-cap(prev.frames)/payload.FrameSize, 0)
 	shared := 0
 	// Names hold for GC intervals: frames shared with a sample of another
-	// interval are looked up again.
+	// interval are looked up again. A frame whose environment the recorder
+	// walked may lead elsewhere with the same bytes: such a sample shares
+	// nothing.
+	stale := p.Flags&payload.OldStale != 0
 	if prev.gc.Stamped == p.GC.Stamped && prev.gc.Epoch == p.GC.Epoch && prev.gc.Interval() == p.GC.Interval() &&
-		!p.GC.Compacting && len(prev.ids) == len(prev.frames) {
-		for shared < len(prev.frames) && shared < len(p.Frames) &&
-			prev.frames[len(prev.frames)-1-shared] == p.Frames[len(p.Frames)-1-shared] {
-			shared++
-		}
+		!p.GC.Compacting && len(prev.ids)*payload.FrameSize == len(prev.frames) && len(prev.kinds) == len(prev.ids) &&
+		prev.stale == stale && !walked {
+		shared = payload.SharedOutermost(prev.frames, frames)
 	}
 	// The names of the shared frames, before prev's storage is reused.
 	s.sharedIDs = append(s.sharedIDs[:0], prev.ids[len(prev.ids)-shared:]...)
-	s.lastFrames[k] = lastSample{frames: append(prev.frames[:0], p.Frames...), ids: prev.ids, gc: p.GC}
+	s.sharedKinds = append(s.sharedKinds[:0], prev.kinds[len(prev.kinds)-shared:]...)
+	s.lastFrames[k] = lastSample{frames: append(prev.frames[:0], frames...), ids: prev.ids, kinds: prev.kinds, gc: p.GC, stale: stale}
 	s.unseen = payload.Payload{PID: p.PID, TID: p.TID, Gen: p.Gen, Flags: p.Flags, GC: p.GC, Frames: p.Frames[:len(p.Frames)-shared]}
 	return &s.unseen
 }
@@ -158,9 +172,16 @@ func (s *session) newFrames(p *payload.Payload) *payload.Payload {
 // then the shared ones' as the thread's previous sample had them. Each
 // sample thus carries the names proven for it.
 func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
+	// The kinds of the shared frames' names are the previous sample's: a
+	// name's kind is the table's look-up of its id, a cache miss a frame.
+	kinds := s.kinds[:0]
+	for _, id := range ids {
+		kinds = append(kinds, kindOf(s.symtab.NameKind(id)))
+	}
 	ids = append(ids, s.sharedIDs...)
-	s.ids = ids
-	s.countNames(len(ids), func(i int) (unknown, replaced bool) { return s.symtab.NameKind(ids[i]) })
+	kinds = append(kinds, s.sharedKinds...)
+	s.ids, s.kinds = ids, kinds
+	s.countNames(len(ids), func(i int) (unknown, replaced bool) { return kinds[i] == kindUnknown, kinds[i] == kindReplaced })
 	// Per frame a map lookup: only once the budget has cut a name.
 	if s.symtab.GivenOverBudget() {
 		for _, id := range ids {
@@ -172,9 +193,29 @@ func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
 	k := threadKey{p.PID, p.TID, p.Gen}
 	if last, ok := s.lastFrames[k]; ok {
 		last.ids = append(last.ids[:0], ids...)
+		last.kinds = append(last.kinds[:0], kinds...)
 		s.lastFrames[k] = last
 	}
 	payload.NameFrames(raw, p, ids) // a payload it cannot read stays as it was: unnamed
+}
+
+// nameKind is what kind of name a frame has, as the summary counts them.
+type nameKind uint8
+
+const (
+	kindNamed nameKind = iota
+	kindUnknown
+	kindReplaced
+)
+
+func kindOf(unknown, replaced bool) nameKind {
+	switch {
+	case unknown:
+		return kindUnknown
+	case replaced:
+		return kindReplaced
+	}
+	return kindNamed
 }
 
 // countUnnamed counts in the summary the frames of a sample the recorder

@@ -249,9 +249,11 @@ type session struct {
 	// their frames, bounded by the budget's share, maxLastHeld.
 	lastFrames            map[threadKey]lastSample
 	lastHeld, maxLastHeld int
-	// sharedIDs and ids are nameSample's scratch, labelIDs nameLabels'.
-	sharedIDs, ids []uint64
-	labelIDs       [][2]uint64
+	// sharedIDs and ids are nameSample's scratch, sharedKinds and kinds
+	// their names' kinds; labelIDs nameLabels'.
+	sharedIDs, ids     []uint64
+	sharedKinds, kinds []nameKind
+	labelIDs           [][2]uint64
 
 	// tables gives the program the targets' unwind tables (Options.NativeTables).
 	tables *unwindTables

@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/rubyperf/rubyperf/payload"
@@ -35,14 +36,24 @@ func TestNewFrames(t *testing.T) {
 		{1, 1, f(3, 2, 1), 3},
 		{1, 1, f(3, 2, 1), 3}, // another GC interval: all again
 		{1, 1, f(3, 2, 1), 0}, // the same one: none
+		{1, 1, f(3, 2, 1), 3}, // environments walked: all again
+		{1, 1, f(3, 2, 1), 0},
+		{1, 1, f(3, 2, 1), 3}, // OldStale: the same bytes decode otherwise
+		{1, 1, f(3, 2, 1), 0},
 	}
+	// The steps whose environment chains the recorder walked on, and those
+	// whose payload had OldStale.
+	walked, stale := map[int]bool{11: true}, map[int]bool{13: true, 14: true}
 	for i, st := range steps {
 		p := &payload.Payload{PID: st.pid, TID: st.tid, Frames: st.frames}
 		if i >= 9 {
 			// Another GC interval: the names of the last sample may not hold.
 			p.GC = payload.GCStamp{Stamped: true, Count: 9}
 		}
-		got := s.newFrames(p)
+		if stale[i] {
+			p.Flags |= payload.OldStale
+		}
+		got := s.newFrames(p, frameBytes(st.frames), walked[i])
 		s.nameSample(p, nil, s.symtab.NameIDs(got, nil))
 		if n := len(s.lastFrames[threadKey{p.PID, p.TID, p.Gen}].ids); n != len(st.frames) {
 			t.Errorf("step %d: %d names kept for %d frames", i, n, len(st.frames))
@@ -57,4 +68,16 @@ func TestNewFrames(t *testing.T) {
 			}
 		}
 	}
+}
+
+// frameBytes is frames as the program writes them (iseq, pc, cme), leaf
+// first.
+func frameBytes(frames []payload.Frame) []byte {
+	var b []byte
+	for _, f := range frames {
+		b = binary.LittleEndian.AppendUint64(b, f.Iseq)
+		b = binary.LittleEndian.AppendUint64(b, f.PC)
+		b = binary.LittleEndian.AppendUint64(b, f.CME)
+	}
+	return b
 }
