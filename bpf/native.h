@@ -87,13 +87,14 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
-// unwind_pages: for each object with rows, one entry per ROW_PAGE bytes of
-// its code: the index (from its first row) of the row in force at the
-// page's start. A search of the rows for an address then starts between
-// its page's entry and the next page's: a few rows a few cache lines
-// apart, where a search of the whole object probed 17 to 20 rows across
-// hundreds of KiB, each probe a cache miss once the target had run (1.5 to
-// 2.5 µs a search on this machine). User space sets max_entries.
+// unwind_pages: for each object with rows, one struct row_page per
+// 1 << ROW_PAGE_SHIFT bytes of its code: the indexes (from its first row)
+// of the rows in force at that span's start and at the next span's. A
+// search of the rows for an address then looks only between its span's
+// two: a few rows a few cache lines apart, where a search of the whole
+// object probed 17 to 20 rows across hundreds of KiB, each probe a cache
+// miss once the target had run (1.5 to 2.5 µs a search on this machine).
+// User space sets max_entries.
 #define ROW_PAGE_SHIFT 10
 struct row_page {
 	__u32 first; // the row in force at the page's start

@@ -24,7 +24,7 @@ func TestPageIndex(t *testing.T) {
 			pc += step
 			rows = append(rows, UnwindRow{Pc: pc})
 		}
-		pages := PageIndex(rows)
+		pages := pageIndex(rows)
 		if want := int(pc>>rowPageShift) + 1; len(pages) != want {
 			t.Fatalf("table %d: %d pages for a last pc of %#x, want %d", trial, len(pages), pc, want)
 		}
@@ -47,10 +47,10 @@ func TestPageIndex(t *testing.T) {
 			}
 		}
 	}
-	if PageIndex(nil) != nil {
+	if pageIndex(nil) != nil {
 		t.Error("no rows: a page index")
 	}
-	if PageIndex([]UnwindRow{{Pc: 0}, {Pc: 0xffffff00}}) != nil {
+	if pageIndex([]UnwindRow{{Pc: 0}, {Pc: 0xffffff00}}) != nil {
 		t.Error("4 GiB of code: a page index past maxObjectPages")
 	}
 }

@@ -409,14 +409,18 @@ __attribute__((noinline)) int known(struct frame_key *key, __u64 epoch, __u64 in
 	__u32 slot = ((key->iseq ^ key->pc ^ key->pid) * 0x9E3779B97F4A7C15ULL) >> 56; // 8 bits
 	slot &= SEEN_SETS - 1;
 	struct seen_set *set = bpf_map_lookup_elem(&seen_frames, &slot);
+	__u32 stale = SEEN_WAYS; // the way that holds the key for another interval, if one does
 	if (set) {
 #pragma unroll
 		for (int w = 0; w < SEEN_WAYS; w++) {
 			struct seen_frame *seen = &set->way[w];
-			if (same_frame(&seen->key, key) && covers(&seen->span, epoch, interval)) {
+			if (!same_frame(&seen->key, key))
+				continue;
+			if (covers(&seen->span, epoch, interval)) {
 				*cme = seen->span.cme;
 				return 1;
 			}
+			stale = w;
 		}
 	}
 	struct frame_span *span = bpf_map_lookup_elem(&known_frames, key);
@@ -426,17 +430,11 @@ __attribute__((noinline)) int known(struct frame_key *key, __u64 epoch, __u64 in
 	if (set) {
 		// A stale entry of the same key (a span of an earlier interval) is
 		// replaced in place, so that a key never holds two ways.
-		__u32 w = set->next & (SEEN_WAYS - 1), fresh = 1;
-#pragma unroll
-		for (int i = 0; i < SEEN_WAYS; i++)
-			if (same_frame(&set->way[i].key, key)) {
-				w = i;
-				fresh = 0;
-			}
+		__u32 w = stale < SEEN_WAYS ? stale : set->next;
 		w &= SEEN_WAYS - 1;
 		set->way[w].key = *key;
 		set->way[w].span = *span;
-		if (fresh)
+		if (stale >= SEEN_WAYS)
 			set->next = w + 1;
 	}
 	return 1;

@@ -109,13 +109,13 @@ func EncodeRows(t *native.Table) (rows []UnwindRow, base uint64, err error) {
 	return rows, base, nil
 }
 
-// PageIndex is the page index of an object's encoded rows (sorted by pc,
+// pageIndex is the page index of an object's encoded rows (sorted by pc,
 // the first at pc 0), as the program reads it (unwind_pages): for each
 // 1<<rowPageShift bytes of code from pc 0 to the last row's, the index of
 // the row in force at its start (First) and of that in force at the next
 // one's start, or the last row (Last). It is nil for rows past
 // maxObjectPages.
-func PageIndex(rows []UnwindRow) []RowPage {
+func pageIndex(rows []UnwindRow) []RowPage {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -207,7 +207,7 @@ func (s *Sampler) loadRows(key string, t *native.Table) (rowSpan, error) {
 	sp := rowSpan{first: s.rowsUsed, n: uint32(len(rows)), base: base}
 	s.rowsUsed += sp.n
 	// Without room for its pages, an object's rows are searched whole.
-	if pages := PageIndex(rows); len(pages) > 0 && uint64(s.pagesUsed)+uint64(len(pages)) <= uint64(s.objs.UnwindPages.MaxEntries()) {
+	if pages := pageIndex(rows); len(pages) > 0 && uint64(s.pagesUsed)+uint64(len(pages)) <= uint64(s.objs.UnwindPages.MaxEntries()) {
 		if err := writeMapped(s.objs.UnwindPages, s.pagesUsed, pages); err != nil {
 			return rowSpan{}, fmt.Errorf("unwind pages: %w", err)
 		}

@@ -185,7 +185,7 @@ func throughSignalFrame(pcs []uint64, find TableFinder) bool {
 // or musl's ld-musl).
 func isLoader(path string) bool {
 	base := filepath.Base(path)
-	return strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld-musl") || strings.HasPrefix(base, "ld64.so")
+	return strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld-musl")
 }
 
 func at(pcs []uint64, i int) uint64 {
