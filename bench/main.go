@@ -35,6 +35,7 @@ func main() {
 	out := flag.String("o", "", "also write the table to this file")
 	sharesOnly := flag.Bool("shares-only", false, "only compare rubyperf's shares with stackprof's on bench/app.rb")
 	allocOnly := flag.Bool("alloc-only", false, "only the allocation profilers' slowdown on bench/alloc.rb")
+	steadyOnly := flag.Bool("steady-only", false, "only the profilers' CPU and wake-ups in the steady state")
 	flag.StringVar(&b.ruby, "ruby", "/usr/bin/ruby3.1", "the Ruby every tool profiles (stackprof must be installed for it)")
 	flag.StringVar(&b.rubyperf, "rubyperf", "bin/rubyperf", "the rubyperf binary")
 	flag.StringVar(&b.dwarfRuby, "dwarf-ruby", "", "a Ruby whose libruby carries DWARF, for the attach row")
@@ -56,6 +57,9 @@ func main() {
 	measure := b.measure
 	if *sharesOnly {
 		measure = b.measureShares
+	}
+	if *steadyOnly {
+		measure = b.measureSteady
 	}
 	if *allocOnly {
 		measure = func() (string, error) {
@@ -121,6 +125,9 @@ func (b *bench) measure() (string, error) {
 	if t.slow, err = b.slowdown(tools); err != nil {
 		return "", err
 	}
+	if t.steady, err = b.steadyState(); err != nil {
+		return "", err
+	}
 	t.tools = tools
 	t.switchTools = []tool{{name: "rubyperf", hz: 99}, {name: "rubyperf", hz: 99, wall: true}}
 	if t.switchHeavy, t.switchRate, err = b.switchHeavy(t.switchTools); err != nil {
@@ -161,4 +168,16 @@ func (b *bench) measureShares() (string, error) {
 		return "", err
 	}
 	return s.String(), nil
+}
+
+// measureSteady runs only the steady-state comparison of the profilers.
+func (b *bench) measureSteady() (string, error) {
+	if err := b.calibrate(); err != nil {
+		return "", err
+	}
+	cells, err := b.steadyState()
+	if err != nil {
+		return "", err
+	}
+	return steadyTable(b.depths, cells, b.steadyRounds()), nil
 }

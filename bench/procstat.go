@@ -17,6 +17,10 @@ type procSample struct {
 	at                     time.Time
 	cpu                    time.Duration
 	voluntary, involuntary int64
+	// onCPU is its live threads' time on a CPU to the nanosecond
+	// (/proc/PID/task/*/schedstat), where cpu counts clock ticks (10 ms):
+	// for the few milliseconds a second a profiler uses.
+	onCPU time.Duration
 }
 
 // sampleProc reads /proc/PID/stat (utime, stime) and every thread's
@@ -38,6 +42,12 @@ func sampleProc(pid int) (procSample, error) {
 		nv, _ := statusValue(b, "nonvoluntary_ctxt_switches")
 		s.voluntary += v
 		s.involuntary += nv
+		if b, err := os.ReadFile(filepath.Join(filepath.Dir(t), "schedstat")); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				ns, _ := strconv.ParseInt(f[0], 10, 64)
+				s.onCPU += time.Duration(ns)
+			}
+		}
 	}
 	return s, nil
 }

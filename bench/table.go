@@ -14,6 +14,7 @@ type table struct {
 	b           *bench
 	tools       []tool
 	slow        map[int]map[tool]*slowdownCell
+	steady      map[int]map[tool]*steadyCell // the profilers once their frames are named
 	switchTools []tool
 	switchHeavy map[tool]*slowdownCell // bench/threads.rb under switchTools
 	switchRate  []float64              // its context switches per second, unprofiled
@@ -88,6 +89,10 @@ func (t *table) String() string {
 		}
 	}
 	p("")
+	if t.steady != nil {
+		w.WriteString(steadyTable(b.depths, t.steady, b.steadyRounds()))
+		p("")
+	}
 	t.switchTables(p)
 	p("")
 	p("**BPF program run time per sample** (the kernel's BPF statistics, the user stack copy inside `bpf_perf_event_output` included (`--stack-size`, 8 KiB by default); `BenchmarkBPFRunTime`, 999 Hz; the median of 250 ms windows and the 10th–90th percentile window, because a shared machine's slow windows would swamp a mean; urgent: samples that woke the recorder at once; goal ≤ 5 µs at 10 frames, ≤ 10 µs at 200):")
