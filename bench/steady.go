@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -19,7 +20,7 @@ import (
 const (
 	steadyFrom   = 3 * time.Second
 	steadyTo     = 11 * time.Second
-	steadyWork   = 12 * time.Second
+	steadyWork   = 30 * time.Second // planned, so that no run ends early: the work is ended at steadyTo
 	steadyRounds = 3
 )
 
@@ -38,7 +39,7 @@ func (b *bench) steadyState() (map[int]map[tool]*steadyCell, error) {
 	cells := map[int]map[tool]*steadyCell{}
 	rounds, from, to, work := b.steadyRounds(), steadyFrom, steadyTo, steadyWork
 	if b.quick {
-		from, to, work = time.Second, 3*time.Second, 4*time.Second
+		from, to = time.Second, 3*time.Second
 	}
 	for _, depth := range b.depths {
 		cells[depth] = map[tool]*steadyCell{}
@@ -104,27 +105,53 @@ func (b *bench) steadyRun(t tool, depth, iterations int, from, to time.Duration)
 			}
 			time.Sleep(to - from)
 			last, readErr = sampleProc(pid)
+			// Enough: the workload (the profiler's child) goes, and the
+			// profiler ends as its target's end makes it.
+			for _, child := range children(pid) {
+				syscall.Kill(child, syscall.SIGKILL)
+			}
 		}()
 	}, argv...)
 	wg.Wait()
 	switch {
-	case err != nil:
-		return 0, 0, err
 	case readErr != nil:
 		return 0, 0, fmt.Errorf("the work ended before %s: %w", to, readErr)
 	case first.at.IsZero() || last.at.IsZero():
+		if err != nil {
+			return 0, 0, err
+		}
 		return 0, 0, fmt.Errorf("the workload never printed begin")
 	}
+	// The profiler's exit status after its target was killed is not
+	// checked: what was measured was read before.
 	dt := last.at.Sub(first.at).Seconds()
 	return (last.onCPU - first.onCPU).Seconds() / dt, float64(last.voluntary-first.voluntary) / dt, nil
+}
+
+// children are the pids of pid's children (/proc/PID/task/*/children).
+func children(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // steadyTable renders the steady state's cells.
 func steadyTable(depths []int, cells map[int]map[tool]*steadyCell, rounds int) string {
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format+"\n", args...) }
-	p("**Steady state** (the profiler's own process from %s to %s after the work began, on %s of work; median",
-		steadyFrom, steadyTo, steadyWork)
+	p("**Steady state** (the profiler's own process from %s to %s after the work began, then the work is ended; median",
+		steadyFrom, steadyTo)
 	p("of %d alternated rounds, and their range): what a recording left on costs once its frames are named.", rounds)
 	p("")
 	p("| stack | profiler | profiler CPU (cores) | against perf | profiler wake-ups/s |")
