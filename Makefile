@@ -122,7 +122,7 @@ tables: build
 tables-check:
 	$(GO) test -count=1 -tags tables -run 'TestTablesUpToDate|TestProbeEquals' ./rubybuild
 
-# One table of ratios against peers measured in the same run (bench/; about 10 minutes, root):
+# One table of ratios against peers measured in the same run (bench/; about 15 minutes, root):
 # target slowdown vs stackprof and perf record, BPF cost, post-processing vs perf script,
 # attach time, recorder memory. BENCHFLAGS=-quick tries the harness in a minute.
 bench: rubies build
