@@ -112,19 +112,28 @@ func TestAgentSoak(t *testing.T) {
 	testruby.CopyFile(t, filepath.Join("..", "..", "testdata", "ruby", "shares.rb"), filepath.Join(dir, "shares.rb"))
 	script := filepath.Join(dir, "shares.rb")
 
-	var stderr bytes.Buffer
+	// One Ruby for the whole run, started first, so that every interval
+	// from the agent's first sample on has samples; and others that live 1
+	// to 5 s, up to three at a time, started one after another.
+	testruby.Start(t, r, script)
+	stderr := &soakLog{started: make(chan struct{})}
 	agent := exec.Command(bin, "agent", "--endpoint", col.GRPCAddr, "--insecure", "--interval", interval.String(),
 		"--match", token, "--label", "test=soak")
-	agent.Stderr = &stderr
+	agent.Stderr = stderr
+	launched := time.Now()
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
+	// The soak counts from the agent's first sample: under a loaded CI the
+	// program's verification and the first attach took more than the
+	// first 2 s interval, which then had nothing to send.
+	select {
+	case <-stderr.started:
+	case <-time.After(time.Minute):
+		t.Fatalf("agent not sampling a minute after it started:\n%s", stderr.String())
+	}
 	start := time.Now()
-
-	// One Ruby for the whole run, and others that live 1 to 5 s, up to
-	// three at a time, started one after another.
-	testruby.Start(t, r, script)
 	type started struct {
 		pid  int
 		life time.Duration
@@ -159,7 +168,7 @@ func TestAgentSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wall := time.Since(start)
+	wall := time.Since(launched) // its CPU includes its start
 	hwm := procHWM(t, agent.Process.Pid)
 	agent.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
@@ -262,4 +271,29 @@ func TestAgentSoak(t *testing.T) {
 	t.Logf("soak %s, intervals of %s: %d intervals, %d samples, %d processes (%d short-lived, %d missing); agent peak RSS %d MiB (VmHWM; "+
 		"status lines: peak %d MiB in the first half, %d MiB in the second), CPU %.2f%% of one core over the run (median interval %.1f%%)",
 		soak, interval, intervals, arrived, len(pids), len(short), missing, hwm>>20, early, late, 100*float64(cpu)/float64(wall), cpus[len(cpus)/2])
+}
+
+// soakLog is an agent's stderr as TestAgentSoak reads it, safe to read while
+// the agent writes: started is closed once it says it is sampling.
+type soakLog struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	started chan struct{}
+	once    sync.Once
+}
+
+func (l *soakLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	if bytes.Contains(l.b.Bytes(), []byte("rubyperf agent: sampling started")) {
+		l.once.Do(func() { close(l.started) })
+	}
+	return len(p), nil
+}
+
+func (l *soakLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
