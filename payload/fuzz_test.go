@@ -2,6 +2,7 @@ package payload
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -95,6 +96,21 @@ func FuzzDecodePayload(f *testing.F) {
 		p, err := Decode(b)
 		if err == nil && (len(p.Frames) > MaxFrames || len(p.Labels) > MaxLabels) {
 			t.Fatalf("%d frames, %d labels", len(p.Frames), len(p.Labels))
+		}
+		if err != nil {
+			return
+		}
+		// Decoded again over its own decoding, half taken as it was: the
+		// same frames.
+		var q Payload
+		d, err := DecodeHeader(&q, b)
+		if err != nil {
+			t.Fatalf("decodes whole, not its header: %v", err)
+		}
+		buf := DecodeFrames(&q, d, nil, 0)
+		DecodeFrames(&q, d, buf, len(p.Frames)/2)
+		if !slices.Equal(q.Frames, p.Frames) {
+			t.Fatalf("decoded over itself: %+v, want %+v", q.Frames, p.Frames)
 		}
 	})
 }

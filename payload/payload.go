@@ -304,20 +304,42 @@ func Decode(raw []byte) (*Payload, error) {
 
 // DecodeInto is Decode into p, reusing its Frames' storage.
 func DecodeInto(p *Payload, raw []byte) error {
-	h, err := decodeHeader(raw)
+	d, err := DecodeHeader(p, raw)
 	if err != nil {
 		return err
 	}
-	if h.Flags&Compact != 0 {
-		return ErrCompact
-	}
+	n := len(d.Bytes) / frameSize
 	frames := p.Frames[:0]
-	if cap(frames) < int(h.Nframes) {
-		frames = make([]Frame, 0, h.Nframes)
+	if cap(frames) < n {
+		frames = make([]Frame, 0, n)
+	}
+	p.Frames = frames[:n]
+	p.EnvsLeft = decodeFrames(p.Frames, d)
+	return nil
+}
+
+// FrameData is a payload's frames as the program wrote them, leaf first,
+// and what decoding them needs of its header: DecodeHeader gives it,
+// DecodeFrames decodes it.
+type FrameData struct {
+	Bytes   []byte // Nframes frames of FrameSize bytes
+	pcFlags bool   // a Ruby frame's pc carries its old-generation bits (version 7)
+	fresh   bool   // and they mean something (no OldStale)
+}
+
+// DecodeHeader is DecodeInto but for the frames: p.Frames is left empty
+// (its storage kept), and the frames are returned for DecodeFrames.
+func DecodeHeader(p *Payload, raw []byte) (FrameData, error) {
+	h, err := decodeHeader(raw)
+	if err != nil {
+		return FrameData{}, err
+	}
+	if h.Flags&Compact != 0 {
+		return FrameData{}, ErrCompact
 	}
 	labels, natives := p.Labels[:0], p.Natives[:0]
 	*p = Payload{Flags: h.Flags, PID: h.Pid, TID: h.Tid, EC: h.Ec, CFP: h.Cfp, Period: h.Period,
-		Frames: frames[:h.Nframes], NativeStop: NativeStop(h.NativeStop)}
+		Frames: p.Frames[:0], NativeStop: NativeStop(h.NativeStop)}
 	if h.Flags&Alloc != 0 {
 		p.AllocBytes, p.AllocWindow, p.AllocSlot, p.AllocSeq = h.AllocBytes, h.AllocWindow, h.AllocSlot, h.AllocSeq
 		if h.Flags&AllocClassed != 0 {
@@ -336,7 +358,7 @@ func DecodeInto(p *Payload, raw []byte) error {
 		for i := 0; i < int(h.Nlabels); i++ {
 			var l Label
 			if _, err := binary.Decode(lb[i*labelSize:(i+1)*labelSize], binary.LittleEndian, &l); err != nil {
-				return fmt.Errorf("payload: label %d: %w", i, err)
+				return FrameData{}, fmt.Errorf("payload: label %d: %w", i, err)
 			}
 			labels = append(labels, l)
 		}
@@ -358,10 +380,35 @@ func DecodeInto(p *Payload, raw []byte) error {
 		p.GC = GCStamp{Stamped: true, Count: h.GcCount, Epoch: h.GcEpoch,
 			Marking: h.Flags&GCMarking != 0, Compacting: h.Flags&GCCompacting != 0}
 	}
-	b := raw[h.HeaderSize:]
-	pcFlags := h.Version >= 7
-	fresh := h.Flags&OldStale == 0
-	frames = p.Frames
+	return FrameData{Bytes: raw[h.HeaderSize:][:int(h.Nframes)*frameSize], pcFlags: h.Version >= 7,
+		fresh: h.Flags&OldStale == 0}, nil
+}
+
+// DecodeFrames decodes d, the frames of the payload DecodeHeader decoded
+// into p, into the end of buf, which it returns (grown, its end kept, if
+// short); p.Frames is that end. Its outermost known frames are not decoded:
+// buf's end holds them already, decoded by an earlier call from the same
+// bytes under the same OldStale, with no environment left (Env), and
+// changed since by NameFrames alone (which the caller does again). So a
+// thread's consecutive samples, which share all but a few leaf frames,
+// decode only those. p.EnvsLeft counts the frames decoded.
+func DecodeFrames(p *Payload, d FrameData, buf []Frame, known int) []Frame {
+	n := len(d.Bytes) / frameSize
+	known = max(0, min(known, n, len(buf)))
+	if len(buf) < n {
+		grown := make([]Frame, max(n, 2*len(buf)))
+		copy(grown[len(grown)-known:], buf[len(buf)-known:])
+		buf = grown
+	}
+	p.Frames = buf[len(buf)-n:]
+	p.EnvsLeft = decodeFrames(p.Frames[:n-known], FrameData{Bytes: d.Bytes[:(n-known)*frameSize], pcFlags: d.pcFlags, fresh: d.fresh})
+	return buf
+}
+
+// decodeFrames decodes d into frames (as many), and counts those whose
+// environment chain the program left (Frame.Env).
+func decodeFrames(frames []Frame, d FrameData) (envs int) {
+	b, pcFlags, fresh := d.Bytes, d.pcFlags, d.fresh
 	for i := range frames {
 		f := b[i*frameSize:][:frameSize]
 		cf := binary.LittleEndian.Uint64(f[16:])
@@ -380,14 +427,14 @@ func DecodeInto(p *Payload, raw []byte) error {
 		var env uint64
 		if failed && cme != 0 {
 			env, cme = cme, 0 // an error with an address: where the walk stopped
-			p.EnvsLeft++
+			envs++
 		}
 		fr := &frames[i]
 		fr.Iseq, fr.PC, fr.CME, fr.Env = iseq, pc, cme, env
 		fr.CFrame, fr.Finish, fr.Error = cframe, finish, failed
 		fr.IseqOld, fr.MEOld, fr.EnvOld = iseqOld, meOld, envOld
 	}
-	return nil
+	return envs
 }
 
 // decodeHeader reads and checks a payload's header: its frames lie inside

@@ -61,6 +61,43 @@ func (s *session) noGCStamps(t *Target) {
 	}
 }
 
+// decodeSample decodes a sample's payload (raw, as recorded) into
+// s.payload. A thread's consecutive samples share all but a few leaf
+// frames, and decoding each frame of each sample was a fifth of the
+// recorder's cost at 200 frames: of a sample of the thread whose sample was
+// decoded and named last, the outermost frames whose bytes are that
+// sample's are taken as they were decoded (payload.DecodeFrames).
+func (s *session) decodeSample(raw []byte) error {
+	p := &s.payload
+	s.compared.valid = false
+	d, err := payload.DecodeHeader(p, raw)
+	if err != nil {
+		s.decodedNamed = false
+		return err
+	}
+	k := threadKey{p.PID, p.TID, p.Gen}
+	known := 0
+	if t, ok := s.targets[int(p.PID)]; ok && t.Config.Gen == p.Gen && s.decodedNamed && s.decodedFor == k {
+		// The same bytes decode alike under the same OldStale; the
+		// previous sample's walked environments (if any) left it
+		// unnamed as decoded (takeSample).
+		if prev, ok := s.lastFrames[k]; ok && prev.stale == (p.Flags&payload.OldStale != 0) {
+			known = payload.SharedOutermost(prev.frames, d.Bytes)
+			s.compared.valid, s.compared.shared = true, known
+		}
+	}
+	s.frames, s.decodedFor, s.decodedNamed = d, k, false
+	s.decoded = payload.DecodeFrames(p, d, s.decoded, known)
+	if known > 0 && p.EnvsLeft > 0 {
+		// Its environments are walked: it shares nothing (newFrames),
+		// and its frames are named afresh, from their decoded iseqs.
+		s.decoded = payload.DecodeFrames(p, d, s.decoded, 0)
+		known = 0
+	}
+	s.decodedKnown = known
+	return nil
+}
+
 // takeSample names the Ruby frames of a sample (p, its payload, decoded
 // from smp.Raw) in smp.Raw, and gives smp the period p stands for.
 func (s *session) takeSample(p *payload.Payload, smp *perfdata.Sample) {
@@ -72,11 +109,17 @@ func (s *session) takeSample(p *payload.Payload, smp *perfdata.Sample) {
 		}
 		walked := p.EnvsLeft > 0
 		walkEnvs(t, p)
-		frames, err := payload.FrameBytes(smp.Raw)
-		if err != nil || len(frames) != len(p.Frames)*payload.FrameSize {
+		frames := s.frames.Bytes // decodeSample's
+		if len(frames) != len(p.Frames)*payload.FrameSize {
 			frames = nil // shares nothing, and nothing shares it
 		}
 		unseen := s.newFrames(p, frames, walked)
+		if shared := len(p.Frames) - len(unseen.Frames); shared < s.decodedKnown {
+			// Frames taken as the sample before had them, named, that
+			// are looked up again (another GC interval): decoded afresh.
+			// (Not walked: decodeSample took none from a walked sample.)
+			s.decoded = payload.DecodeFrames(p, s.frames, s.decoded, shared)
+		}
 		ids, added, bad := s.symtab.Resolve(t.Reader, unseen, s.ids[:0])
 		if len(added) > 0 && !s.sampler.Sampled(t.PID, t.Config.Gen) {
 			// It exec'd before its COMM record was read: what was
@@ -91,7 +134,14 @@ func (s *session) takeSample(p *payload.Payload, smp *perfdata.Sample) {
 			// failure only keeps sending them to the urgent ones.
 			s.sampler.MarkNamed(p.PID, p.Gen, added)
 		}
-		s.nameSample(p, smp.Raw, ids)
+		named := s.nameSample(p, smp.Raw, ids) == nil
+		// The next sample of its thread may take its frames as they are
+		// now: named, none walked. Unnamed, the frames decodeSample took
+		// from the sample before hold that one's names: decoded afresh.
+		s.decodedNamed = named && !walked
+		if !named && !walked {
+			s.decoded = payload.DecodeFrames(p, s.frames, s.decoded, 0)
+		}
 		s.nameLabels(t, p, smp.Raw)
 	} else {
 		s.countUnnamed(p)
@@ -143,8 +193,11 @@ type lastSample struct {
 // bytes do not hold.
 func (s *session) newFrames(p *payload.Payload, frames []byte, walked bool) *payload.Payload {
 	k := threadKey{p.PID, p.TID, p.Gen}
+	compared := s.compared
+	s.compared.valid = false
 	if s.lastFrames == nil || len(s.lastFrames) >= maxLastFrames || s.maxLastHeld > 0 && s.lastHeld+len(p.Frames) > s.maxLastHeld {
 		s.lastFrames, s.lastHeld = map[threadKey]lastSample{}, 0
+		compared.valid = false
 	}
 	prev := s.lastFrames[k]
 	s.lastHeld += max(len(p.Frames)-cap(prev.frames)/payload.FrameSize, 0)
@@ -157,7 +210,11 @@ func (s *session) newFrames(p *payload.Payload, frames []byte, walked bool) *pay
 	if prev.gc.Stamped == p.GC.Stamped && prev.gc.Epoch == p.GC.Epoch && prev.gc.Interval() == p.GC.Interval() &&
 		!p.GC.Compacting && len(prev.ids)*payload.FrameSize == len(prev.frames) && len(prev.kinds) == len(prev.ids) &&
 		prev.stale == stale && !walked {
-		shared = payload.SharedOutermost(prev.frames, frames)
+		if compared.valid {
+			shared = compared.shared // decodeSample compared them
+		} else {
+			shared = payload.SharedOutermost(prev.frames, frames)
+		}
 	}
 	// The names of the shared frames, before prev's storage is reused.
 	s.sharedIDs = append(s.sharedIDs[:0], prev.ids[len(prev.ids)-shared:]...)
@@ -171,7 +228,7 @@ func (s *session) newFrames(p *payload.Payload, frames []byte, walked bool) *pay
 // the names its frames have for it: those Resolve gave its unseen frames,
 // then the shared ones' as the thread's previous sample had them. Each
 // sample thus carries the names proven for it.
-func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
+func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) error {
 	// The kinds of the shared frames' names are the previous sample's: a
 	// name's kind is the table's look-up of its id, a cache miss a frame.
 	kinds := s.kinds[:0]
@@ -196,7 +253,7 @@ func (s *session) nameSample(p *payload.Payload, raw []byte, ids []uint64) {
 		last.kinds = append(last.kinds[:0], kinds...)
 		s.lastFrames[k] = last
 	}
-	payload.NameFrames(raw, p, ids) // a payload it cannot read stays as it was: unnamed
+	return payload.NameFrames(raw, p, ids) // a payload it cannot read stays as it was: unnamed
 }
 
 // nameKind is what kind of name a frame has, as the summary counts them.

@@ -96,6 +96,9 @@ type Options struct {
 	// wrapHandle, when set (by a benchmark), wraps what takes each record
 	// read from the rings.
 	wrapHandle func(func(bpf.Record) error) func(bpf.Record) error
+	// sampleTaken, when set (by a test), is given each sample's payload as
+	// the recorder decoded and named it, with its bytes before and after.
+	sampleTaken func(s *session, before []byte, p *payload.Payload, after []byte)
 }
 
 // Progress is how a recording stands.
@@ -242,6 +245,21 @@ type session struct {
 	payload payload.Payload       // its sample's payload
 	unseen  payload.Payload       // its frames newFrames did not skip
 	raw     []byte                // the record whole
+	// frames is the sample's frames as the program wrote them; decoded
+	// their storage (payload.DecodeFrames), which holds, at its end, the
+	// last sample decoded, decodedFor's: when it was named as decoded
+	// (decodedNamed), the next sample of that thread decodes only the
+	// frames above those it shares with it. compared is that sample's
+	// comparison with the thread's previous one, for newFrames.
+	frames       payload.FrameData
+	decoded      []payload.Frame
+	decodedFor   threadKey
+	decodedNamed bool
+	decodedKnown int // the frames of this sample taken as decodedFor's last
+	compared     struct {
+		valid  bool
+		shared int
+	}
 	// lastFrames is each thread's previous sample's frames. A thread's
 	// stacks share their bottom from one sample to the next, and the frames
 	// of its previous sample are in symtab already (it never forgets): only
@@ -640,11 +658,18 @@ func (s *session) handle(rec bpf.Record) error {
 	switch r := decoded.(type) {
 	case *perfdata.Sample:
 		s.sum.Samples++
-		if err := payload.DecodeInto(&s.payload, r.Raw); err != nil {
+		var before []byte
+		if s.opts.sampleTaken != nil {
+			before = bytes.Clone(r.Raw)
+		}
+		if err := s.decodeSample(r.Raw); err != nil {
 			break // copied as it came: a reader shows its native frames
 		}
 		p = &s.payload
 		s.takeSample(p, r)
+		if s.opts.sampleTaken != nil {
+			s.opts.sampleTaken(s, before, p, r.Raw)
+		}
 		if p.Thread.OffCPU {
 			s.sum.OffCPU++
 			return s.offCPUSample(p)
